@@ -1,0 +1,71 @@
+"""The checks burnin knows, their settings and profile defaults: one table, data only.
+
+A check is a probe (probes/<name>.py), a judge (burnin/checks/<name>.py) and a suite
+(suites/test_<name>.py). Settings here are what `checks.<name>` in an inventory may set;
+anything else there is a typo and stops the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PROFILES = ("quick", "standard", "extended")
+DEFAULT_PROFILE = "standard"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its kind ('number', 'int', 'bool', 'str') and default per profile."""
+
+    kind: str
+    default: dict[str, object] | object = None
+    doc: str = ""
+
+    def value_for(self, profile: str) -> object:
+        if isinstance(self.default, dict):
+            return self.default[profile]
+        return self.default
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    name: str
+    settings: dict[str, Setting] = field(default_factory=dict)
+
+
+def _timeout(quick: float, standard: float, extended: float) -> Setting:
+    return Setting("number", {"quick": quick, "standard": standard, "extended": extended},
+                   "seconds before the probe's process group is killed")
+
+
+CHECKS: dict[str, CheckSpec] = {
+    spec.name: spec
+    for spec in (
+        CheckSpec("health", {"timeout_s": _timeout(60, 120, 300)}),
+        CheckSpec("sdc", {"timeout_s": _timeout(300, 900, 3900)}),
+        CheckSpec("burn", {
+            "timeout_s": _timeout(300, 900, 3900),
+            "duration_s": Setting("number", {"quick": 60, "standard": 600, "extended": 3600}),
+        }),
+        CheckSpec("storage", {
+            "timeout_s": _timeout(300, 900, 1800),
+            "min_read_gbps_per_gpu": Setting("number", None),
+            "min_write_gbps_per_gpu": Setting("number", None),
+        }),
+        CheckSpec("allreduce", {
+            "timeout_s": _timeout(300, 600, 1200),
+            "min_busbw_gbps": Setting("number", None),
+        }),
+    )
+}
+
+# Single-node checks come first: the inter-node all-reduce only takes nodes that passed them.
+CHECK_ORDER = ("health", "sdc", "burn", "storage", "allreduce")
+
+
+def resolve_settings(check: str, profile: str, overrides: dict) -> dict:
+    """The settings a check runs with: profile defaults, then the inventory's overrides."""
+    spec = CHECKS[check]
+    values = {key: s.value_for(profile) for key, s in spec.settings.items()}
+    values.update(overrides)
+    return values

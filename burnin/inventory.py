@@ -1,0 +1,339 @@
+"""Inventory schema version 1: a YAML file in, a validated, expanded list of Nodes out.
+
+Validation is strict and happens before any node is touched: every error names the
+file, the line, the key and what was expected. See DESIGN.md for the schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from burnin import yamlsource
+from burnin.checks import CHECKS
+from burnin.reference import GPU_MODELS
+from burnin.yamlsource import Mapping, Sequence, SourceError, SourceErrors
+
+TRANSPORT_NAMES = ("ssh", "srun", "local")
+QUARANTINE_ACTIONS = ("slurm", "command")
+SUPPORTED_VERSIONS = (1,)
+
+
+class InventoryError(SourceErrors):
+    """The inventory is wrong; str() has one 'file:line: key: problem' line per error."""
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    user: str | None = None
+    port: int = 22
+    identity_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    connect_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class SrunSettings:
+    partition: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    path: str = "/tmp/burnin-storage"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as the run sees it, every default already applied."""
+
+    name: str
+    address: str
+    transport: str = "ssh"
+    # None means: the interpreter running pytest for `local`, python3 elsewhere.
+    python: str | None = None
+    workdir: str = "/tmp/burnin"
+    gpus: int | None = None  # None: 'auto', whatever the node reports
+    gpu_model: str | None = None
+    ssh: SshSettings = field(default_factory=SshSettings)
+    srun: SrunSettings = field(default_factory=SrunSettings)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class QuarantineSettings:
+    ledger: str | None = None
+    actions: tuple[str, ...] = ()
+    release_after: int = 2
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: str
+    cluster: str
+    nodes: tuple[Node, ...]
+    checks: dict[str, dict]
+    quarantine: QuarantineSettings
+    version: int = 1
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+
+# --- schema, as data -------------------------------------------------------------------
+
+def _is_str(v):
+    return isinstance(v, str) and v != ""
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+KINDS = {
+    "str": (_is_str, "a non-empty string"),
+    "int": (_is_int, "an integer"),
+    "port": (lambda v: _is_int(v) and 0 < v < 65536, "a port number, 1 to 65535"),
+    "number": (_is_number, "a number"),
+    "positive": (lambda v: _is_number(v) and v > 0, "a number above 0"),
+    "bool": (lambda v: isinstance(v, bool), "true or false"),
+    "transport": (lambda v: v in TRANSPORT_NAMES, "one of: " + ", ".join(TRANSPORT_NAMES)),
+    "gpus": (lambda v: v == "auto" or (_is_int(v) and v >= 0), "an integer >= 0, or auto"),
+    "gpu_model": (lambda v: v in GPU_MODELS, "one of: " + ", ".join(GPU_MODELS)),
+    "str_list": (lambda v: isinstance(v, list) and all(_is_str(x) for x in v),
+                 "a list of strings"),
+    "labels": (lambda v: isinstance(v, dict)
+               and all(isinstance(k, str) and isinstance(x, (str, int, float))
+                       for k, x in v.items()),
+               "a mapping of label names to plain values"),
+    "actions": (lambda v: isinstance(v, list) and all(x in QUARANTINE_ACTIONS for x in v),
+                "a list of: " + ", ".join(QUARANTINE_ACTIONS)),
+    "release_after": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+}
+
+SSH_KEYS = {"user": "str", "port": "port", "identity_file": "str", "known_hosts": "str",
+            "connect_timeout_s": "positive"}
+SRUN_KEYS = {"partition": "str", "extra_args": "str_list"}
+STORAGE_KEYS = {"path": "str"}
+NESTED = {"ssh": SSH_KEYS, "srun": SRUN_KEYS, "storage": STORAGE_KEYS}
+DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gpus": "gpus",
+                "gpu_model": "gpu_model", **{k: k for k in NESTED}}
+NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", **DEFAULT_KEYS}
+QUARANTINE_KEYS = {"ledger": "str", "actions": "actions", "release_after": "release_after",
+                   "command": "str_list"}
+TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
+            "checks": "mapping", "quarantine": "mapping"}
+
+
+class _Checker:
+    """Walks a located YAML tree against the schema, collecting every error."""
+
+    def __init__(self, shown: str):
+        self.shown = shown
+        self.errors: list[SourceError] = []
+
+    def error(self, line, key, message):
+        self.errors.append(SourceError(self.shown, line, key, message))
+
+    def mapping(self, value, where: str, line) -> bool:
+        if isinstance(value, Mapping):
+            return True
+        self.error(line, where, f"expected a mapping, got {_describe(value)}")
+        return False
+
+    def keys(self, m: Mapping, schema: dict, where: str) -> dict:
+        """Check m's keys and plain values against schema; return the valid entries."""
+        good = {}
+        for key, value in m.items():
+            line = m.key_lines[key]
+            path = f"{where}.{key}" if where else str(key)
+            kind = schema.get(key)
+            if kind is None:
+                self.error(line, path, "unknown key; expected one of: " + ", ".join(schema))
+            elif kind in NESTED:
+                if self.mapping(value, path, line):
+                    good[key] = self.keys(value, NESTED[kind], path)
+            elif kind in ("mapping", "list"):
+                good[key] = value
+            else:
+                test, expected = KINDS[kind]
+                if test(value):
+                    good[key] = value
+                else:
+                    self.error(line, path, f"expected {expected}, got {_describe(value)}")
+        return good
+
+
+def _describe(value) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, (Mapping, dict)):
+        return "a mapping"
+    if isinstance(value, (Sequence, list)):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
+
+
+# --- loading ----------------------------------------------------------------------------
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read, validate and expand an inventory; raise InventoryError listing every problem."""
+    path = Path(path)
+    shown = str(path)
+    try:
+        doc = yamlsource.load(path, shown)
+    except SourceErrors as e:
+        raise InventoryError(e.errors) from None
+    c = _Checker(shown)
+    if not isinstance(doc, Mapping):
+        c.error(getattr(doc, "line", 1), "", "expected a mapping with version, cluster, nodes")
+        raise InventoryError(c.errors)
+
+    top = c.keys(doc, TOP_KEYS, "")
+    version = top.get("version")
+    if "version" not in doc:
+        c.error(doc.line, "version", "missing; expected version: 1")
+    elif version is not None and version not in SUPPORTED_VERSIONS:
+        c.error(doc.key_lines["version"], "version",
+                f"unsupported version {version!r}; this burnin reads version 1")
+        raise InventoryError(c.errors)  # the rest of a newer schema means nothing to us
+
+    defaults = {}
+    if "defaults" in top and c.mapping(top["defaults"], "defaults", doc.key_lines["defaults"]):
+        defaults = c.keys(top["defaults"], DEFAULT_KEYS, "defaults")
+
+    nodes = _expand_nodes(c, doc, top, defaults)
+    checks = _checks(c, doc, top)
+    quarantine = _quarantine(c, doc, top)
+    if c.errors:
+        raise InventoryError(c.errors)
+    return Inventory(path=shown, cluster=top.get("cluster", path.stem), nodes=tuple(nodes),
+                     checks=checks, quarantine=quarantine)
+
+
+def _expand_nodes(c: _Checker, doc: Mapping, top: dict, defaults: dict) -> list[Node]:
+    if "nodes" not in doc:
+        c.error(doc.line, "nodes", "missing; expected a list of nodes")
+        return []
+    entries = top["nodes"]
+    if not isinstance(entries, Sequence) or not entries:
+        c.error(doc.key_lines["nodes"], "nodes", "expected a non-empty list of nodes")
+        return []
+    nodes: list[Node] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        where, line = f"nodes[{i}]", entries.item_lines[i]
+        if not c.mapping(entry, where, line):
+            continue
+        values = c.keys(entry, NODE_KEYS, where)
+        if "name" not in entry:
+            c.error(line, f"{where}.name", "missing; expected a hostname or hostlist")
+            continue
+        if "name" not in values:
+            continue
+        names = _hostlist(c, values["name"], entry.key_lines["name"], f"{where}.name")
+        addresses = names
+        if "address" in values:
+            addresses = _hostlist(c, values["address"], entry.key_lines["address"],
+                                  f"{where}.address")
+            if names and addresses and len(addresses) != len(names):
+                c.error(entry.key_lines["address"], f"{where}.address",
+                        f"expands to {len(addresses)} addresses but name expands to "
+                        f"{len(names)} nodes; expected one address per node")
+                continue
+        for name, address in zip(names, addresses):
+            if name in seen:
+                c.error(entry.key_lines["name"], f"{where}.name",
+                        f"node {name} is listed twice (first on line {seen[name]})")
+                continue
+            seen[name] = entry.key_lines["name"]
+            nodes.append(_make_node(name, address, defaults, values))
+    return nodes
+
+
+def _hostlist(c: _Checker, text: str, line: int, where: str) -> list[str]:
+    try:
+        return list(NodeSet(text))
+    except (NodeSetException, ValueError) as e:
+        c.error(line, where, f"not a valid hostlist ({e}); expected e.g. gpu[001-032]")
+        return []
+
+
+def _make_node(name: str, address: str, defaults: dict, own: dict) -> Node:
+    merged = {**defaults, **{k: v for k, v in own.items() if k not in NESTED
+                             and k not in ("name", "address")}}
+    for key in NESTED:  # a node's ssh: {port: 2222} changes the port, keeps the rest
+        merged[key] = {**defaults.get(key, {}), **own.get(key, {})}
+    gpus = merged.get("gpus", "auto")
+    srun = merged.pop("srun")
+    node = Node(
+        name=name, address=address,
+        ssh=SshSettings(**merged.pop("ssh")),
+        srun=SrunSettings(srun.get("partition"), tuple(srun.get("extra_args", ()))),
+        storage=StorageSettings(**merged.pop("storage")),
+        labels={str(k): str(v) for k, v in merged.pop("labels", {}).items()},
+    )
+    merged["gpus"] = None if gpus == "auto" else gpus
+    return replace(node, **merged)
+
+
+def _checks(c: _Checker, doc: Mapping, top: dict) -> dict[str, dict]:
+    if "checks" not in top or not c.mapping(top["checks"], "checks", doc.key_lines["checks"]):
+        return {}
+    out = {}
+    checks = top["checks"]
+    for name, body in checks.items():
+        line = checks.key_lines[name]
+        spec = CHECKS.get(name)
+        if spec is None:
+            c.error(line, f"checks.{name}", "unknown check; expected one of: " + ", ".join(CHECKS))
+            continue
+        if not c.mapping(body, f"checks.{name}", line):
+            continue
+        schema = {key: s.kind for key, s in spec.settings.items()}
+        out[name] = c.keys(body, schema, f"checks.{name}")
+    return out
+
+
+def _quarantine(c: _Checker, doc: Mapping, top: dict) -> QuarantineSettings:
+    if "quarantine" not in top:
+        return QuarantineSettings()
+    if not c.mapping(top["quarantine"], "quarantine", doc.key_lines["quarantine"]):
+        return QuarantineSettings()
+    q = c.keys(top["quarantine"], QUARANTINE_KEYS, "quarantine")
+    if "command" in q.get("actions", ()) and not q.get("command"):
+        c.error(top["quarantine"].key_lines["actions"], "quarantine.command",
+                "missing; the command action needs quarantine.command: [argv, ...]")
+    return QuarantineSettings(
+        ledger=q.get("ledger"), actions=tuple(q.get("actions", ())),
+        release_after=q.get("release_after", 2), command=tuple(q.get("command", ())))
+
+
+def select_nodes(inventory: Inventory, hostlist: str | None) -> list[Node]:
+    """The inventory's nodes named by `hostlist` (all when None), in inventory order.
+
+    Raises ValueError naming the unknown nodes or the bad hostlist.
+    """
+    if not hostlist:
+        return list(inventory.nodes)
+    try:
+        wanted = set(NodeSet(hostlist))
+    except (NodeSetException, ValueError) as e:
+        raise ValueError(f"--nodes {hostlist!r} is not a valid hostlist: {e}") from None
+    known = {n.name for n in inventory.nodes}
+    unknown = wanted - known
+    if unknown:
+        raise ValueError(f"--nodes names nodes not in {inventory.path}: "
+                         f"{NodeSet.fromlist(sorted(unknown))}")
+    return [n for n in inventory.nodes if n.name in wanted]

@@ -1,0 +1,163 @@
+"""The burnin pytest plugin: options, the per-node parametrisation, fixtures, reports.
+
+Thin by design: inventory, probes, judging and reports live in plain modules. The
+plugin stays dormant in a pytest run that collects no burnin check (a test asking for
+the `node` fixture), so it never gets in the way of other test suites.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from burnin.checks import CHECK_ORDER, DEFAULT_PROFILE, PROFILES
+from burnin.inventory import InventoryError, load_inventory, select_nodes
+from burnin.reports import CaseResult, point_latest, write_junit
+from burnin.run import DEFAULT_FANOUT, Run, new_run_id
+
+STATE = pytest.StashKey["BurninState"]()
+DEFAULT_INVENTORY = "inventories/localhost.yaml"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("burnin", "burnin cluster acceptance tests")
+    g.addoption("--inventory", metavar="FILE",
+                help=f"YAML inventory of the nodes to test (default: {DEFAULT_INVENTORY})")
+    g.addoption("--nodes", metavar="HOSTLIST",
+                help="test only these inventory nodes, e.g. gpu[001-004],gpu017")
+    g.addoption("--profile", choices=PROFILES, default=DEFAULT_PROFILE,
+                help=f"check durations and depth (default: {DEFAULT_PROFILE})")
+    g.addoption("--reports", metavar="DIR",
+                help="where reports/<run-id>/ is written (default: reports/ in the rootdir)")
+    g.addoption("--fanout", type=int, default=DEFAULT_FANOUT, metavar="N",
+                help=f"probes running at once across nodes (default: {DEFAULT_FANOUT})")
+
+
+class BurninState:
+    """Per-process plugin state; the Run is built only when a burnin check is collected."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.worker = hasattr(config, "workerinput")
+        self.run_id = (config.workerinput["burnin_run_id"] if self.worker
+                       else new_run_id())
+        self._run: Run | None = None
+        self.error: str | None = None
+        self.cases: dict[tuple[str, str], CaseResult] = {}
+
+    @property
+    def reports_dir(self) -> Path:
+        given = self.config.getoption("reports")
+        return Path(given).resolve() if given else self.config.rootpath / "reports"
+
+    def run(self) -> Run | None:
+        """The run, loading the inventory on first use; None (and .error) when it is wrong."""
+        if self._run is None and self.error is None:
+            given = self.config.getoption("inventory")
+            path = Path(given) if given else self.config.rootpath / DEFAULT_INVENTORY
+            try:
+                inventory = load_inventory(path)
+                nodes = select_nodes(inventory, self.config.getoption("nodes"))
+            except InventoryError as e:
+                self.error = f"invalid inventory:\n{e}"
+            except ValueError as e:
+                self.error = str(e)
+            else:
+                self._run = Run(inventory, nodes, self.config.getoption("profile"),
+                                self.reports_dir, self.run_id,
+                                fanout=self.config.getoption("fanout"))
+        return self._run
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node) -> None:
+        # xdist: every worker joins the controller's run, one run id, one reports dir.
+        node.workerinput["burnin_run_id"] = self.run_id
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties)
+        if self.worker or "burnin_node" not in props:
+            return
+        key = (props["burnin_node"], props["burnin_check"])
+        case = self.cases.setdefault(key, CaseResult(*key))
+        case.add_phase(report.when, report.outcome, report.longreprtext, report.capstdout,
+                       report.duration)
+
+    def pytest_sessionfinish(self) -> None:
+        if self._run is not None:
+            self._run.close()
+        if self.worker or not self.cases:
+            return
+        run = self.run()  # under xdist the controller collects nothing: load it now
+        if run is None:
+            return
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
+                    [(n.name, n.address) for n in run.nodes], self.cases)
+        point_latest(run.reports_dir, run.run_id)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.worker or not self.cases or self._run is None:
+            return
+        run, tr = self._run, terminalreporter
+        bad: dict[str, list[str]] = {}
+        for (name, check), case in sorted(self.cases.items()):
+            if case.outcome != "passed":
+                bad.setdefault(name, []).append(check)
+        tested = {name for name, _ in self.cases}
+        tr.section("burnin")
+        tr.write_line(f"run {run.run_id}: {len(tested)} nodes tested, "
+                      f"{len(tested) - len(bad)} passed every check, {len(bad)} did not")
+        for name, checks in bad.items():
+            tr.write_line(f"  {name}: {', '.join(checks)}", red=True)
+        tr.write_line(f"report: {run.run_dir / 'junit.xml'}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("fanout") < 1:
+        raise pytest.UsageError("--fanout must be 1 or more")
+    state = BurninState(config)
+    config.stash[STATE] = state
+    config.pluginmanager.register(state, "burnin-state")
+    # Asked for burnin explicitly: validate now, on the controller, before xdist workers
+    # start and before any node is touched. Otherwise wait until a check is collected.
+    if not state.worker and (config.getoption("inventory") or config.getoption("nodes")):
+        if state.run() is None:
+            raise pytest.UsageError(state.error)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "node" not in metafunc.fixturenames:
+        return
+    run = metafunc.config.stash[STATE].run()
+    nodes = run.nodes if run else []
+    metafunc.parametrize("node", nodes, ids=[n.name for n in nodes])
+
+
+def check_of(item: pytest.Item) -> str:
+    """The check a test judges: its function's name without 'test_' (test_health: health)."""
+    name = getattr(item, "originalname", item.name)
+    return name[5:] if name.startswith("test_") else name
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    state = config.stash[STATE]
+    if state.error:
+        raise pytest.UsageError(state.error)  # before any node is touched
+    order = {c: i for i, c in enumerate(CHECK_ORDER)}
+    burnin = [i for i in items if "node" in getattr(i, "fixturenames", ())]
+    for item in burnin:
+        item.user_properties += [("burnin_node", item.callspec.params["node"].name),
+                                 ("burnin_check", check_of(item))]
+    if burnin:
+        # Single-node checks first; the inter-node all-reduce takes only nodes that passed.
+        items.sort(key=lambda i: order.get(check_of(i), len(order))
+                   if "node" in getattr(i, "fixturenames", ()) else -1)
+
+
+@pytest.fixture(scope="session")
+def burnin_run(pytestconfig: pytest.Config) -> Run:
+    """The run: its nodes, settings, and each check's outcomes on every node."""
+    run = pytestconfig.stash[STATE].run()
+    assert run is not None, "burnin_run used outside a burnin suite"
+    return run

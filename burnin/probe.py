@@ -1,0 +1,114 @@
+"""The probe protocol, controller side: run a probe on a node, and turn whatever happens
+into a ProbeOutcome. Probe output is untrusted input: bounded, parsed, shape-checked.
+
+A probe runs as `<python> probes/<name>.py`, reads its settings as one JSON object on
+stdin, and prints one JSON object on stdout:
+
+    {"probe": "<name>", "schema": 1, "node": {...identity...},
+     "devices": [{...figures per device...}], "figures": {...}, "errors": ["..."]}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from burnin.transports import CommandResult, NodeUnreachable, Transport
+
+SCHEMA_VERSION = 1
+DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """What one probe run on one node came to. `data` is set only when ok."""
+
+    node: str
+    probe: str
+    ok: bool
+    reason: str = ""
+    data: dict = field(default_factory=dict)
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    stderr_tail: str = ""
+
+    def to_record(self, run_id: str) -> dict:
+        return {"run_id": run_id, "node": self.node, "check": self.probe, "ok": self.ok,
+                "reason": self.reason, "duration_s": round(self.duration_s, 3),
+                "exit_code": self.exit_code, "stderr_tail": self.stderr_tail,
+                "data": self.data}
+
+    @classmethod
+    def from_record(cls, record: dict) -> ProbeOutcome:
+        return cls(node=record["node"], probe=record["check"], ok=record["ok"],
+                   reason=record["reason"], data=record["data"] or {},
+                   duration_s=record["duration_s"], exit_code=record["exit_code"],
+                   stderr_tail=record["stderr_tail"])
+
+
+def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float,
+              max_output: int = DEFAULT_MAX_OUTPUT) -> ProbeOutcome:
+    """Run `probe` through `transport`; never raises for anything the node does."""
+    node = transport.node.name
+    try:
+        argv = transport.probe_command(probe)
+        result = transport.run(argv, json.dumps(settings).encode(), timeout_s, max_output)
+    except NodeUnreachable as e:
+        return ProbeOutcome(node, probe, ok=False, reason=f"unreachable: {e}")
+    return judge_output(node, probe, result, timeout_s, max_output)
+
+
+def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
+                 max_output: int) -> ProbeOutcome:
+    """Turn a finished command into an outcome: ok with data, or a failure with a reason."""
+    stderr = result.stderr_tail.decode("utf-8", "replace")
+
+    def failed(reason: str) -> ProbeOutcome:
+        last = _last_line(stderr)
+        if last and last not in reason:
+            reason = f"{reason}; stderr: {last}"
+        return ProbeOutcome(node, probe, False, reason, {}, result.duration_s,
+                            result.exit_code, stderr)
+
+    if result.timed_out:
+        return failed(f"probe {probe} killed at its timeout of {timeout_s:g} s")
+    if result.overflow:
+        return failed(f"probe {probe} printed more than {max_output} bytes; killed")
+    if result.exit_code is not None and result.exit_code < 0:
+        return failed(f"probe {probe} killed by signal {-result.exit_code}")
+    if result.exit_code != 0:
+        return failed(f"probe {probe} exited with status {result.exit_code}")
+    try:
+        data = json.loads(result.stdout.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        if not result.stdout.strip():
+            return failed(f"probe {probe} printed nothing on stdout")
+        return failed(f"probe {probe} printed no valid JSON ({e})")
+    problem = shape_problem(probe, data)
+    if problem:
+        return failed(f"probe {probe} output has the wrong shape: {problem}")
+    return ProbeOutcome(node, probe, True, "", data, result.duration_s, 0, stderr)
+
+
+def shape_problem(probe: str, data) -> str:
+    """What is wrong with a probe document's shape, or '' when it is right."""
+    if not isinstance(data, dict):
+        return "expected a JSON object"
+    if data.get("probe") != probe:
+        return f"'probe' is {data.get('probe')!r}, expected {probe!r}"
+    if data.get("schema") != SCHEMA_VERSION:
+        return f"'schema' is {data.get('schema')!r}, expected {SCHEMA_VERSION}"
+    expected = {"node": dict, "devices": list, "figures": dict, "errors": list}
+    for key, kind in expected.items():
+        if not isinstance(data.get(key), kind):
+            return f"'{key}' should be a JSON {'object' if kind is dict else 'array'}"
+    if not all(isinstance(d, dict) for d in data["devices"]):
+        return "every entry of 'devices' should be a JSON object"
+    if not all(isinstance(e, str) for e in data["errors"]):
+        return "every entry of 'errors' should be a string"
+    return ""
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else ""

@@ -1,0 +1,40 @@
+"""Reference figures per GPU model: data, not code.
+
+`gpu_model` in an inventory must be a key of GPU_MODELS; the NVML names are what
+nvmlDeviceGetName reports for that model, used by the health check to tell whether a
+node holds what the inventory says. Later checks add their floors here, per model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    key: str
+    nvml_names: tuple[str, ...]
+
+
+GPU_MODELS: dict[str, GpuModel] = {
+    m.key: m
+    for m in (
+        GpuModel("A100-SXM4-40GB", ("NVIDIA A100-SXM4-40GB",)),
+        GpuModel("A100-SXM4-80GB", ("NVIDIA A100-SXM4-80GB",)),
+        GpuModel("A100-PCIe-80GB", ("NVIDIA A100 80GB PCIe",)),
+        GpuModel("H100-SXM5-80GB", ("NVIDIA H100 80GB HBM3",)),
+        GpuModel("H100-PCIe-80GB", ("NVIDIA H100 PCIe",)),
+        GpuModel("H100-NVL-94GB", ("NVIDIA H100 NVL",)),
+        GpuModel("H200-SXM-141GB", ("NVIDIA H200",)),
+        GpuModel("H200-NVL-141GB", ("NVIDIA H200 NVL",)),
+        GpuModel("GH200-96GB", ("NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3")),
+        GpuModel("B200-SXM-180GB", ("NVIDIA B200",)),
+        GpuModel("L40S-48GB", ("NVIDIA L40S",)),
+    )
+}
+
+
+def model_matches(model_key: str, nvml_name: str) -> bool:
+    """True when a device reporting `nvml_name` is an instance of inventory model `model_key`."""
+    model = GPU_MODELS.get(model_key)
+    return model is not None and nvml_name.strip() in model.nvml_names

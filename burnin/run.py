@@ -1,0 +1,156 @@
+"""One run of the suite: which nodes, which settings, and each check's outcomes.
+
+The first test of a check that asks for its outcomes runs the probe on every selected
+node at once (bounded by the fan-out), so the run's wall time is one probe's duration,
+not the sum over nodes. Outcomes are kept in the run's directory under a file lock, so
+pytest-xdist workers share one execution per check instead of racing the same GPUs,
+and every worker judges against the same fleet.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from burnin.checks import CHECKS, resolve_settings
+from burnin.inventory import Inventory, Node
+from burnin.probe import ProbeOutcome, run_probe
+from burnin.transports import NodeUnreachable, Transport, transport_for
+
+PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
+DEFAULT_FANOUT = 256
+
+
+def new_run_id() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{os.urandom(3).hex()}"
+
+
+def fan_out(items: Iterable, fn: Callable, limit: int) -> list:
+    """fn(item) for every item, at most `limit` at once; results in item order.
+
+    fn must not raise: one item's failure belongs in its own result, never in another's.
+    """
+    items = list(items)
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(limit, len(items))),
+                            thread_name_prefix="burnin-fanout") as pool:
+        return list(pool.map(fn, items))
+
+
+@dataclass
+class Run:
+    inventory: Inventory
+    nodes: list[Node]
+    profile: str
+    reports_dir: Path
+    run_id: str
+    fanout: int = DEFAULT_FANOUT
+    probes_dir: Path = PROBES_DIR
+    _outcomes: dict[str, dict[str, ProbeOutcome]] = field(default_factory=dict)
+    _transports: dict[str, Transport] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.reports_dir / self.run_id
+
+    def settings(self, check: str) -> dict:
+        return resolve_settings(check, self.profile, self.inventory.checks.get(check, {}))
+
+    def outcomes(self, check: str) -> dict[str, ProbeOutcome]:
+        """Every selected node's outcome of `check`, running the probe once per run."""
+        if check not in CHECKS:
+            raise KeyError(f"unknown check {check!r}")
+        with self._lock:
+            if check not in self._outcomes:
+                self._outcomes[check] = self._shared(check)
+            return self._outcomes[check]
+
+    def _shared(self, check: str) -> dict[str, ProbeOutcome]:
+        state = self.run_dir / ".probes"
+        state.mkdir(parents=True, exist_ok=True)
+        done = state / f"{check}.jsonl"
+        with _flock(state / "lock"):
+            if done.exists():
+                return _read_outcomes(done)
+            outcomes = self.execute(check)
+            lines = "".join(json.dumps(o.to_record(self.run_id)) + "\n"
+                            for o in outcomes.values())
+            _append_durably(self.run_dir / "results.jsonl", lines)
+            _write_atomically(done, lines)
+            return outcomes
+
+    def execute(self, check: str) -> dict[str, ProbeOutcome]:
+        """Run `check`'s probe on every selected node now, at most `fanout` at once."""
+        settings = self.settings(check)
+
+        def one(node: Node) -> ProbeOutcome:
+            payload = {"check": check, "node": node.name, "run_id": self.run_id,
+                       "profile": self.profile, "gpus": node.gpus,
+                       "gpu_model": node.gpu_model, "settings": settings}
+            try:
+                transport = self._transport(node)
+            except NodeUnreachable as e:
+                return ProbeOutcome(node.name, check, False, f"unreachable: {e}")
+            try:
+                return run_probe(transport, check, payload, float(settings["timeout_s"]))
+            except Exception as e:  # a controller bug must fail this node, not the run
+                return ProbeOutcome(node.name, check, False,
+                                    f"controller error running {check}: {type(e).__name__}: {e}")
+
+        return dict(zip((n.name for n in self.nodes), fan_out(self.nodes, one, self.fanout)))
+
+    def _transport(self, node: Node) -> Transport:
+        # Called from fan-out threads, each for its own node: no two touch one key.
+        t = self._transports.get(node.name)
+        if t is None:
+            t = self._transports[node.name] = transport_for(node, self.probes_dir)
+        return t
+
+    def close(self) -> None:
+        transports, self._transports = list(self._transports.values()), {}
+        fan_out(transports, lambda t: t.close(), self.fanout)
+
+
+@contextmanager
+def _flock(path: Path):
+    with open(path, "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _read_outcomes(path: Path) -> dict[str, ProbeOutcome]:
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        o = ProbeOutcome.from_record(json.loads(line))
+        out[o.node] = o
+    return out
+
+
+def _append_durably(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

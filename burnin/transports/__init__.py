@@ -1,0 +1,66 @@
+"""Transports: how a probe reaches a node. One small base class, one file per transport,
+looked up by name in TRANSPORTS and imported only when an inventory uses it.
+
+A transport returns what happened (exit code, bounded output, timeout); it raises
+NodeUnreachable only when the node cannot be reached at all.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from burnin.inventory import Node
+
+TRANSPORTS = {
+    "local": "burnin.transports.local:LocalTransport",
+}
+
+STDERR_TAIL_BYTES = 64 * 1024
+
+
+class NodeUnreachable(Exception):
+    """The node could not be reached; the message says why, for the node's testcases."""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int | None  # negative: killed by that signal; None: killed by us at timeout
+    stdout: bytes
+    stderr_tail: bytes
+    duration_s: float
+    timed_out: bool = False
+    overflow: bool = False  # stdout passed its bound and the command was killed
+
+
+class Transport:
+    """Runs commands on one node. One instance per node per run, closed at the end."""
+
+    def __init__(self, node: Node, probes_dir: Path):
+        self.node = node
+        self.probes_dir = probes_dir
+
+    @property
+    def python(self) -> str:
+        return self.node.python or "python3"
+
+    def probe_command(self, probe: str) -> list[str]:
+        """The argv that runs probe `probe` on the node, staging it first if needed."""
+        raise NotImplementedError
+
+    def run(self, argv: list[str], stdin: bytes, timeout_s: float,
+            max_stdout: int) -> CommandResult:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release connections and remove what was staged; never raises."""
+
+
+def transport_for(node: Node, probes_dir: Path) -> Transport:
+    """The transport `node.transport` names, for that node."""
+    target = TRANSPORTS.get(node.transport)
+    if target is None:
+        raise NodeUnreachable(f"transport {node.transport!r} is not available in this burnin")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)(node, probes_dir)

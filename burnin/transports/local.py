@@ -1,0 +1,110 @@
+"""The local transport: the probe runs as a subprocess of the controller."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from burnin.transports import STDERR_TAIL_BYTES, CommandResult, Transport
+
+KILL_GRACE_S = 2.0
+
+
+class LocalTransport(Transport):
+    @property
+    def python(self) -> str:
+        # On the controller's own machine the interpreter running pytest is the one
+        # that has torch, unless the inventory says otherwise.
+        return self.node.python or sys.executable
+
+    def probe_command(self, probe: str) -> list[str]:
+        return [self.python, str(self.probes_dir / f"{probe}.py")]
+
+    def run(self, argv, stdin, timeout_s, max_stdout):
+        return run_bounded(argv, stdin, timeout_s, max_stdout)
+
+
+def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
+                env: dict | None = None) -> CommandResult:
+    """Run argv in its own process group; bound its time and what is kept of its output.
+
+    At the timeout, or when stdout passes max_stdout, the whole group gets SIGTERM and,
+    after a short grace, SIGKILL. stderr keeps only its last STDERR_TAIL_BYTES.
+    """
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True, env=env)
+    except OSError as e:
+        return CommandResult(127, b"", f"cannot start {argv[0]}: {e}".encode(), 0.0)
+    feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True)
+    feeder.start()
+
+    out, err = bytearray(), bytearray()
+    timed_out = overflow = False
+    deadline = start + timeout_s
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=min(left, 1.0)):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                key.data.extend(chunk)
+                if key.data is err and len(err) > 2 * STDERR_TAIL_BYTES:
+                    del err[:-STDERR_TAIL_BYTES]
+            if len(out) > max_stdout:
+                overflow = True
+                break
+    if timed_out or overflow:
+        _kill_group(proc)
+    else:
+        # Output closed; the process may linger a moment, or hang after closing its pipes.
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+    proc.stdout.close()
+    proc.stderr.close()
+    return CommandResult(
+        exit_code=None if timed_out or overflow else proc.returncode,
+        stdout=bytes(out[:max_stdout]), stderr_tail=bytes(err[-STDERR_TAIL_BYTES:]),
+        duration_s=time.monotonic() - start, timed_out=timed_out, overflow=overflow)
+
+
+def _feed(pipe, data: bytes) -> None:
+    try:
+        pipe.write(data)
+        pipe.close()
+    except OSError:
+        pass  # the probe exited without reading its settings; its exit code says the rest
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait_s)
+            if sig == signal.SIGTERM:
+                # The leader is gone; make sure none of its group outlives it.
+                os.killpg(proc.pid, signal.SIGKILL)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
