@@ -23,7 +23,7 @@ def _inventory_check(args) -> int:
                      ",".join(f"{k}={v}" for k, v in sorted(n.labels.items())) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     print(f"{inv.path}: cluster {inv.cluster}, {len(inv.nodes)} nodes, valid")
     return 0
 

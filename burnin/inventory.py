@@ -252,7 +252,7 @@ def _expand_nodes(c: _Checker, doc: Mapping, top: dict, defaults: dict) -> list[
                         f"expands to {len(addresses)} addresses but name expands to "
                         f"{len(names)} nodes; expected one address per node")
                 continue
-        for name, address in zip(names, addresses):
+        for name, address in zip(names, addresses, strict=True):
             if name in seen:
                 c.error(entry.key_lines["name"], f"{where}.name",
                         f"node {name} is listed twice (first on line {seen[name]})")

@@ -108,7 +108,8 @@ class Run:
                 return ProbeOutcome(node.name, check, False,
                                     f"controller error running {check}: {type(e).__name__}: {e}")
 
-        return dict(zip((n.name for n in self.nodes), fan_out(self.nodes, one, self.fanout)))
+        return dict(zip((n.name for n in self.nodes), fan_out(self.nodes, one, self.fanout),
+                        strict=True))
 
     def _transport(self, node: Node) -> Transport:
         # Called from fan-out threads, each for its own node: no two touch one key.

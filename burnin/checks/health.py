@@ -55,7 +55,15 @@ def _gpu(dev: dict) -> str:
 
 def _device_faults(node: Node, dev: dict) -> list[str]:
     gpu = _gpu(dev)
-    out = [f"{gpu}: NVML error reading {e}" for e in dev.get("errors", [])]
+    out = []
+    if dev.get("errors"):
+        # A lost GPU fails every reading: one line per cause, listing the readings.
+        by_cause: dict[str, list[str]] = {}
+        for e in dev["errors"]:
+            what, _, cause = e.partition(": ")
+            by_cause.setdefault(cause, []).append(what)
+        out += [f"{gpu}: NVML error ({cause}) reading {', '.join(whats)}"
+                for cause, whats in by_cause.items()]
     name = dev.get("name")
     if node.gpu_model and name is not None and not model_matches(node.gpu_model, name):
         expected = " or ".join(repr(n) for n in GPU_MODELS[node.gpu_model].nvml_names)

@@ -1,0 +1,158 @@
+"""The health probe's NVML path against a fake pynvml, and the health judge's rules."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from burnin.checks.health import judge
+from burnin.inventory import Node
+from burnin.probe import ProbeOutcome, run_probe
+from burnin.transports.local import LocalTransport
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def gpu(i: int, **over) -> dict:
+    return {"name": H100, "uuid": f"GPU-{i}", "bus": f"0000:{i:02x}:00.0", **over}
+
+
+# One node, one fault per GPU: the judge must name each GPU with its own fault.
+FAULTY = [
+    (gpu(0), None),
+    (gpu(1, ecc=[0, 0]), "GPU 1 (GPU-1): ECC is off, expected on"),
+    (gpu(2, ecc_volatile=3), "GPU 2 (GPU-2): 3 uncorrectable ECC errors since the driver"),
+    (gpu(3, remap=[0, 1, 1, 0]), "GPU 3 (GPU-3): row remap pending"),
+    (gpu(4, remap=[0, 0, 0, 1]), "GPU 4 (GPU-4): row remap failed"),
+    (gpu(5, retired_pending=1), "GPU 5 (GPU-5): retired pages pending"),
+    (gpu(6, pcie=[5, 5, 8, 16]), "GPU 6 (GPU-6): PCIe link width x8, max x16"),
+    (gpu(7, pcie=[3, 5, 16, 16]), "GPU 7 (GPU-7): PCIe link gen 3 at rest, max gen 5"),
+    (gpu(8, name="NVIDIA A100-SXM4-80GB"),
+     "GPU 8 (GPU-8): model is 'NVIDIA A100-SXM4-80GB', inventory says H100-SXM5-80GB"),
+    (gpu(9, errors={"ecc": 15}),
+     "GPU 9 (GPU-9): NVML error (GPU is lost) reading ecc_mode, ecc_uncorrected"),
+    (gpu(10, ecc=[0, 1]), "GPU 10 (GPU-10): ECC is off (enabled, pending a reset)"),
+]
+
+
+@pytest.fixture
+def fake_nvml(tmp_path, monkeypatch):
+    """Make the probe subprocess import the fake pynvml described by the returned setter."""
+    spec_path = tmp_path / "nvml.json"
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(FAKE_NVML), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.setenv("BURNIN_FAKE_NVML", str(spec_path))
+
+    def set_spec(**spec):
+        spec.setdefault("driver", "550.54.15")
+        spec.setdefault("cuda", 12040)
+        spec.setdefault("devices", [])
+        spec_path.write_text(json.dumps(spec))
+    return set_spec
+
+
+def probe(node: Node) -> ProbeOutcome:
+    out = run_probe(LocalTransport(node, REPO / "probes"), "health", {}, timeout_s=120)
+    assert out.ok, out.reason
+    return out
+
+
+def h100_node(gpus=8, name="n1") -> Node:
+    return Node(name=name, address=name, transport="local", gpus=gpus,
+                gpu_model="H100-SXM5-80GB")
+
+
+def test_probe_reads_every_fault_and_judge_names_each_gpu(fake_nvml):
+    fake_nvml(devices=[d for d, _ in FAULTY])
+    node = h100_node(gpus=len(FAULTY))
+    out = probe(node)
+    assert [d["uuid"] for d in out.data["devices"]] == [f"GPU-{i}" for i in range(len(FAULTY))]
+    assert out.data["figures"]["gpu"]["driver"] == "550.54.15"
+    assert out.data["figures"]["gpu"]["cuda_driver"] == "12.4"
+    verdict = judge(node, out, {node.name: out})
+    for _, message in FAULTY[1:]:
+        assert sum(message in f for f in verdict.failures) == 1, (message, verdict.failures)
+    assert not any("GPU 0 " in f for f in verdict.failures)
+    assert len(verdict.failures) == len(FAULTY) - 1
+
+
+def test_healthy_gpus_pass_and_unsupported_readings_are_not_faults(fake_nvml):
+    fake_nvml(devices=[gpu(0), gpu(1, unsupported=["retired", "remap"], ecc_aggregate=2)])
+    node = h100_node(gpus=2)
+    out = probe(node)
+    dev1 = out.data["devices"][1]
+    assert sorted(dev1["unsupported"]) == ["remapped_rows", "retired_pages_pending"]
+    assert dev1["retired_pages_pending"] is None and "remapped_rows" not in dev1
+    verdict = judge(node, out, {node.name: out})
+    assert verdict.passed, verdict.failures
+    assert any("lifetime" in w for w in verdict.warnings)
+
+
+def test_gpu_count_differs_from_inventory(fake_nvml):
+    fake_nvml(devices=[gpu(0), gpu(1)])
+    node = h100_node(gpus=8)
+    out = probe(node)
+    assert "GPU count is 2, inventory says 8" in judge(node, out, {"n1": out}).failures
+
+
+def test_no_nvml_fails_only_a_node_that_should_have_gpus(fake_nvml):
+    fake_nvml(init_error=12)
+    out = probe(h100_node())
+    assert out.data["figures"]["gpu"]["nvml"] == "absent"
+    assert "NVML Shared Library Not Found" in out.data["figures"]["gpu"]["reason"]
+    failures = judge(h100_node(gpus=8), out, {"n1": out}).failures
+    assert failures and "inventory says 8 GPUs, but NVML is absent" in failures[0]
+    for gpus in (0, None):  # a CPU node, or gpus: auto
+        assert judge(h100_node(gpus=gpus), out, {"n1": out}).passed
+
+
+def test_real_probe_on_this_machine_without_gpu():
+    # No fake: whatever this machine is, the probe measures and the CPU node passes.
+    node = Node(name="here", address="here", transport="local", gpus=None)
+    out = probe(node)
+    assert out.data["node"]["cpu_count"] == os.cpu_count()
+    assert out.data["figures"]["torch"]["present"] is True
+    assert judge(node, out, {"here": out}).passed
+
+
+def outcome(name: str, driver: str | None = "550.54.15", torch: str = "2.13.0") -> ProbeOutcome:
+    gpu_part = {"nvml": "present", "driver": driver} if driver else {"nvml": "absent"}
+    return ProbeOutcome(name, "health", True, data={
+        "probe": "health", "schema": 1, "node": {}, "devices": [], "errors": [],
+        "figures": {"torch": {"present": True, "version": torch}, "gpu": gpu_part}})
+
+
+def auto_node(name: str) -> Node:
+    return Node(name=name, address=name, transport="local", gpus=None)
+
+
+def test_driver_and_torch_that_differ_from_the_fleet_majority_fail():
+    fleet = {"a": outcome("a"), "b": outcome("b"), "c": outcome("c", driver="535.1"),
+             "d": outcome("d", torch="2.12.0"), "e": outcome("e", driver=None)}
+    verdicts = {n: judge(auto_node(n), o, fleet) for n, o in fleet.items()}
+    assert verdicts["a"].passed and verdicts["b"].passed and verdicts["e"].passed
+    assert verdicts["c"].failures == ("driver version 535.1, the run's majority is 550.54.15",)
+    assert verdicts["d"].failures == ("torch version 2.12.0, the run's majority is 2.13.0",)
+
+
+def test_a_tie_has_no_majority_and_fails_both_sides():
+    fleet = {"a": outcome("a"), "b": outcome("b", driver="535.1")}
+    for name in fleet:
+        (failure,) = judge(auto_node(name), fleet[name], fleet).failures
+        assert "no majority" in failure
+
+
+def test_failed_probe_fails_the_node_with_its_reason():
+    bad = ProbeOutcome("a", "health", False, reason="unreachable: connection refused")
+    assert judge(auto_node("a"), bad, {"a": bad}).failures == ("unreachable: connection refused",)
+
+
+def test_missing_torch_fails_the_node():
+    o = outcome("a")
+    o.data["figures"]["torch"] = {"present": False, "error": "ModuleNotFoundError: torch"}
+    assert "torch is not importable" in judge(auto_node("a"), o, {"a": o}).failures[0]

@@ -1,0 +1,165 @@
+"""The plugin end to end through pytester: the real suites/ against local nodes."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SUITES = str(REPO / "suites")
+
+
+def inventory(pytester: pytest.Pytester, body: str, name: str = "inv.yaml") -> str:
+    path = pytester.path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+THREE = """\
+    version: 1
+    cluster: trio
+    defaults: {transport: local, gpus: 0}
+    nodes:
+      - name: n[1-3]
+    """
+
+
+def run_suite(pytester: pytest.Pytester, inv: str, *args: str) -> tuple[pytest.RunResult, Path]:
+    reports = pytester.path / "reports"
+    result = pytester.runpytest(SUITES, "--inventory", inv, "--reports", str(reports),
+                                "-p", "no:cacheprovider", *args)
+    return result, reports
+
+
+def junit_cases(reports: Path) -> dict[str, dict[str, tuple[str, str]]]:
+    """{node: {check: (outcome, message)}} from reports/latest/junit.xml."""
+    root = ET.parse(reports / "latest" / "junit.xml").getroot()
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for suite in root.iter("testsuite"):
+        cases = out.setdefault(suite.get("name"), {})
+        for case in suite.iter("testcase"):
+            outcome, message = "passed", ""
+            for tag in ("failure", "error", "skipped"):
+                el = case.find(tag)
+                if el is not None:
+                    outcome, message = tag, el.get("message") or ""
+            cases[case.get("name")] = (outcome, message)
+    return out
+
+
+def test_three_local_nodes_give_three_testsuites(pytester):
+    result, reports = run_suite(pytester, inventory(pytester, THREE), "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
+                                 "*test_health.py::test_health[[]n3[]] PASSED*",
+                                 "*3 nodes tested, 3 passed every check, 0 did not*"])
+    assert junit_cases(reports) == {n: {"health": ("passed", "")} for n in ("n1", "n2", "n3")}
+    root = ET.parse(reports / "latest" / "junit.xml").getroot()
+    suite = root.find("testsuite")
+    assert suite.get("hostname") == "n1"
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    run_id = (reports / "latest").readlink().name
+    assert props == {"cluster": "trio", "run_id": run_id}
+    records = [json.loads(ln) for ln in (reports / run_id / "results.jsonl").read_text()
+               .splitlines()]
+    assert sorted(r["node"] for r in records) == ["n1", "n2", "n3"]
+    assert all(r["check"] == "health" and r["ok"] and r["data"]["probe"] == "health"
+               for r in records)
+
+
+def test_xdist_gives_the_same_verdicts_and_runs_each_probe_once(pytester):
+    inv = inventory(pytester, THREE.replace("nodes:\n", "nodes:\n      - name: bad\n"
+                                                        "        python: /nonexistent/py\n"))
+    serial, serial_reports = run_suite(pytester, inv)
+    parallel, parallel_reports = run_suite(pytester, inv, "-n", "3")
+    serial.assert_outcomes(passed=3, failed=1)
+    parallel.assert_outcomes(passed=3, failed=1)
+    assert junit_cases(serial_reports) == junit_cases(parallel_reports)
+    run_dir = (parallel_reports / "latest").resolve()
+    lines = (run_dir / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 4, "three workers must share one execution of the probe"
+
+
+def test_a_failing_node_fails_alone_with_its_reason(pytester):
+    inv = inventory(pytester, """\
+        version: 1
+        defaults: {transport: local, gpus: 0}
+        checks: {health: {timeout_s: 3}}
+        nodes:
+          - name: n[1-2]
+          - name: nopython
+            python: /nonexistent/python3
+          - name: hangs
+            python: {hang}
+          - name: gpuless
+            gpus: 2
+        """.replace("{hang}", str(hang_script(pytester))))
+    result, reports = run_suite(pytester, inv)
+    result.assert_outcomes(passed=2, failed=3)
+    cases = junit_cases(reports)
+    assert cases["n1"]["health"] == ("passed", "")
+    assert cases["n2"]["health"] == ("passed", "")
+    outcome, message = cases["nopython"]["health"]
+    assert outcome == "failure" and "exited with status 127" in message
+    outcome, message = cases["hangs"]["health"]
+    assert outcome == "failure" and "killed at its timeout of 3 s" in message
+    outcome, message = cases["gpuless"]["health"]
+    assert outcome == "failure" and "inventory says 2 GPUs, but NVML is absent" in message
+    result.stdout.fnmatch_lines(["*5 nodes tested, 2 passed every check, 3 did not*"])
+
+
+def hang_script(pytester: pytest.Pytester) -> Path:
+    script = pytester.path / "hang.sh"
+    script.write_text("#!/bin/sh\nsleep 600\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_bad_inventory_is_a_usage_error_before_any_node_is_touched(pytester):
+    inv = inventory(pytester, "version: 1\nnodes:\n  - name: n1\n    transport: lcoal\n")
+    for extra in ((), ("-n", "2")):
+        result, reports = run_suite(pytester, inv, *extra)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR
+        result.stderr.fnmatch_lines([f"*{inv}:4: nodes[[]0[]].transport: expected one of*"])
+        assert "Traceback" not in result.stdout.str() + result.stderr.str()
+        assert not reports.exists()
+
+
+def test_nodes_option_selects_a_subset_and_rejects_strangers(pytester):
+    inv = inventory(pytester, THREE)
+    result, reports = run_suite(pytester, inv, "--nodes", "n[1,3]")
+    result.assert_outcomes(passed=2)
+    assert sorted(junit_cases(reports)) == ["n1", "n3"]
+    result, _ = run_suite(pytester, inv, "--nodes", "n[3-4]")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--nodes names nodes not in*: n4*"])
+
+
+def test_pytest_options_keep_working(pytester):
+    inv = inventory(pytester, THREE)
+    own = pytester.path / "own.xml"
+    result, reports = run_suite(pytester, inv, "-k", "n2", f"--junitxml={own}")
+    result.assert_outcomes(passed=1)
+    # Deselected nodes keep a testsuite with no testcase: admission will not pass them.
+    assert junit_cases(reports) == {"n1": {}, "n2": {"health": ("passed", "")}, "n3": {}}
+    assert 'name="test_health[n2]"' in own.read_text()
+
+
+def test_default_inventory_is_localhost(pytester):
+    # Run from the repo's rootdir with no --inventory: inventories/localhost.yaml.
+    reports = pytester.path / "reports"
+    result = pytester.runpytest(SUITES, "--reports", str(reports), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert junit_cases(reports) == {"localhost": {"health": ("passed", "")}}
+
+
+def test_plugin_stays_dormant_without_burnin_tests(pytester):
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert not [ln for ln in result.outlines if ln.strip("= ") == "burnin"]
+    assert not (pytester.path / "reports").exists()
