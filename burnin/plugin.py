@@ -106,7 +106,7 @@ class BurninState:
                 bad.setdefault(name, []).append(check)
         tested = {name for name, _ in self.cases}
         tr.section("burnin")
-        tr.write_line(f"run {run.run_id}: {len(tested)} nodes tested, "
+        tr.write_line(f"run {run.run_id}: {len(tested)} node{'s' * (len(tested) != 1)} tested, "
                       f"{len(tested) - len(bad)} passed every check, {len(bad)} did not")
         for name, checks in bad.items():
             tr.write_line(f"  {name}: {', '.join(checks)}", red=True)

@@ -54,7 +54,7 @@ def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float
         argv = transport.probe_command(probe)
         result = transport.run(argv, json.dumps(settings).encode(), timeout_s, max_output)
     except NodeUnreachable as e:
-        return ProbeOutcome(node, probe, ok=False, reason=f"unreachable: {e}")
+        return ProbeOutcome(node, probe, ok=False, reason=str(e))
     return judge_output(node, probe, result, timeout_s, max_output)
 
 
@@ -76,6 +76,12 @@ def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
         return failed(f"probe {probe} printed more than {max_output} bytes; killed")
     if result.exit_code is not None and result.exit_code < 0:
         return failed(f"probe {probe} killed by signal {-result.exit_code}")
+    if result.exit_code == 127:
+        return failed(f"probe {probe} could not start: interpreter or probe not found "
+                      f"(status 127)")
+    if result.exit_code is not None and 128 < result.exit_code <= 128 + 64:  # as shells say
+        return failed(f"probe {probe} killed by signal {result.exit_code - 128} "
+                      f"(status {result.exit_code})")
     if result.exit_code != 0:
         return failed(f"probe {probe} exited with status {result.exit_code}")
     try:

@@ -101,7 +101,7 @@ class Run:
             try:
                 transport = self._transport(node)
             except NodeUnreachable as e:
-                return ProbeOutcome(node.name, check, False, f"unreachable: {e}")
+                return ProbeOutcome(node.name, check, False, str(e))
             try:
                 return run_probe(transport, check, payload, float(settings["timeout_s"]))
             except Exception as e:  # a controller bug must fail this node, not the run

@@ -8,9 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-SUITES = str(REPO / "suites")
+from suiterun import SUITES, junit_cases, run_suite
 
 
 def inventory(pytester: pytest.Pytester, body: str, name: str = "inv.yaml") -> str:
@@ -26,29 +24,6 @@ THREE = """\
     nodes:
       - name: n[1-3]
     """
-
-
-def run_suite(pytester: pytest.Pytester, inv: str, *args: str) -> tuple[pytest.RunResult, Path]:
-    reports = pytester.path / "reports"
-    result = pytester.runpytest(SUITES, "--inventory", inv, "--reports", str(reports),
-                                "-p", "no:cacheprovider", *args)
-    return result, reports
-
-
-def junit_cases(reports: Path) -> dict[str, dict[str, tuple[str, str]]]:
-    """{node: {check: (outcome, message)}} from reports/latest/junit.xml."""
-    root = ET.parse(reports / "latest" / "junit.xml").getroot()
-    out: dict[str, dict[str, tuple[str, str]]] = {}
-    for suite in root.iter("testsuite"):
-        cases = out.setdefault(suite.get("name"), {})
-        for case in suite.iter("testcase"):
-            outcome, message = "passed", ""
-            for tag in ("failure", "error", "skipped"):
-                el = case.find(tag)
-                if el is not None:
-                    outcome, message = tag, el.get("message") or ""
-            cases[case.get("name")] = (outcome, message)
-    return out
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
@@ -104,7 +79,7 @@ def test_a_failing_node_fails_alone_with_its_reason(pytester):
     assert cases["n1"]["health"] == ("passed", "")
     assert cases["n2"]["health"] == ("passed", "")
     outcome, message = cases["nopython"]["health"]
-    assert outcome == "failure" and "exited with status 127" in message
+    assert outcome == "failure" and "interpreter or probe not found" in message
     outcome, message = cases["hangs"]["health"]
     assert outcome == "failure" and "killed at its timeout of 3 s" in message
     outcome, message = cases["gpuless"]["health"]

@@ -126,7 +126,8 @@ def test_missing_interpreter_fails_the_node(tmp_path):
     node = Node(name="n1", address="n1", transport="local", python="/nonexistent/python3")
     out = run_probe(LocalTransport(node, probes), "p", {}, timeout_s=10)
     assert not out.ok
-    assert "exited with status 127" in out.reason and "/nonexistent/python3" in out.reason
+    assert "could not start: interpreter or probe not found" in out.reason
+    assert "/nonexistent/python3" in out.reason
 
 
 def test_probe_that_never_reads_large_settings_does_not_hang_the_runner(tmp_path):

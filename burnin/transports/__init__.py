@@ -15,6 +15,7 @@ from burnin.inventory import Node
 
 TRANSPORTS = {
     "local": "burnin.transports.local:LocalTransport",
+    "ssh": "burnin.transports.ssh:SshTransport",
 }
 
 STDERR_TAIL_BYTES = 64 * 1024

@@ -1,0 +1,30 @@
+"""Fixtures shared by the project's tests."""
+
+from __future__ import annotations
+
+import os
+from contextlib import ExitStack
+
+import pytest
+from testhosts import TestHosts, missing_requirements
+
+
+@pytest.fixture
+def make_hosts(tmp_path):
+    """make_hosts(n) -> TestHosts: n real SSH hosts, torn down after the test.
+
+    Where they cannot be built (not root, tools missing) the test skips on a developer's
+    machine and FAILS in CI, which installs everything they need.
+    """
+    with ExitStack() as stack:
+        made: list[TestHosts] = []
+
+        def make(count: int) -> TestHosts:
+            problem = missing_requirements()
+            if problem:
+                if os.environ.get("CI"):
+                    pytest.fail(f"test hosts cannot be built in CI: {problem}")
+                pytest.skip(problem)
+            made.append(stack.enter_context(TestHosts(count, tmp_path / f"hosts{len(made)}")))
+            return made[-1]
+        yield make

@@ -1,0 +1,35 @@
+"""Helpers to run the real suites/ through pytester and read what they reported."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SUITES = str(REPO / "suites")
+
+
+def run_suite(pytester: pytest.Pytester, inv, *args: str) -> tuple[pytest.RunResult, Path]:
+    """Run suites/ against inventory `inv`; return the result and the reports directory."""
+    reports = pytester.path / "reports"
+    result = pytester.runpytest(SUITES, "--inventory", str(inv), "--reports", str(reports),
+                                "-p", "no:cacheprovider", *args)
+    return result, reports
+
+
+def junit_cases(reports: Path) -> dict[str, dict[str, tuple[str, str]]]:
+    """{node: {check: (outcome, message)}} from reports/latest/junit.xml."""
+    root = ET.parse(reports / "latest" / "junit.xml").getroot()
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for suite in root.iter("testsuite"):
+        cases = out.setdefault(suite.get("name"), {})
+        for case in suite.iter("testcase"):
+            outcome, message = "passed", ""
+            for tag in ("failure", "error", "skipped"):
+                el = case.find(tag)
+                if el is not None:
+                    outcome, message = tag, el.get("message") or ""
+            cases[case.get("name")] = (outcome, message)
+    return out

@@ -1,0 +1,175 @@
+"""The ssh transport against real OpenSSH test hosts, with every node failure planted."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+from suiterun import junit_cases, run_suite
+
+from burnin.inventory import load_inventory
+from burnin.probe import run_probe
+from burnin.run import PROBES_DIR, Run
+from burnin.transports.ssh import SshTransport
+
+
+def script(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
+    hosts = make_hosts(4)
+    inv = hosts.write_inventory(pytester.path / "inv.yaml")
+    result, reports = run_suite(pytester, inv)
+    result.assert_outcomes(passed=4)
+    assert junit_cases(reports) == {h.name: {"health": ("passed", "")} for h in hosts.hosts}
+    records = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()]
+    # Each probe ran on its own host: the hostname comes from the host's UTS namespace.
+    assert {r["node"]: r["data"]["node"]["hostname"] for r in records} == {
+        h.name: h.name for h in hosts.hosts}
+    remote = Path(hosts.inventory()["defaults"]["workdir"])
+    assert list(remote.iterdir()) == [], "staged probes must be removed at the end"
+
+
+def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_hosts,
+                                                                 tmp_path):
+    hosts = make_hosts(11)
+    h = {host.name: host for host in hosts.hosts}
+    wrong_key = tmp_path / "wrong_key"
+    os.system(f"ssh-keygen -q -t ed25519 -N '' -f {wrong_key}")
+    hang_pid = tmp_path / "hang.pid"
+    started = tmp_path / "started"
+    nodes = {
+        # h1, h2: healthy
+        "h3": {},  # sshd stopped: connection refused
+        "h4": {},  # link down: no answer within connect_timeout_s
+        "h5": {},  # host key changed: known_hosts holds another key
+        "h6": {},  # host key unknown: not in known_hosts
+        "h7": {"ssh": {"identity_file": str(wrong_key)}},  # authentication refused
+        "h8": {"python": script(tmp_path / "hang.sh",
+                                f"sleep 600 & echo $! > {hang_pid}; wait\n")},
+        "h9": {"python": "/nonexistent/python3"},
+        "h10": {"python": "/usr/bin/python3"},  # Debian's Python: no torch
+        "h11": {"python": script(tmp_path / "slow.sh",
+                                 f"touch {started}; sleep 30; exec {sys.executable} \"$@\"\n")},
+    }
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes,
+                                checks={"health": {"timeout_s": 8}},
+                                ssh={"connect_timeout_s": 3})
+    hosts.stop_sshd(h["h3"])
+    hosts.link_down(h["h4"])
+    h["h5"].host_key_line = h["h5"].host_key_line.rsplit(" ", 1)[0] + " " + \
+        h["h6"].host_key_line.rsplit(" ", 1)[1]
+    hosts.write_known_hosts(skip=(h["h6"],))
+
+    def kill_sshd_mid_probe():
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hosts.kill_all_sshd(h["h11"])
+    killer = threading.Thread(target=kill_sshd_mid_probe, daemon=True)
+    killer.start()
+
+    result, reports = run_suite(pytester, inv)
+    killer.join()
+    cases = {node: checks["health"] for node, checks in junit_cases(reports).items()}
+    expected = {
+        "h1": "", "h2": "",
+        "h3": "connection refused by",
+        "h4": "no answer from",
+        "h5": "host key CHANGED for",
+        "h6": "host key of",
+        "h7": "authentication refused by",
+        "h8": "killed at its timeout of 8 s",
+        "h9": "could not start: interpreter or probe not found",
+        "h10": "torch is not importable on the node",
+        "h11": "lost after",
+    }
+    for node, fragment in expected.items():
+        outcome, message = cases[node]
+        if fragment:
+            assert outcome == "failure" and fragment in message, (node, message)
+        else:
+            assert outcome == "passed", (node, message)
+    assert "ssh-keyscan -p 22" in cases["h6"][1]
+    assert "ssh-keygen -R" in cases["h5"][1]
+    # The probe's whole remote process group died at the timeout, its child too.
+    pid = int(hang_pid.read_text())
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(f"/proc/{pid}"), "the hung probe's child survived"
+    result.assert_outcomes(passed=2, failed=9)
+
+
+def test_one_connection_per_node_and_probes_staged_once_in_a_private_dir(make_hosts,
+                                                                         tmp_path):
+    hosts = make_hosts(1)
+    inv_path = hosts.write_inventory(tmp_path / "inv.yaml")
+    node = load_inventory(inv_path).nodes[0]
+    t = SshTransport(node, PROBES_DIR)
+    try:
+        first = t.probe_command("health")
+        client = t._client
+        staged = Path(first[1]).parent
+        assert stat.S_IMODE(staged.stat().st_mode) == 0o700
+        assert sorted(p.name for p in staged.iterdir()) == sorted(
+            p.name for p in PROBES_DIR.glob("*.py"))
+        for _ in range(2):
+            out = run_probe(t, "health", {}, timeout_s=60)
+            assert out.ok, out.reason
+        assert t.probe_command("health") == first
+        assert t._client is client, "the connection must be reused"
+    finally:
+        t.close()
+    assert not staged.exists()
+
+
+def test_fanout_runs_nodes_at_once_within_its_bound(make_hosts, tmp_path):
+    hosts = make_hosts(4)
+    log = tmp_path / "spans"
+    log.mkdir()
+    wrapper = script(tmp_path / "timed.sh",
+                     f"s=$(date +%s.%N); sleep 1.5; "
+                     f"echo \"$s $(date +%s.%N)\" > {log}/$(hostname); "
+                     f"exec {sys.executable} \"$@\"\n")
+    inv = load_inventory(hosts.write_inventory(tmp_path / "inv.yaml", python=wrapper))
+
+    def overlap(fanout: int) -> int:
+        for f in log.iterdir():
+            f.unlink()
+        run = Run(inv, list(inv.nodes), "quick", tmp_path / "reports", f"f{fanout}",
+                  fanout=fanout)
+        try:
+            assert all(o.ok for o in run.execute("health").values())
+        finally:
+            run.close()
+        spans = [tuple(map(float, f.read_text().split())) for f in log.iterdir()]
+        # The most spans that hold one instant: how many probes ran at once.
+        return max(sum(s <= t < e for s, e in spans) for t, _ in spans)
+
+    assert overlap(4) == 4
+    assert overlap(2) == 2
+
+
+def test_inventory_values_are_never_pasted_into_a_shell(make_hosts, tmp_path):
+    hosts = make_hosts(1)
+    marker = tmp_path / "pwned"
+    inv = hosts.write_inventory(tmp_path / "inv.yaml",
+                                python=f"{sys.executable}; touch {marker}")
+    node = load_inventory(inv).nodes[0]
+    t = SshTransport(node, PROBES_DIR)
+    try:
+        out = run_probe(t, "health", {}, timeout_s=30)
+    finally:
+        t.close()
+    assert not out.ok and not marker.exists()
+    assert yaml.safe_load(inv.read_text())["defaults"]["python"].endswith("pwned")
