@@ -58,6 +58,7 @@ class Run:
     probes_dir: Path = PROBES_DIR
     _outcomes: dict[str, dict[str, ProbeOutcome]] = field(default_factory=dict)
     _transports: dict[str, Transport] = field(default_factory=dict)
+    _summaries: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -75,6 +76,14 @@ class Run:
             if check not in self._outcomes:
                 self._outcomes[check] = self._shared(check)
             return self._outcomes[check]
+
+    def summary(self, check: str, summarize: Callable[[dict], object]):
+        """summarize(outcomes of check), computed once per run: fleet-wide figures such
+        as majorities and medians, so judging n nodes stays O(n)."""
+        key = (check, summarize)
+        if key not in self._summaries:
+            self._summaries[key] = summarize(self.outcomes(check))
+        return self._summaries[key]
 
     def _shared(self, check: str) -> dict[str, ProbeOutcome]:
         state = self.run_dir / ".probes"

@@ -5,5 +5,6 @@ from burnin.verdict import assert_passed
 
 
 def test_health(node, burnin_run):
-    fleet = burnin_run.outcomes("health")
-    assert_passed(health.judge(node, fleet[node.name], fleet))
+    outcome = burnin_run.outcomes("health")[node.name]
+    fleet = burnin_run.summary("health", health.fleet_summary)
+    assert_passed(health.judge(node, outcome, fleet))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from burnin.checks.health import judge
+from burnin.checks.health import fleet_summary, judge
 from burnin.inventory import Node
 from burnin.probe import ProbeOutcome, run_probe
 from burnin.transports.local import LocalTransport
@@ -56,6 +56,11 @@ def fake_nvml(tmp_path, monkeypatch):
     return set_spec
 
 
+def judged(node: Node, outcome: ProbeOutcome, fleet: dict[str, ProbeOutcome]):
+    """Judge as the suite does: against the summary of the whole fleet's outcomes."""
+    return judge(node, outcome, fleet_summary(fleet))
+
+
 def probe(node: Node) -> ProbeOutcome:
     out = run_probe(LocalTransport(node, REPO / "probes"), "health", {}, timeout_s=120)
     assert out.ok, out.reason
@@ -74,7 +79,7 @@ def test_probe_reads_every_fault_and_judge_names_each_gpu(fake_nvml):
     assert [d["uuid"] for d in out.data["devices"]] == [f"GPU-{i}" for i in range(len(FAULTY))]
     assert out.data["figures"]["gpu"]["driver"] == "550.54.15"
     assert out.data["figures"]["gpu"]["cuda_driver"] == "12.4"
-    verdict = judge(node, out, {node.name: out})
+    verdict = judged(node, out, {node.name: out})
     for _, message in FAULTY[1:]:
         assert sum(message in f for f in verdict.failures) == 1, (message, verdict.failures)
     assert not any("GPU 0 " in f for f in verdict.failures)
@@ -88,7 +93,7 @@ def test_healthy_gpus_pass_and_unsupported_readings_are_not_faults(fake_nvml):
     dev1 = out.data["devices"][1]
     assert sorted(dev1["unsupported"]) == ["remapped_rows", "retired_pages_pending"]
     assert dev1["retired_pages_pending"] is None and "remapped_rows" not in dev1
-    verdict = judge(node, out, {node.name: out})
+    verdict = judged(node, out, {node.name: out})
     assert verdict.passed, verdict.failures
     assert any("lifetime" in w for w in verdict.warnings)
 
@@ -97,7 +102,7 @@ def test_gpu_count_differs_from_inventory(fake_nvml):
     fake_nvml(devices=[gpu(0), gpu(1)])
     node = h100_node(gpus=8)
     out = probe(node)
-    assert "GPU count is 2, inventory says 8" in judge(node, out, {"n1": out}).failures
+    assert "GPU count is 2, inventory says 8" in judged(node, out, {"n1": out}).failures
 
 
 def test_no_nvml_fails_only_a_node_that_should_have_gpus(fake_nvml):
@@ -105,10 +110,10 @@ def test_no_nvml_fails_only_a_node_that_should_have_gpus(fake_nvml):
     out = probe(h100_node())
     assert out.data["figures"]["gpu"]["nvml"] == "absent"
     assert "NVML Shared Library Not Found" in out.data["figures"]["gpu"]["reason"]
-    failures = judge(h100_node(gpus=8), out, {"n1": out}).failures
+    failures = judged(h100_node(gpus=8), out, {"n1": out}).failures
     assert failures and "inventory says 8 GPUs, but NVML is absent" in failures[0]
     for gpus in (0, None):  # a CPU node, or gpus: auto
-        assert judge(h100_node(gpus=gpus), out, {"n1": out}).passed
+        assert judged(h100_node(gpus=gpus), out, {"n1": out}).passed
 
 
 def test_real_probe_on_this_machine_without_gpu():
@@ -117,7 +122,7 @@ def test_real_probe_on_this_machine_without_gpu():
     out = probe(node)
     assert out.data["node"]["cpu_count"] == os.cpu_count()
     assert out.data["figures"]["torch"]["present"] is True
-    assert judge(node, out, {"here": out}).passed
+    assert judged(node, out, {"here": out}).passed
 
 
 def outcome(name: str, driver: str | None = "550.54.15", torch: str = "2.13.0") -> ProbeOutcome:
@@ -134,7 +139,7 @@ def auto_node(name: str) -> Node:
 def test_driver_and_torch_that_differ_from_the_fleet_majority_fail():
     fleet = {"a": outcome("a"), "b": outcome("b"), "c": outcome("c", driver="535.1"),
              "d": outcome("d", torch="2.12.0"), "e": outcome("e", driver=None)}
-    verdicts = {n: judge(auto_node(n), o, fleet) for n, o in fleet.items()}
+    verdicts = {n: judged(auto_node(n), o, fleet) for n, o in fleet.items()}
     assert verdicts["a"].passed and verdicts["b"].passed and verdicts["e"].passed
     assert verdicts["c"].failures == ("driver version 535.1, the run's majority is 550.54.15",)
     assert verdicts["d"].failures == ("torch version 2.12.0, the run's majority is 2.13.0",)
@@ -143,16 +148,16 @@ def test_driver_and_torch_that_differ_from_the_fleet_majority_fail():
 def test_a_tie_has_no_majority_and_fails_both_sides():
     fleet = {"a": outcome("a"), "b": outcome("b", driver="535.1")}
     for name in fleet:
-        (failure,) = judge(auto_node(name), fleet[name], fleet).failures
+        (failure,) = judged(auto_node(name), fleet[name], fleet).failures
         assert "no majority" in failure
 
 
 def test_failed_probe_fails_the_node_with_its_reason():
     bad = ProbeOutcome("a", "health", False, reason="unreachable: connection refused")
-    assert judge(auto_node("a"), bad, {"a": bad}).failures == ("unreachable: connection refused",)
+    assert judged(auto_node("a"), bad, {"a": bad}).failures == ("unreachable: connection refused",)
 
 
 def test_missing_torch_fails_the_node():
     o = outcome("a")
     o.data["figures"]["torch"] = {"present": False, "error": "ModuleNotFoundError: torch"}
-    assert "torch is not importable" in judge(auto_node("a"), o, {"a": o}).failures[0]
+    assert "torch is not importable" in judged(auto_node("a"), o, {"a": o}).failures[0]

@@ -15,8 +15,21 @@ from burnin.reference import GPU_MODELS, model_matches
 from burnin.verdict import Verdict, majority
 
 
-def judge(node: Node, outcome: ProbeOutcome, fleet: dict[str, ProbeOutcome]) -> Verdict:
-    """Judge one node's health outcome; `fleet` holds every node's outcome of this run."""
+def fleet_summary(fleet: dict[str, ProbeOutcome]) -> dict[str, tuple[object, str, int]]:
+    """Once per run: the majority driver and torch versions, as (value, why, nodes).
+
+    value is None (and why says so) when no version leads outright.
+    """
+    out = {}
+    for what, get in (("driver", _driver), ("torch", _torch_version)):
+        values = {name: get(o) for name, o in fleet.items() if o.ok and get(o) is not None}
+        common, why = majority(values)
+        out[what] = (common, why, len(values))
+    return out
+
+
+def judge(node: Node, outcome: ProbeOutcome, summary: dict) -> Verdict:
+    """Judge one node's health outcome against the run's fleet_summary()."""
     if not outcome.ok:
         return Verdict(node.name, "health", (outcome.reason,))
     failures: list[str] = []
@@ -44,8 +57,8 @@ def judge(node: Node, outcome: ProbeOutcome, fleet: dict[str, ProbeOutcome]) -> 
                 warnings.append(f"{_gpu(dev)}: {dev['ecc_uncorrected_aggregate']} uncorrectable "
                                 "ECC errors over its lifetime (aggregate counter)")
 
-    failures += _odd_one_out(node, fleet, "driver", _driver)
-    failures += _odd_one_out(node, fleet, "torch", _torch_version)
+    failures += _odd_one_out(_driver(outcome), "driver", summary["driver"])
+    failures += _odd_one_out(_torch_version(outcome), "torch", summary["torch"])
     return Verdict(node.name, "health", tuple(failures), tuple(warnings))
 
 
@@ -101,14 +114,12 @@ def _torch_version(outcome: ProbeOutcome):
     return (outcome.data["figures"].get("torch") or {}).get("version")
 
 
-def _odd_one_out(node: Node, fleet: dict[str, ProbeOutcome], what: str, get) -> list[str]:
-    values = {name: get(o) for name, o in fleet.items() if o.ok and get(o) is not None}
-    mine = values.get(node.name)
-    if mine is None or len(values) < 2:
+def _odd_one_out(mine, what: str, fleet: tuple[object, str, int]) -> list[str]:
+    common, why, count = fleet
+    if mine is None or count < 2:
         return []
-    common, why = majority(values)
     if common is None:
-        return [f"{what} version {mine}: {why} among {len(values)} nodes"]
+        return [f"{what} version {mine}: {why} among {count} nodes"]
     if mine != common:
         return [f"{what} version {mine}, the run's majority is {common}"]
     return []

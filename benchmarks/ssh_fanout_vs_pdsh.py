@@ -1,0 +1,73 @@
+"""burnin against pdsh: the health probe on N real SSH test hosts, side by side.
+
+Builds N hosts (tests/testhosts.py: network namespaces, one sshd each), then alternates
+`pytest suites/ --inventory` (paramiko, SFTP staging, judging, reports) with
+`pdsh -R ssh -f N` running the same probe on the same hosts (OpenSSH client, no staging:
+the probe is read from the shared file system). Reports wall-time medians and the ratio
+burnin / pdsh (goal: 1.0 or less). Needs root, openssh-server and pdsh.
+
+    python benchmarks/ssh_fanout_vs_pdsh.py [--hosts 32] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from testhosts import TestHosts  # noqa: E402
+
+
+def timed(argv: list[str], env: dict | None = None) -> tuple[float, str]:
+    start = time.monotonic()
+    res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
+    wall = time.monotonic() - start
+    if res.returncode != 0:
+        raise SystemExit(f"{argv[0]} failed ({res.returncode}): {res.stderr[-2000:]}")
+    return wall, res.stdout
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--hosts", type=int, default=32)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as d, TestHosts(args.hosts, Path(d) / "hosts") as hosts:
+        inv = hosts.write_inventory(Path(d) / "inv.yaml")
+        burnin = [sys.executable, "-m", "pytest", str(REPO / "suites"), "--inventory", str(inv),
+                  "--reports", str(Path(d) / "reports"), "-q", "-p", "no:cacheprovider",
+                  "--fanout", str(args.hosts)]
+        ssh_args = (f"-2 -a -x -i {hosts.client_key} -o BatchMode=yes "
+                    f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={hosts.known_hosts} "
+                    f"-o ConnectTimeout=10 -l%u %h")
+        pdsh = ["pdsh", "-R", "ssh", "-f", str(args.hosts), "-l", "root",
+                "-w", ",".join(h.address for h in hosts.hosts),
+                f"{sys.executable} {REPO / 'probes' / 'health.py'} </dev/null"]
+        pdsh_env = {**os.environ, "PDSH_SSH_ARGS": ssh_args}
+        times: dict[str, list[float]] = {"burnin": [], "pdsh": []}
+        for _ in range(args.repeat):
+            wall, _ = timed(burnin)
+            times["burnin"].append(wall)
+            wall, out = timed(pdsh, pdsh_env)
+            docs = [json.loads(line.split(": ", 1)[1]) for line in out.splitlines()
+                    if ": {" in line]
+            assert len(docs) == args.hosts, f"pdsh returned {len(docs)} documents"
+            times["pdsh"].append(wall)
+        med = {k: statistics.median(v) for k, v in times.items()}
+        for k, v in times.items():
+            print(f"{k:6s} median {med[k]:.2f} s (runs {', '.join(f'{x:.2f}' for x in v)})")
+        print(f"{args.hosts} hosts: burnin / pdsh = {med['burnin'] / med['pdsh']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
