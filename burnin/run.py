@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import resource
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,19 @@ from burnin.transports import NodeUnreachable, Transport, transport_for
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
 DEFAULT_FANOUT = 256
+
+
+def raise_open_files_limit(connections: int) -> None:
+    """Connections stay open for the run: a fleet needs more than the usual 1024 files.
+    Lift the soft limit towards the hard one; never fails the run."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * connections + 256  # socket and channel pipes per node, and headroom
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def new_run_id() -> str:
@@ -60,6 +74,9 @@ class Run:
     _transports: dict[str, Transport] = field(default_factory=dict)
     _summaries: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self):
+        raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
 
     @property
     def run_dir(self) -> Path:

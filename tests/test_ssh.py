@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -173,3 +174,36 @@ def test_inventory_values_are_never_pasted_into_a_shell(make_hosts, tmp_path):
         t.close()
     assert not out.ok and not marker.exists()
     assert yaml.safe_load(inv.read_text())["defaults"]["python"].endswith("pwned")
+
+
+def test_ssh_agent_is_used_when_no_identity_file_is_given(make_hosts, tmp_path,
+                                                          monkeypatch):
+    hosts = make_hosts(1)
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        inv = hosts.write_inventory(tmp_path / "inv.yaml")
+        doc = yaml.safe_load(inv.read_text())
+        del doc["defaults"]["ssh"]["identity_file"]
+        inv.write_text(yaml.safe_dump(doc))
+        node = load_inventory(inv).nodes[0]
+
+        def attempt() -> str:
+            t = SshTransport(node, PROBES_DIR)
+            try:
+                out = run_probe(t, "health", {}, timeout_s=60)
+            finally:
+                t.close()
+            return "ok" if out.ok else out.reason
+
+        assert f"SSH agent at {sock} holds no key" in attempt()
+        subprocess.run(["ssh-add", "-q", str(hosts.client_key)], check=True,
+                       env={**os.environ, "SSH_AUTH_SOCK": str(sock)})
+        assert attempt() == "ok"
+    finally:
+        agent.kill()
+        agent.wait()

@@ -79,6 +79,11 @@ class SshTransport(Transport):
                     f"{e.key.fingerprint}, {known_hosts} has {e.expected_key.fingerprint}. "
                     f"If the node was reinstalled, check the new key and run "
                     f"ssh-keygen -R '{host}' -f {known_hosts}, then add it")
+        if isinstance(e, paramiko.SSHException) and "No authentication methods" in str(e):
+            agent = os.environ.get("SSH_AUTH_SOCK")
+            return (f"no key to log in to {where} with: identity_file is unset and the SSH "
+                    + (f"agent at {agent} holds no key" if agent else
+                       "agent is not running (SSH_AUTH_SOCK unset)"))
         if isinstance(e, paramiko.SSHException) and "not found in known_hosts" in str(e):
             return (f"host key of {where} is unknown: not in {known_hosts}. To accept it "
                     f"deliberately, check its fingerprint and run "
