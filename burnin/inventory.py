@@ -120,6 +120,11 @@ KINDS = {
     "actions": (lambda v: isinstance(v, list) and all(x in QUARANTINE_ACTIONS for x in v),
                 "a list of: " + ", ".join(QUARANTINE_ACTIONS)),
     "release_after": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
+    "dtype": (lambda v: v in ("bf16", "fp16", "fp32"), "one of: bf16, fp16, fp32"),
+    "verify_every": (lambda v: v == "auto" or (_is_int(v) and v >= 1),
+                     "an integer >= 1, or auto"),
+    "faults": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
+               "a list of mappings"),
 }
 
 SSH_KEYS = {"user": "str", "port": "port", "identity_file": "str", "known_hosts": "str",

@@ -28,3 +28,20 @@ def make_hosts(tmp_path):
             made.append(stack.enter_context(TestHosts(count, tmp_path / f"hosts{len(made)}")))
             return made[-1]
         yield make
+
+
+FINDINGS = pytest.StashKey[list]()
+
+
+@pytest.fixture
+def finding(pytestconfig):
+    """finding(line): a figure a test measured, printed in the run's summary (CI logs)."""
+    return pytestconfig.stash.setdefault(FINDINGS, []).append
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    lines = config.stash.get(FINDINGS, [])
+    if lines:
+        terminalreporter.section("findings")
+        for line in lines:
+            terminalreporter.write_line(line)

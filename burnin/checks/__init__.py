@@ -42,9 +42,22 @@ CHECKS: dict[str, CheckSpec] = {
     spec.name: spec
     for spec in (
         CheckSpec("health", {"timeout_s": _timeout(60, 120, 300)}),
-        CheckSpec("sdc", {"timeout_s": _timeout(300, 900, 3900)}),
+        CheckSpec("sdc", {
+            "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
+            "duration_s": Setting("positive", {"quick": 20, "standard": 60, "extended": 300},
+                                  "known-answer phase, per device"),
+            "n": Setting("int", None, "matrix size; default 8192 on GPU, 1024 on CPU"),
+            "dtype": Setting("dtype", None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
+            "max_products": Setting("int", None, "stop after this many products"),
+            "random_repeats": Setting("int", 8),
+            "verify_every": Setting("verify_every", "auto",
+                                    "verify every k-th product; auto keeps it near 3%"),
+            "memory_fraction": Setting("positive", 0.5, "GPU memory for output buffers"),
+            "buffers": Setting("int", 4, "output buffers on a CPU"),
+            "inject": Setting("faults", [], "FOR TESTS ONLY: faults planted in results"),
+        }),
         CheckSpec("burn", {
-            "timeout_s": _timeout(300, 900, 3900),
+            "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
             "duration_s": Setting("number", {"quick": 60, "standard": 600, "extended": 3600}),
         }),
         CheckSpec("storage", {
@@ -68,4 +81,6 @@ def resolve_settings(check: str, profile: str, overrides: dict) -> dict:
     spec = CHECKS[check]
     values = {key: s.value_for(profile) for key, s in spec.settings.items()}
     values.update(overrides)
+    if values.get("timeout_s") is None:
+        values["timeout_s"] = 2 * values.get("duration_s", 0) + 300
     return values

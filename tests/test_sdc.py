@@ -1,0 +1,179 @@
+"""The sdc check: faults planted in real probe runs on the CPU, every one caught exactly,
+and no false alarm over 1,000 clean products."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from suiterun import junit_cases, run_suite
+
+from burnin.checks.sdc import fleet_summary, judge
+from burnin.inventory import Node
+from burnin.probe import ProbeOutcome, run_probe
+from burnin.transports.local import LocalTransport
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "probes"))
+import gemmcore  # noqa: E402
+
+N = 64
+CPU = Node(name="n1", address="n1", transport="local", gpus=0)
+
+
+def sdc(**settings) -> dict:
+    """Run the real probe on this machine's CPU; return its one device's record."""
+    base = {"n": N, "verify_every": 1, "duration_s": 60, "random_repeats": 4}
+    payload = {"gpus": 0, "settings": {**base, **settings}}
+    out = run_probe(LocalTransport(CPU, REPO / "probes"), "sdc", payload, timeout_s=300)
+    assert out.ok, out.reason
+    (device,) = out.data["devices"]
+    assert "error" not in device, device["error"]
+    return out, device
+
+
+def nonzero_elements(count: int) -> list[tuple[int, int]]:
+    """Elements whose right value is not zero: -0.0 and +0.0 differ only in their bits."""
+    ref = gemmcore.integer_reference(N)
+    picks = [(0, 0), (N - 1, N - 1), (7, 40), (33, 2)]
+    assert all(ref[i, j] != 0 for i, j in picks)
+    return picks[:count]
+
+
+def test_selftest_exactness_claim():
+    import subprocess
+    res = subprocess.run([sys.executable, str(REPO / "probes" / "sdc.py"), "--selftest"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert '"cpu:fp32": true' in res.stdout
+
+
+def test_every_one_of_32_bit_flips_is_detected(finding):
+    elements = nonzero_elements(2)
+    faults = [{"product": 1 + e * 32 + bit, "element": list(el), "bit": bit}
+              for e, el in enumerate(elements) for bit in range(32)]
+    _, dev = sdc(inject=faults, max_products=len(faults) + 8)
+    known = dev["known"]
+    detected = known["bad_products"]
+    finding(f"sdc: bit flips detected: {detected} of {len(faults)} "
+            f"(elements {elements}, each of bits 0-31 of an fp32)")
+    assert known["verified"] >= len(faults)
+    assert detected == len(faults) == 64
+
+
+def test_two_opposite_errors_in_one_row_are_caught_by_columns_and_weights(finding):
+    _, dev = sdc(inject=[{"product": 3, "element": [5, 4], "add": 64.0},
+                         {"product": 3, "element": [5, 9], "add": -64.0}], max_products=8)
+    (event,) = dev["known"]["events"]
+    assert event["product"] == 3
+    assert event["counts"]["rows"] == 0, "a plain row sum cannot see this pair"
+    assert event["counts"]["weighted"] == 1 and event["counts"]["cols"] == 2
+    assert event["rows"] == [5] and event["cols"] == [4, 9]
+    assert event["wrong_elements"] == 2
+    finding(f"sdc: opposite-sign pair in one row: detected by {event['counts']}")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_nan_and_inf_are_caught(value, finding):
+    _, dev = sdc(inject=[{"product": 2, "element": [1, 1], "value": value}], max_products=8)
+    (event,) = dev["known"]["events"]
+    finding(f"sdc: {value} planted: detected, {event['nonfinite']} non-finite element")
+    assert event["nonfinite"] == 1 and event["wrong_elements"] == 1
+    assert event["examples"][0]["row"] == 1 and event["examples"][0]["col"] == 1
+
+
+def test_input_corrupted_after_its_checksum_was_taken():
+    _, dev = sdc(inject=[{"product": 5, "input": "A", "element": [3, 3], "bit": 20}],
+                 max_products=12)
+    known = dev["known"]
+    assert [e["product"] for e in known["events"]] == list(range(5, 13))
+    assert all(e["rows"] == [3] for e in known["events"])
+
+
+def test_random_mode_repeat_that_differs_is_caught():
+    _, dev = sdc(inject=[{"mode": "random", "repeat": 2, "element": [0, 3], "bit": 0}],
+                 max_products=4)
+    assert dev["random"]["differing_repeats"] == [2]
+
+
+def test_a_thousand_clean_products_raise_no_alarm(finding):
+    out, dev = sdc(max_products=1000)
+    known = dev["known"]
+    finding(f"sdc: clean run: {known['products']} products, {known['verified']} verified, "
+            f"{known['bad_products']} alarms")
+    assert known["products"] >= 1000 and known["verified"] == known["products"]
+    assert known["bad_products"] == 0 and not known["events"]
+    assert dev["selftest"] is True and dev["random"]["differing_repeats"] == []
+    assert judge(CPU, out, fleet_summary({"n1": out})).passed
+
+
+def test_judge_names_device_mode_and_place():
+    out, _ = sdc(inject=[{"product": 2, "element": [6, 7], "add": 1.0}], max_products=4)
+    (failure,) = judge(CPU, out, fleet_summary({"n1": out})).failures
+    assert failure.startswith("cpu (")
+    assert "known-answer fp32 n=64 product #2: 1 wrong elements in rows [6] cols [7]" in failure
+    assert "e.g. C[6,7] =" in failure
+
+
+def outcome(name: str, digest: str) -> ProbeOutcome:
+    dev = {"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{name}",
+           "selftest": True,
+           "known": {"dtype": "bf16", "n": 8192, "inputs_digest": "in", "digest": digest,
+                     "verified": 10, "errors": {}, "events": []},
+           "random": {"dtype": "bf16", "n": 4096, "repeats": 8, "differing_repeats": [],
+                      "nonfinite": 0}}
+    return ProbeOutcome(name, "sdc", True, data={"probe": "sdc", "schema": 1, "node": {},
+                                                 "devices": [dev], "figures": {},
+                                                 "errors": []})
+
+
+def test_the_odd_digest_out_fails_alone():
+    fleet = {n: outcome(n, "d" * 64) for n in ("a", "b", "c")} | {"x": outcome("x", "e" * 64)}
+    summary = fleet_summary(fleet)
+    verdicts = {n: judge(Node(name=n, address=n), o, summary) for n, o in fleet.items()}
+    assert [n for n, v in verdicts.items() if not v.passed] == ["x"]
+    assert "result digest eeeeeeeeeeee differs from dddddddddddd" in verdicts["x"].failures[0]
+
+
+FAULTY_TORCH = textwrap.dedent("""\
+    # A 'device' that computes one element of every large fp32 product wrong: loaded by
+    # the interpreter before the probe, below it, like a faulty unit would be.
+    import torch
+    _mm = torch.mm
+    def mm(*args, **kwargs):
+        out = _mm(*args, **kwargs)
+        if out.dtype == torch.float32 and out.dim() == 2 and out.shape[0] >= 32:
+            out[17, 5] += 2.0
+        return out
+    torch.mm = mm
+    """)
+
+
+def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester):
+    faulty = pytester.path / "faulty"
+    faulty.mkdir()
+    (faulty / "sitecustomize.py").write_text(FAULTY_TORCH)
+    wrapper = pytester.path / "python-faulty"
+    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={faulty} exec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(textwrap.dedent(f"""\
+        version: 1
+        defaults: {{transport: local, gpus: 0}}
+        checks:
+          sdc: {{n: 128, duration_s: 1, verify_every: 1, random_repeats: 2}}
+        nodes:
+          - name: good[1-2]
+          - name: bad
+            python: {wrapper}
+        """))
+    result, reports = run_suite(pytester, inv, "-k", "sdc")
+    result.assert_outcomes(passed=2, failed=1)
+    cases = junit_cases(reports)
+    assert cases["good1"]["sdc"] == ("passed", "") and cases["good2"]["sdc"] == ("passed", "")
+    outcome_, message = cases["bad"]["sdc"]
+    assert outcome_ == "failure"
+    assert "known-answer fp32 n=128 product #1: 1 wrong elements in rows [17] cols [5]" in message
+    assert "more of" in message and message.count("product #") == 1
