@@ -12,8 +12,9 @@ a fixed seed with determinism pinned; every repeat must be bitwise identical.
     python3 probes/sdc.py --selftest      # the exactness claim, against integer maths
 
 Settings (all optional): n, dtype (bf16|fp16|fp32; auto: bf16 on GPU, fp32 on CPU),
-duration_s, max_products (stop sooner), random_repeats, verify_every (auto keeps verification near 3% of the time),
-memory_fraction (GPU share given to output buffers), buffers (CPU).
+duration_s, max_products (stop sooner), random_repeats, verify_every (auto keeps
+verification near 3% of the time), memory_fraction (GPU share given to output
+buffers), buffers (CPU).
 
 FOR THE PROJECT'S TESTS ONLY: settings.inject, a list of faults planted in the probe's
 own results, e.g. {"device": 0, "product": 3, "element": [i, j], "bit": 7} (or "value":

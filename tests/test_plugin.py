@@ -21,18 +21,22 @@ THREE = """\
     version: 1
     cluster: trio
     defaults: {transport: local, gpus: 0}
+    checks:
+      sdc: {duration_s: 0.2, n: 64, random_repeats: 2}
     nodes:
       - name: n[1-3]
     """
+BOTH = {"health": ("passed", ""), "sdc": ("passed", "")}
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
     result, reports = run_suite(pytester, inventory(pytester, THREE), "-v")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=6)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
+                                 "*test_sdc.py::test_sdc[[]n3[]] PASSED*",
                                  "*3 nodes tested, 3 passed every check, 0 did not*"])
-    assert junit_cases(reports) == {n: {"health": ("passed", "")} for n in ("n1", "n2", "n3")}
+    assert junit_cases(reports) == {n: BOTH for n in ("n1", "n2", "n3")}
     root = ET.parse(reports / "latest" / "junit.xml").getroot()
     suite = root.find("testsuite")
     assert suite.get("hostname") == "n1"
@@ -41,16 +45,16 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     assert props == {"cluster": "trio", "run_id": run_id}
     records = [json.loads(ln) for ln in (reports / run_id / "results.jsonl").read_text()
                .splitlines()]
-    assert sorted(r["node"] for r in records) == ["n1", "n2", "n3"]
-    assert all(r["check"] == "health" and r["ok"] and r["data"]["probe"] == "health"
-               for r in records)
+    assert sorted((r["check"], r["node"]) for r in records) == [
+        (c, n) for c in ("health", "sdc") for n in ("n1", "n2", "n3")]
+    assert all(r["ok"] and r["data"]["probe"] == r["check"] for r in records)
 
 
 def test_xdist_gives_the_same_verdicts_and_runs_each_probe_once(pytester):
     inv = inventory(pytester, THREE.replace("nodes:\n", "nodes:\n      - name: bad\n"
                                                         "        python: /nonexistent/py\n"))
-    serial, serial_reports = run_suite(pytester, inv)
-    parallel, parallel_reports = run_suite(pytester, inv, "-n", "3")
+    serial, serial_reports = run_suite(pytester, inv, "-k", "health")
+    parallel, parallel_reports = run_suite(pytester, inv, "-k", "health", "-n", "3")
     serial.assert_outcomes(passed=3, failed=1)
     parallel.assert_outcomes(passed=3, failed=1)
     assert junit_cases(serial_reports) == junit_cases(parallel_reports)
@@ -73,7 +77,7 @@ def test_a_failing_node_fails_alone_with_its_reason(pytester):
           - name: gpuless
             gpus: 2
         """.replace("{hang}", str(hang_script(pytester))))
-    result, reports = run_suite(pytester, inv)
+    result, reports = run_suite(pytester, inv, "-k", "health")
     result.assert_outcomes(passed=2, failed=3)
     cases = junit_cases(reports)
     assert cases["n1"]["health"] == ("passed", "")
@@ -106,7 +110,7 @@ def test_bad_inventory_is_a_usage_error_before_any_node_is_touched(pytester):
 
 def test_nodes_option_selects_a_subset_and_rejects_strangers(pytester):
     inv = inventory(pytester, THREE)
-    result, reports = run_suite(pytester, inv, "--nodes", "n[1,3]")
+    result, reports = run_suite(pytester, inv, "--nodes", "n[1,3]", "-k", "health")
     result.assert_outcomes(passed=2)
     assert sorted(junit_cases(reports)) == ["n1", "n3"]
     result, _ = run_suite(pytester, inv, "--nodes", "n[3-4]")
@@ -117,7 +121,7 @@ def test_nodes_option_selects_a_subset_and_rejects_strangers(pytester):
 def test_pytest_options_keep_working(pytester):
     inv = inventory(pytester, THREE)
     own = pytester.path / "own.xml"
-    result, reports = run_suite(pytester, inv, "-k", "n2", f"--junitxml={own}")
+    result, reports = run_suite(pytester, inv, "-k", "health and n2", f"--junitxml={own}")
     result.assert_outcomes(passed=1)
     # Deselected nodes keep a testsuite with no testcase: admission will not pass them.
     assert junit_cases(reports) == {"n1": {}, "n2": {"health": ("passed", "")}, "n3": {}}
@@ -127,7 +131,8 @@ def test_pytest_options_keep_working(pytester):
 def test_default_inventory_is_localhost(pytester):
     # Run from the repo's rootdir with no --inventory: inventories/localhost.yaml.
     reports = pytester.path / "reports"
-    result = pytester.runpytest(SUITES, "--reports", str(reports), "-p", "no:cacheprovider")
+    result = pytester.runpytest(SUITES, "--reports", str(reports), "-p", "no:cacheprovider",
+                                "-k", "health")
     result.assert_outcomes(passed=1)
     assert junit_cases(reports) == {"localhost": {"health": ("passed", "")}}
 

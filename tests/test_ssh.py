@@ -28,11 +28,15 @@ def script(path: Path, body: str) -> str:
 
 def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
     hosts = make_hosts(4)
-    inv = hosts.write_inventory(pytester.path / "inv.yaml")
+    inv = hosts.write_inventory(pytester.path / "inv.yaml",
+                                checks={"sdc": {"duration_s": 0.2, "n": 64,
+                                                "random_repeats": 2}})
     result, reports = run_suite(pytester, inv)
-    result.assert_outcomes(passed=4)
-    assert junit_cases(reports) == {h.name: {"health": ("passed", "")} for h in hosts.hosts}
-    records = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()]
+    result.assert_outcomes(passed=8)
+    assert junit_cases(reports) == {h.name: {"health": ("passed", ""), "sdc": ("passed", "")}
+                                    for h in hosts.hosts}
+    records = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
+               if '"check": "health"' in ln]
     # Each probe ran on its own host: the hostname comes from the host's UTS namespace.
     assert {r["node"]: r["data"]["node"]["hostname"] for r in records} == {
         h.name: h.name for h in hosts.hosts}
@@ -79,7 +83,7 @@ def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_
     killer = threading.Thread(target=kill_sshd_mid_probe, daemon=True)
     killer.start()
 
-    result, reports = run_suite(pytester, inv)
+    result, reports = run_suite(pytester, inv, "-k", "health")
     killer.join()
     cases = {node: checks["health"] for node, checks in junit_cases(reports).items()}
     expected = {
