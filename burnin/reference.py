@@ -14,22 +14,27 @@ from dataclasses import dataclass
 class GpuModel:
     key: str
     nvml_names: tuple[str, ...]
+    # Sustained dense bf16 GEMM floor for the burn check, in TFLOPS: well under what a
+    # healthy device of the model reaches with torch.mm at n=8192 (about 60-75% of the
+    # datasheet's dense peak), so that only a clearly sick device falls below it. The
+    # peer-median rule catches the subtler stragglers. Overridable: checks.burn.min_tflops.
+    burn_tflops: float | None = None
 
 
 GPU_MODELS: dict[str, GpuModel] = {
     m.key: m
     for m in (
-        GpuModel("A100-SXM4-40GB", ("NVIDIA A100-SXM4-40GB",)),
-        GpuModel("A100-SXM4-80GB", ("NVIDIA A100-SXM4-80GB",)),
-        GpuModel("A100-PCIe-80GB", ("NVIDIA A100 80GB PCIe",)),
-        GpuModel("H100-SXM5-80GB", ("NVIDIA H100 80GB HBM3",)),
-        GpuModel("H100-PCIe-80GB", ("NVIDIA H100 PCIe",)),
-        GpuModel("H100-NVL-94GB", ("NVIDIA H100 NVL",)),
-        GpuModel("H200-SXM-141GB", ("NVIDIA H200",)),
-        GpuModel("H200-NVL-141GB", ("NVIDIA H200 NVL",)),
-        GpuModel("GH200-96GB", ("NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3")),
-        GpuModel("B200-SXM-180GB", ("NVIDIA B200",)),
-        GpuModel("L40S-48GB", ("NVIDIA L40S",)),
+        GpuModel("A100-SXM4-40GB", ("NVIDIA A100-SXM4-40GB",), 200),
+        GpuModel("A100-SXM4-80GB", ("NVIDIA A100-SXM4-80GB",), 200),
+        GpuModel("A100-PCIe-80GB", ("NVIDIA A100 80GB PCIe",), 180),
+        GpuModel("H100-SXM5-80GB", ("NVIDIA H100 80GB HBM3",), 550),
+        GpuModel("H100-PCIe-80GB", ("NVIDIA H100 PCIe",), 380),
+        GpuModel("H100-NVL-94GB", ("NVIDIA H100 NVL",), 450),
+        GpuModel("H200-SXM-141GB", ("NVIDIA H200",), 550),
+        GpuModel("H200-NVL-141GB", ("NVIDIA H200 NVL",), 450),
+        GpuModel("GH200-96GB", ("NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3"), 550),
+        GpuModel("B200-SXM-180GB", ("NVIDIA B200",), 1100),
+        GpuModel("L40S-48GB", ("NVIDIA L40S",), 180),
     )
 }
 

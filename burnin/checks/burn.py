@@ -1,0 +1,140 @@
+"""The burn check's judge: the node held full load without a hardware event, at the speed
+of its peers. Telemetry rules are pure functions of the recorded series, so that they
+can be tested against recorded series without a GPU."""
+
+from __future__ import annotations
+
+import statistics
+
+from burnin.inventory import Node
+from burnin.probe import ProbeOutcome
+from burnin.reference import GPU_MODELS
+from burnin.verdict import Verdict
+
+# Clock event reasons that mean the GPU was slowed by a fault, not by policy: a
+# software power cap alone is the GPU working as configured.
+FAULT_REASONS = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
+                 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake"}
+
+
+def _mean_clock(dev: dict) -> float | None:
+    clocks = [c for c in ((dev.get("telemetry") or {}).get("series") or {}).get("sm_mhz", [])
+              if c is not None]
+    return statistics.fmean(clocks) if clocks else None
+
+
+def fleet_summary(fleet: dict[str, ProbeOutcome]) -> dict[str, dict]:
+    """Once per run: per device model, the median TFLOPS and mean SM clock of the run."""
+    by_model: dict[str, dict[str, list]] = {}
+    for o in fleet.values():
+        if not o.ok:
+            continue
+        for dev in o.data["devices"]:
+            if "error" in dev or not dev.get("tflops"):
+                continue
+            m = by_model.setdefault(dev.get("name", "?"), {"tflops": [], "clock": []})
+            m["tflops"].append(dev["tflops"])
+            if _mean_clock(dev) is not None:
+                m["clock"].append(_mean_clock(dev))
+    return {name: {"tflops": statistics.median(v["tflops"]), "devices": len(v["tflops"]),
+                   "clock": statistics.median(v["clock"]) if v["clock"] else None}
+            for name, v in by_model.items()}
+
+
+def judge(node: Node, outcome: ProbeOutcome, summary: dict, settings: dict) -> Verdict:
+    if not outcome.ok:
+        return Verdict(node.name, "burn", (outcome.reason,))
+    failures = [f"probe error on {e}" for e in outcome.data["errors"]]
+    warnings: list[str] = []
+    devices = [d for d in outcome.data["devices"] if "error" not in d]
+    node_median = {name: statistics.median(d["tflops"] for d in devices if d.get("name") == name)
+                   for name in {d.get("name") for d in devices}}
+    model = GPU_MODELS.get(node.gpu_model or "")
+    floor = settings.get("min_tflops") or (model.burn_tflops if model else None)
+    for dev in devices:
+        where = f"{dev['device']} ({dev.get('name')})"
+        f, w = device_rules(dev, settings, floor, summary.get(dev.get("name"), {}),
+                            node_median.get(dev.get("name")), len(devices))
+        failures += [f"{where}: {x}" for x in f]
+        warnings += [f"{where}: {x}" for x in w]
+    return Verdict(node.name, "burn", tuple(failures), tuple(warnings))
+
+
+def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
+                 node_median: float | None, node_devices: int) -> tuple[list, list]:
+    """(failures, warnings) of one device: throughput, then telemetry."""
+    fail, warn = [], []
+    tflops = dev.get("tflops", 0.0)
+    if dev.get("mismatched_products"):
+        fail.append(f"{dev['mismatched_products']} of {dev['verified']} verified products "
+                    f"differ from the first ({dev['mismatched_elements']} elements), expected "
+                    "bitwise identical")
+    if floor is not None and tflops < floor:
+        fail.append(f"{tflops:.1f} TFLOPS, below the floor of {floor:g} TFLOPS")
+    fraction = settings.get("peer_fraction", 0.9)
+    if fleet.get("devices", 0) >= 2 and tflops < fraction * fleet["tflops"]:
+        fail.append(f"straggler: {tflops:.3f} TFLOPS, below {fraction:g} x {fleet['tflops']:.3f}"
+                    f" TFLOPS, the median of the run's {fleet['devices']} devices of this model")
+    elif node_devices >= 2 and node_median and tflops < fraction * node_median:
+        fail.append(f"straggler: {tflops:.3f} TFLOPS, below {fraction:g} x {node_median:.3f} "
+                    f"TFLOPS, the median of the node's {node_devices} devices")
+    tel = dev.get("telemetry")
+    if tel:
+        f, w = telemetry_rules(tel, settings)
+        fail += f
+        warn += w
+        clock = _mean_clock(dev)
+        cf = settings.get("clock_fraction", 0.9)
+        if clock is not None and fleet.get("clock") and clock < cf * fleet["clock"]:
+            fail.append(f"mean SM clock {clock:.0f} MHz, below {cf:g} x {fleet['clock']:.0f} MHz,"
+                        " the median of the run's devices of this model")
+    return fail, warn
+
+
+def telemetry_rules(tel: dict, settings: dict) -> tuple[list[str], list[str]]:
+    """(failures, warnings) from one GPU's recorded telemetry."""
+    fail, warn = [], []
+    for x in tel.get("xid", []):
+        fail.append(f"XID {x['xid']} at {x['t']:.0f} s into the burn")
+    before, after = tel.get("before") or {}, tel.get("after") or {}
+
+    def delta(key):
+        if before.get(key) is None or after.get(key) is None:
+            return None
+        return after[key] - before[key]
+
+    unc = delta("ecc_uncorrected")
+    if unc:
+        fail.append(f"{unc} new uncorrectable ECC errors during the burn, expected 0")
+    rows = after.get("remapped_rows") or {}
+    if rows.get("pending"):
+        fail.append("row remap pending after the burn, expected none")
+    if rows.get("failed"):
+        fail.append("row remap failed, expected none")
+    series = tel.get("series") or {}
+    reasons = [r for r in series.get("reasons", []) if r is not None]
+    for bit, name in FAULT_REASONS.items():
+        hits = sum(1 for r in reasons if r & bit)
+        if hits:
+            fail.append(f"clock event {name} in {hits} of {len(reasons)} samples")
+    temps = [t for t in series.get("temp_c", []) if t is not None]
+    slowdown = tel.get("temp_slowdown_c")
+    if temps and slowdown and max(temps) >= slowdown:
+        fail.append(f"temperature reached {max(temps)} C, at or above the slowdown "
+                    f"threshold of {slowdown} C")
+    for what in ("gen", "width"):
+        now, top = tel.get(f"pcie_{what}"), tel.get(f"pcie_max_{what}")
+        if now is not None and top is not None and now < top:
+            fail.append(f"PCIe link {what} {now} under load, max {top}")
+    for key, limit_key, label in (
+            ("ecc_corrected", "max_correctable_ecc", "correctable ECC errors"),
+            ("pcie_replay", "max_pcie_replays", "PCIe replays"),
+            ("nvlink_crc", "max_nvlink_errors", "NVLink CRC errors"),
+            ("nvlink_recovery", "max_nvlink_errors", "NVLink recoveries")):
+        d = delta(key)
+        limit = settings.get(limit_key, 100)
+        if d and d > limit:
+            fail.append(f"{d} {label} during the burn, above the limit of {limit}")
+        elif d:
+            warn.append(f"{d} {label} during the burn (limit {limit})")
+    return fail, warn

@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""burnin burn probe: every device under sustained GEMM load for duration_s, watched.
+
+Runs ON a node, one worker per device (each GPU, or the CPU on a CPU-only node), on the
+GEMM engine it shares with the sdc probe (gemmcore.py). Random data (which draws more
+power than small integers), determinism pinned, so every product must equal the first
+bit for bit: every k-th product is compared on the device (k keeps it near 3% of the
+time), and a mismatch is reported. Throughput is sampled per device over time; NVML
+telemetry at sample_s on each GPU, what the CPU offers on a CPU node (telemetry.py).
+Progress goes to stderr as 'BURNIN_PROGRESS {json}' lines.
+
+    echo '{"settings": {"duration_s": 10}}' | python3 probes/burn.py
+
+Settings (optional): duration_s, n, dtype (bf16|fp16|fp32; auto: bf16 on GPU, fp32 on
+CPU), sample_s (1.0), verify_every (auto), memory_fraction (GPU), buffers (CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import threading
+import time
+
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # torch's cuda:i is NVML's i
+
+import gemmcore as core  # noqa: E402
+import telemetry  # noqa: E402
+import torch  # noqa: E402
+
+PROBE = "burn"
+SCHEMA = 1
+VERIFY_BUDGET = 0.03
+
+
+def log(msg: str) -> None:
+    print(f"[{PROBE}] {msg}", file=sys.stderr, flush=True)
+
+
+class Load:
+    """Sustained GEMMs on one device, sampled; results compared with the first product."""
+
+    def __init__(self, index: int, dev, settings: dict):
+        gpu = dev.type == "cuda"
+        self.index, self.dev = index, dev
+        self.n = settings.get("n") or (8192 if gpu else 1024)
+        self.dtype = settings.get("dtype") or ("bf16" if gpu else "fp32")
+        g = torch.Generator().manual_seed(1234 + index)
+        dt = core.DTYPES[self.dtype]
+        self.A = torch.randn(self.n, self.n, generator=g).to(dt).to(dev)
+        self.B = torch.randn(self.n, self.n, generator=g).to(dt).to(dev)
+        if gpu:
+            free = torch.cuda.mem_get_info(dev)[0]
+            size = self.n * self.n * self.A.element_size()
+            nbuf = max(2, min(256, int(free * settings.get("memory_fraction", 0.5) // size)))
+        else:
+            nbuf = settings.get("buffers", 4)
+        self.outs = [torch.empty_like(self.A) for _ in range(nbuf)]
+        self.verify_every = settings.get("verify_every", "auto")
+        self.products = self.verified = 0
+        self.samples: list[tuple[float, int]] = []
+        self.record = core.describe(dev)
+
+    def run(self, deadline: float, sample_s: float, progress) -> None:
+        torch.mm(self.A, self.B, out=self.outs[0])  # warm-up
+        core.sync(self.dev)
+        t = time.perf_counter()
+        ref = torch.mm(self.A, self.B)
+        core.sync(self.dev)
+        gemm_s = time.perf_counter() - t
+        t = time.perf_counter()
+        bool((self.outs[0] != ref).any())
+        eq_s = time.perf_counter() - t
+        if self.verify_every == "auto":
+            self.verify_every = max(1, math.ceil(eq_s * (1 - VERIFY_BUDGET) /
+                                                 (VERIFY_BUDGET * gemm_s)))
+        wrong_elements = torch.zeros((), dtype=torch.int64, device=self.dev)
+        wrong_products = torch.zeros((), dtype=torch.int64, device=self.dev)
+        start = time.perf_counter()
+        self.samples.append((0.0, 0))
+        next_sample = start + sample_s
+        while True:
+            for out in self.outs:
+                torch.mm(self.A, self.B, out=out)
+                self.products += 1
+                if self.products % self.verify_every == 0:
+                    bad = torch.count_nonzero(out != ref)
+                    wrong_elements += bad
+                    wrong_products += (bad > 0).long()
+                    self.verified += 1
+            now = time.perf_counter()
+            if now >= next_sample or now >= deadline:
+                core.sync(self.dev)  # one synchronisation per sample, for exact rates
+                now = time.perf_counter()
+                self.samples.append((now - start, self.products))
+                progress(self)
+                next_sample = now + sample_s
+                if now >= deadline:
+                    break
+        flops = 2 * self.n ** 3
+        series = [[round(t1, 3), round((p1 - p0) * flops / (t1 - t0) / 1e12, 4)]
+                  for (t0, p0), (t1, p1) in zip(self.samples, self.samples[1:], strict=False)
+                  if t1 > t0]
+        wall = self.samples[-1][0]
+        self.record.update({
+            "dtype": self.dtype, "n": self.n, "buffers": len(self.outs),
+            "products": self.products, "verified": self.verified,
+            "verify_every": self.verify_every, "wall_s": round(wall, 3),
+            "tflops": round(self.products * flops / wall / 1e12, 4) if wall else 0.0,
+            "tflops_series": series, "mismatched_products": int(wrong_products),
+            "mismatched_elements": int(wrong_elements)})
+
+    def current_tflops(self) -> float:
+        if len(self.samples) < 2:
+            return 0.0
+        (t0, p0), (t1, p1) = self.samples[-2], self.samples[-1]
+        return (p1 - p0) * 2 * self.n ** 3 / max(t1 - t0, 1e-9) / 1e12
+
+
+def start_telemetry(devs, sample_s: float):
+    if devs[0].type != "cuda":
+        cpu = telemetry.CpuTelemetry(sample_s)
+        cpu.start()
+        return cpu, None
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception as e:
+        return None, f"NVML unavailable, no GPU telemetry: {e}"
+    uuids = []
+    for d in devs:
+        u = str(torch.cuda.get_device_properties(d).uuid)
+        uuids.append(u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}")
+    gpu = telemetry.GpuTelemetry(pynvml, uuids, sample_s)
+    gpu.start()
+    return gpu, None
+
+
+def main() -> int:
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__)
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.use_deterministic_algorithms(True)
+    text = "" if sys.stdin.isatty() else sys.stdin.read()
+    payload = json.loads(text) if text.strip() else {}
+    settings = payload.get("settings", {})
+    duration_s = float(settings.get("duration_s", 60))
+    sample_s = float(settings.get("sample_s", 1.0))
+    devs = core.devices(payload.get("gpus"))
+    errors: list[str] = []
+    loads = []
+    for i, d in enumerate(devs):
+        try:
+            loads.append(Load(i, d, settings))
+        except Exception as e:
+            errors.append(f"{d}: cannot start load: {type(e).__name__}: {e}")
+    watcher, problem = start_telemetry(devs, sample_s)
+    if problem:
+        errors.append(problem)
+    lock = threading.Lock()
+
+    def progress(load: Load) -> None:
+        with lock:
+            print("BURNIN_PROGRESS " + json.dumps({
+                "device": str(load.dev), "elapsed_s": round(load.samples[-1][0], 1),
+                "tflops": round(load.current_tflops(), 3)}), file=sys.stderr, flush=True)
+
+    deadline = time.perf_counter() + duration_s
+    failures: dict[int, str] = {}
+
+    def drive(load: Load) -> None:
+        try:
+            load.run(deadline, sample_s, progress)
+        except Exception as e:  # this device's failure, reported with it
+            failures[load.index] = f"{type(e).__name__}: {e}"
+
+    threads = [threading.Thread(target=drive, args=(ld,)) for ld in loads]
+    for t in threads:
+        t.start()
+    if isinstance(watcher, telemetry.GpuTelemetry):
+        time.sleep(min(5.0, duration_s / 2))
+        watcher.pcie_under_load()
+    for t in threads:
+        t.join()
+    devices = [ld.record for ld in loads]
+    for ld in loads:
+        if ld.index in failures:
+            ld.record["error"] = failures[ld.index]
+            errors.append(f"{ld.dev}: {failures[ld.index]}")
+    figures = {"duration_s": duration_s, "sample_s": sample_s}
+    if isinstance(watcher, telemetry.GpuTelemetry):
+        for dev, tel in zip(devices, watcher.stop(), strict=True):
+            dev["telemetry"] = tel
+    elif watcher is not None:
+        figures["cpu_telemetry"] = watcher.stop()
+    print(json.dumps({"probe": PROBE, "schema": SCHEMA, "node": {"torch": torch.__version__},
+                      "devices": devices, "figures": figures, "errors": errors}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
