@@ -13,6 +13,7 @@ import pytest
 
 from burnin.checks import CHECK_ORDER, DEFAULT_PROFILE, PROFILES
 from burnin.inventory import InventoryError, load_inventory, select_nodes
+from burnin.progress import Progress
 from burnin.reports import CaseResult, point_latest, write_junit
 from burnin.run import DEFAULT_FANOUT, Run, new_run_id
 
@@ -67,7 +68,28 @@ class BurninState:
                 self._run = Run(inventory, nodes, self.config.getoption("profile"),
                                 self.reports_dir, self.run_id,
                                 fanout=self.config.getoption("fanout"))
+                self._attach_progress()
         return self._run
+
+    def _attach_progress(self) -> None:
+        # The terminal reporter registers in its own pytest_configure, maybe after ours.
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        if tr is None or self.worker or not self._run or self._run.progress:
+            return
+
+        def write(text: str) -> None:
+            # Probes run inside a test, where pytest captures the terminal: step out of
+            # the capture for the write, as pytest's own live logging does.
+            if capman is None:
+                tr.write(text, flush=True)
+                return
+            with capman.global_and_fixture_disabled():
+                tr.write(text, flush=True)
+        self._run.progress = Progress(write, tr.isatty)
+
+    def pytest_sessionstart(self) -> None:
+        self._attach_progress()
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:

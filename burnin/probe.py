@@ -46,13 +46,23 @@ class ProbeOutcome:
                    stderr_tail=record["stderr_tail"])
 
 
+PROGRESS_MARK = b"BURNIN_PROGRESS "
+MAX_PROGRESS_LINE = 4096
+
+
 def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float,
-              max_output: int = DEFAULT_MAX_OUTPUT) -> ProbeOutcome:
-    """Run `probe` through `transport`; never raises for anything the node does."""
+              max_output: int = DEFAULT_MAX_OUTPUT, on_progress=None) -> ProbeOutcome:
+    """Run `probe` through `transport`; never raises for anything the node does.
+
+    on_progress(dict) receives each 'BURNIN_PROGRESS {json}' line the probe writes to
+    stderr (untrusted: a line that is not a small JSON object is ignored).
+    """
     node = transport.node.name
+    on_stderr = _progress_lines(on_progress) if on_progress else None
     try:
         argv = transport.probe_command(probe)
-        result = transport.run(argv, json.dumps(settings).encode(), timeout_s, max_output)
+        result = transport.run(argv, json.dumps(settings).encode(), timeout_s, max_output,
+                               on_stderr=on_stderr)
     except NodeUnreachable as e:
         return ProbeOutcome(node, probe, ok=False, reason=str(e))
     return judge_output(node, probe, result, timeout_s, max_output)
@@ -118,3 +128,23 @@ def shape_problem(probe: str, data) -> str:
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
+
+
+def _progress_lines(callback):
+    pending = bytearray()
+
+    def feed(chunk: bytes) -> None:
+        pending.extend(chunk)
+        while b"\n" in pending:
+            line, _, rest = bytes(pending).partition(b"\n")
+            pending[:] = rest
+            if line.startswith(PROGRESS_MARK) and len(line) < MAX_PROGRESS_LINE:
+                try:
+                    info = json.loads(line[len(PROGRESS_MARK):])
+                except ValueError:
+                    continue
+                if isinstance(info, dict):
+                    callback(info)
+        if len(pending) > MAX_PROGRESS_LINE:
+            pending.clear()
+    return feed

@@ -24,6 +24,7 @@ from pathlib import Path
 from burnin.checks import CHECKS, resolve_settings
 from burnin.inventory import Inventory, Node
 from burnin.probe import ProbeOutcome, run_probe
+from burnin.progress import Progress
 from burnin.transports import NodeUnreachable, Transport, transport_for
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
@@ -73,6 +74,7 @@ class Run:
     _outcomes: dict[str, dict[str, ProbeOutcome]] = field(default_factory=dict)
     _transports: dict[str, Transport] = field(default_factory=dict)
     _summaries: dict = field(default_factory=dict)
+    progress: Progress | None = None  # live lines for probes that report progress
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
@@ -128,14 +130,25 @@ class Run:
                 transport = self._transport(node)
             except NodeUnreachable as e:
                 return ProbeOutcome(node.name, check, False, str(e))
+            on_progress = None
+            if self.progress:
+                def on_progress(info, name=node.name):
+                    self.progress.update(name, info)
             try:
-                return run_probe(transport, check, payload, float(settings["timeout_s"]))
+                return run_probe(transport, check, payload, float(settings["timeout_s"]),
+                                 on_progress=on_progress)
             except Exception as e:  # a controller bug must fail this node, not the run
                 return ProbeOutcome(node.name, check, False,
                                     f"controller error running {check}: {type(e).__name__}: {e}")
 
-        return dict(zip((n.name for n in self.nodes), fan_out(self.nodes, one, self.fanout),
-                        strict=True))
+        if self.progress:
+            self.progress.begin(check)
+        try:
+            outcomes = fan_out(self.nodes, one, self.fanout)
+        finally:
+            if self.progress:
+                self.progress.end()
+        return dict(zip((n.name for n in self.nodes), outcomes, strict=True))
 
     def _transport(self, node: Node) -> Transport:
         # Called from fan-out threads, each for its own node: no two touch one key.

@@ -166,10 +166,12 @@ def main() -> int:
     lock = threading.Lock()
 
     def progress(load: Load) -> None:
+        info = {"device": str(load.dev), "elapsed_s": round(load.samples[-1][0], 1),
+                "tflops": round(load.current_tflops(), 3)}
+        if isinstance(watcher, telemetry.GpuTelemetry):
+            info["temp_c"] = watcher.latest(load.index, "temp_c")
         with lock:
-            print("BURNIN_PROGRESS " + json.dumps({
-                "device": str(load.dev), "elapsed_s": round(load.samples[-1][0], 1),
-                "tflops": round(load.current_tflops(), 3)}), file=sys.stderr, flush=True)
+            print("BURNIN_PROGRESS " + json.dumps(info), file=sys.stderr, flush=True)
 
     deadline = time.perf_counter() + duration_s
     failures: dict[int, str] = {}

@@ -164,6 +164,11 @@ class GpuTelemetry:
         for t in self._threads:
             t.start()
 
+    def latest(self, index: int, key: str):
+        """The last sampled value of one series of device `index`, or None."""
+        values = self.devices[index]["series"][key]
+        return values[-1] if values else None
+
     def pcie_under_load(self) -> None:
         nv = self.nv
         for d in self.devices:

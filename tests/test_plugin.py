@@ -23,20 +23,24 @@ THREE = """\
     defaults: {transport: local, gpus: 0}
     checks:
       sdc: {duration_s: 0.2, n: 64, random_repeats: 2}
+      # Three 'nodes' share this machine's cores: peers are not independent here.
+      burn: {duration_s: 1, n: 64, sample_s: 0.25, peer_fraction: 0.3}
     nodes:
       - name: n[1-3]
     """
-BOTH = {"health": ("passed", ""), "sdc": ("passed", "")}
+ALL = {"health": ("passed", ""), "sdc": ("passed", ""), "burn": ("passed", "")}
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
     result, reports = run_suite(pytester, inventory(pytester, THREE), "-v")
-    result.assert_outcomes(passed=6)
+    result.assert_outcomes(passed=9)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",
+                                 "*burn n2: * TFLOPS over 1 device(s)*",
+                                 "*test_burn.py::test_burn[[]n3[]] PASSED*",
                                  "*3 nodes tested, 3 passed every check, 0 did not*"])
-    assert junit_cases(reports) == {n: BOTH for n in ("n1", "n2", "n3")}
+    assert junit_cases(reports) == {n: ALL for n in ("n1", "n2", "n3")}
     root = ET.parse(reports / "latest" / "junit.xml").getroot()
     suite = root.find("testsuite")
     assert suite.get("hostname") == "n1"
@@ -46,7 +50,7 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     records = [json.loads(ln) for ln in (reports / run_id / "results.jsonl").read_text()
                .splitlines()]
     assert sorted((r["check"], r["node"]) for r in records) == [
-        (c, n) for c in ("health", "sdc") for n in ("n1", "n2", "n3")]
+        (c, n) for c in ("burn", "health", "sdc") for n in ("n1", "n2", "n3")]
     assert all(r["ok"] and r["data"]["probe"] == r["check"] for r in records)
 
 

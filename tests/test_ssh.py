@@ -28,12 +28,14 @@ def script(path: Path, body: str) -> str:
 
 def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
     hosts = make_hosts(4)
-    inv = hosts.write_inventory(pytester.path / "inv.yaml",
-                                checks={"sdc": {"duration_s": 0.2, "n": 64,
-                                                "random_repeats": 2}})
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", checks={
+        "sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2},
+        # The hosts share this machine's cores: peers are not independent here.
+        "burn": {"duration_s": 1, "n": 64, "sample_s": 0.25, "peer_fraction": 0.3}})
     result, reports = run_suite(pytester, inv)
-    result.assert_outcomes(passed=8)
-    assert junit_cases(reports) == {h.name: {"health": ("passed", ""), "sdc": ("passed", "")}
+    result.assert_outcomes(passed=12)
+    passed = ("passed", "")
+    assert junit_cases(reports) == {h.name: {"health": passed, "sdc": passed, "burn": passed}
                                     for h in hosts.hosts}
     records = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
                if '"check": "health"' in ln]

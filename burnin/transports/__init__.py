@@ -50,8 +50,9 @@ class Transport:
         """The argv that runs probe `probe` on the node, staging it first if needed."""
         raise NotImplementedError
 
-    def run(self, argv: list[str], stdin: bytes, timeout_s: float,
-            max_stdout: int) -> CommandResult:
+    def run(self, argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
+            on_stderr=None) -> CommandResult:
+        """Run argv on the node; on_stderr(chunk) sees stderr as it arrives."""
         raise NotImplementedError
 
     def close(self) -> None:

@@ -25,12 +25,12 @@ class LocalTransport(Transport):
     def probe_command(self, probe: str) -> list[str]:
         return [self.python, str(self.probes_dir / f"{probe}.py")]
 
-    def run(self, argv, stdin, timeout_s, max_stdout):
-        return run_bounded(argv, stdin, timeout_s, max_stdout)
+    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None):
+        return run_bounded(argv, stdin, timeout_s, max_stdout, on_stderr=on_stderr)
 
 
 def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
-                env: dict | None = None) -> CommandResult:
+                env: dict | None = None, on_stderr=None) -> CommandResult:
     """Run argv in its own process group; bound its time and what is kept of its output.
 
     At the timeout, or when stdout passes max_stdout, the whole group gets SIGTERM and,
@@ -62,8 +62,11 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
                     sel.unregister(key.fileobj)
                     continue
                 key.data.extend(chunk)
-                if key.data is err and len(err) > 2 * STDERR_TAIL_BYTES:
-                    del err[:-STDERR_TAIL_BYTES]
+                if key.data is err:
+                    if on_stderr:
+                        on_stderr(chunk)
+                    if len(err) > 2 * STDERR_TAIL_BYTES:
+                        del err[:-STDERR_TAIL_BYTES]
             if len(out) > max_stdout:
                 overflow = True
                 break

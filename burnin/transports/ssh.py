@@ -145,7 +145,7 @@ class SshTransport(Transport):
 
     # --- commands -----------------------------------------------------------------
 
-    def run(self, argv, stdin, timeout_s, max_stdout):
+    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None):
         client = self._connect()
         # sshd makes the remote shell a session leader, so its PID is the probe's process
         # group, which a second channel kills at the timeout. The shell waits for the probe
@@ -173,7 +173,10 @@ class SshTransport(Transport):
                 while chan.recv_ready():
                     out += chan.recv(1 << 16)
                 while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(1 << 16)
+                    chunk = chan.recv_stderr(1 << 16)
+                    err += chunk
+                    if on_stderr:
+                        on_stderr(chunk)
                     if len(err) > 2 * STDERR_TAIL_BYTES:
                         del err[len(PID_MARK) + 16:-STDERR_TAIL_BYTES]
                 if len(out) > max_stdout:
