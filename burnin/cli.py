@@ -1,12 +1,20 @@
-"""The `burnin` command: inventory check (and, as they come, admit, quarantine, report)."""
+"""The `burnin` command: inventory check, admit, quarantine."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
+import json
 import os
+import sqlite3
 import sys
+import time
+from pathlib import Path
 
+from burnin import actions
+from burnin.admit import ReportError, decide, read_junit, write_admitted
 from burnin.inventory import InventoryError, load_inventory
+from burnin.ledger import Ledger, ledger_path
 
 
 def _inventory_check(args) -> int:
@@ -28,6 +36,98 @@ def _inventory_check(args) -> int:
     return 0
 
 
+def _admit(args) -> int:
+    path = Path(args.junit)
+    required = [c.strip() for c in args.require.split(",") if c.strip()] if args.require \
+        else None
+    try:
+        nodes = read_junit(path)
+        inventory_nodes = None
+        if args.inventory:
+            inventory_nodes = [n.name for n in load_inventory(args.inventory).nodes]
+    except ReportError as e:
+        print(f"burnin admit: {e}; no node is admitted", file=sys.stderr)
+        return 2
+    except InventoryError as e:
+        print(f"burnin admit: invalid inventory:\n{e}", file=sys.stderr)
+        return 2
+    decisions = decide(nodes, required, inventory_nodes)
+    admitted = [d.node for d in decisions if d.admitted]
+    rejected = {d.node: list(d.reasons) for d in decisions if not d.admitted}
+    out_file = Path(args.admitted_file) if args.admitted_file else path.parent / "admitted.txt"
+    try:
+        write_admitted(out_file, decisions)
+    except OSError as e:
+        print(f"burnin admit: cannot write {out_file}: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"report": str(path), "admitted": admitted, "rejected": rejected,
+                          "admitted_file": str(out_file)}, indent=2))
+    else:
+        print(f"admitted ({len(admitted)}): {', '.join(admitted) or '-'}")
+        if rejected:
+            print(f"rejected ({len(rejected)}):")
+            for node, reasons in rejected.items():
+                print(f"  {node}: {'; '.join(reasons)}")
+        print(f"admitted list written to {out_file}")
+    return 1 if rejected else 0
+
+
+def _ledger_for(args) -> Ledger:
+    if args.ledger:
+        return Ledger(args.ledger)
+    configured = None
+    if args.inventory:
+        configured = load_inventory(args.inventory).quarantine.ledger
+    return Ledger(ledger_path(configured, Path("reports")))
+
+
+def _quarantine(args) -> int:
+    try:
+        ledger = _ledger_for(args)
+    except InventoryError as e:
+        print(f"invalid inventory:\n{e}", file=sys.stderr)
+        return 2
+    except (OSError, sqlite3.Error) as e:
+        print(f"cannot open the quarantine ledger: {e}", file=sys.stderr)
+        return 2
+    if args.action == "list":
+        entries = ledger.entries()
+        for e in entries:
+            print(f"{e.node}  since {_when(e.since)}  checks {','.join(e.checks)}  "
+                  f"clean runs {e.clean_runs}  run {e.run_id}"
+                  + ("  (drained in Slurm by burnin)" if e.drained_by_burnin else ""))
+        print(f"{len(entries)} node(s) in quarantine ({ledger.path})")
+        return 0
+    entry = ledger.get(args.node)
+    if args.action == "show":
+        if entry:
+            print(f"{entry.node}: in quarantine since {_when(entry.since)} (run {entry.run_id},"
+                  f" set by {entry.set_by}), clean re-validation runs {entry.clean_runs}")
+            for reason in entry.reasons:
+                print(f"  {reason}")
+        else:
+            print(f"{args.node}: not in quarantine")
+        for h in ledger.history(args.node):
+            print(f"  {_when(h['time'])}  {h['event']:<14} by {h['who']}: {h['why']}")
+        return 0 if entry or ledger.history(args.node) else 1
+    if entry is None:
+        print(f"{args.node} is not in quarantine", file=sys.stderr)
+        return 1
+    ledger.release(args.node, args.reason, args.who or getpass.getuser())
+    print(f"{args.node} released from quarantine: {args.reason}")
+    if entry.drained_by_burnin:
+        result = actions.slurm_resume(args.node)
+        ledger.note(args.node, "action", f"{result.action}: {result.message}",
+                    who=args.who or getpass.getuser())
+        print(f"slurm: {result.message}")
+    return 0
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="burnin", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -36,6 +136,30 @@ def build_parser() -> argparse.ArgumentParser:
     check = inv_sub.add_parser("check", help="validate FILE and print its expanded nodes")
     check.add_argument("file")
     check.set_defaults(func=_inventory_check)
+
+    admit = sub.add_parser("admit", help="which nodes a junit.xml lets into production")
+    admit.add_argument("junit")
+    admit.add_argument("--inventory", help="also reject inventory nodes the report lacks")
+    admit.add_argument("--require", metavar="CHECK,...",
+                       help="checks every node must pass (default: every check reported)")
+    admit.add_argument("--json", action="store_true", help="machine-readable output")
+    admit.add_argument("--admitted-file", metavar="PATH",
+                       help="where to write the admitted nodes (default: beside the report)")
+    admit.set_defaults(func=_admit)
+
+    q = sub.add_parser("quarantine", help="the quarantine ledger")
+    q.add_argument("--ledger", help="ledger file (default: the inventory's, or "
+                                    "reports/quarantine.db)")
+    q.add_argument("--inventory", help="take the ledger path from this inventory")
+    q_sub = q.add_subparsers(dest="action", required=True)
+    q_sub.add_parser("list", help="nodes in quarantine")
+    show = q_sub.add_parser("show", help="one node's entry and history")
+    show.add_argument("node")
+    release = q_sub.add_parser("release", help="take a node out of quarantine by hand")
+    release.add_argument("node")
+    release.add_argument("--reason", required=True)
+    release.add_argument("--who", help="who releases it (default: the current user)")
+    q.set_defaults(func=_quarantine)
     return p
 
 

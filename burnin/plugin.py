@@ -7,12 +7,15 @@ the `node` fixture), so it never gets in the way of other test suites.
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from burnin.checks import CHECK_ORDER, DEFAULT_PROFILE, PROFILES
-from burnin.inventory import InventoryError, load_inventory, select_nodes
+from burnin.gate import GateReport, settle, split_by_quarantine
+from burnin.inventory import InventoryError, Node, load_inventory, select_nodes
+from burnin.ledger import Ledger, ledger_path
 from burnin.progress import Progress
 from burnin.reports import CaseResult, point_latest, write_junit
 from burnin.run import DEFAULT_FANOUT, Run, new_run_id
@@ -33,6 +36,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="where reports/<run-id>/ is written (default: reports/ in the rootdir)")
     g.addoption("--fanout", type=int, default=DEFAULT_FANOUT, metavar="N",
                 help=f"probes running at once across nodes (default: {DEFAULT_FANOUT})")
+    g.addoption("--revalidate", action="store_true",
+                help="test only the quarantined nodes; release those clean often enough")
+    g.addoption("--no-quarantine", action="store_true",
+                help="dry run: judge and report, but neither write the ledger nor act")
 
 
 class BurninState:
@@ -46,6 +53,9 @@ class BurninState:
         self._run: Run | None = None
         self.error: str | None = None
         self.cases: dict[tuple[str, str], CaseResult] = {}
+        self.ledger: Ledger | None = None
+        self.held: list[Node] = []  # left out of this run: in quarantine
+        self.gate: GateReport | None = None
 
     @property
     def reports_dir(self) -> Path:
@@ -60,16 +70,29 @@ class BurninState:
             try:
                 inventory = load_inventory(path)
                 nodes = select_nodes(inventory, self.config.getoption("nodes"))
+                self.ledger = Ledger(ledger_path(inventory.quarantine.ledger,
+                                                 self.reports_dir))
+                nodes, self.held = self._split(nodes)
             except InventoryError as e:
                 self.error = f"invalid inventory:\n{e}"
             except ValueError as e:
                 self.error = str(e)
+            except (OSError, sqlite3.Error) as e:
+                self.error = f"cannot open the quarantine ledger: {e}"
             else:
                 self._run = Run(inventory, nodes, self.config.getoption("profile"),
                                 self.reports_dir, self.run_id,
                                 fanout=self.config.getoption("fanout"))
                 self._attach_progress()
         return self._run
+
+    def _split(self, nodes: list[Node]) -> tuple[list[Node], list[Node]]:
+        revalidate = self.config.getoption("revalidate")
+        if self.worker:  # the controller decided; the ledger may have moved since
+            held = set(self.config.workerinput["burnin_held"])
+            return ([n for n in nodes if (n.name in held) == revalidate],
+                    [] if revalidate else [n for n in nodes if n.name in held])
+        return split_by_quarantine(nodes, self.ledger, revalidate)
 
     def _attach_progress(self) -> None:
         # The terminal reporter registers in its own pytest_configure, maybe after ours.
@@ -93,8 +116,12 @@ class BurninState:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
-        # xdist: every worker joins the controller's run, one run id, one reports dir.
+        # xdist: every worker joins the controller's run, one run id, one reports dir,
+        # and the controller's view of the quarantine, so that all collect the same.
         node.workerinput["burnin_run_id"] = self.run_id
+        run = self.run()
+        held = self.ledger.quarantined() if run is not None and self.ledger else set()
+        node.workerinput["burnin_held"] = sorted(held)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
@@ -105,17 +132,33 @@ class BurninState:
         case.add_phase(report.when, report.outcome, report.longreprtext, report.capstdout,
                        report.duration)
 
-    def pytest_sessionfinish(self) -> None:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self._run is not None:
             self._run.close()
-        if self.worker or not self.cases:
+        if self.worker:
+            return
+        revalidate = self.config.getoption("revalidate")
+        if revalidate and self._run is not None and not self._run.nodes:
+            session.exitstatus = pytest.ExitCode.OK  # nothing in quarantine: nothing to do
+            return
+        if not self.cases:
             return
         run = self.run()  # under xdist the controller collects nothing: load it now
         if run is None:
             return
+        self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases, revalidate,
+                           act=not self.config.getoption("no_quarantine"))
+        checks = sorted({c for _, c in self.cases})
+        for node in self.held:
+            entry = self.ledger.get(node.name)
+            why = (f"in quarantine since run {entry.run_id}: {'; '.join(entry.reasons)}; "
+                   "--revalidate re-tests it") if entry else "in quarantine"
+            for check in checks:
+                self.cases[(node.name, check)] = CaseResult(node.name, check, "skipped",
+                                                            why[:4000], why)
         run.run_dir.mkdir(parents=True, exist_ok=True)
         write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
-                    [(n.name, n.address) for n in run.nodes], self.cases)
+                    [(n.name, n.address) for n in run.nodes + self.held], self.cases)
         point_latest(run.reports_dir, run.run_id)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -126,12 +169,31 @@ class BurninState:
         for (name, check), case in sorted(self.cases.items()):
             if case.outcome != "passed":
                 bad.setdefault(name, []).append(check)
-        tested = {name for name, _ in self.cases}
+        held = {n.name for n in self.held}
+        bad = {n: c for n, c in bad.items() if n not in held}
+        tested = {name for name, _ in self.cases} - held
         tr.section("burnin")
         tr.write_line(f"run {run.run_id}: {len(tested)} node{'s' * (len(tested) != 1)} tested, "
                       f"{len(tested) - len(bad)} passed every check, {len(bad)} did not")
         for name, checks in bad.items():
             tr.write_line(f"  {name}: {', '.join(checks)}", red=True)
+        if self.held:
+            tr.write_line(f"skipped for quarantine: {', '.join(n.name for n in self.held)}")
+        g = self.gate
+        if g:
+            for label, names in (("quarantined", g.quarantined),
+                                 ("still failing, kept in quarantine", g.still_failing),
+                                 ("released from quarantine", g.released),
+                                 ("would be quarantined (--no-quarantine)",
+                                  g.would_quarantine)):
+                if names:
+                    tr.write_line(f"{label}: {', '.join(names)}")
+            for node, clean in sorted(g.clean.items()):
+                if node not in g.released:
+                    tr.write_line(f"{node}: clean re-validation run {clean} of "
+                                  f"{run.inventory.quarantine.release_after}")
+            for a in g.actions:
+                tr.write_line(f"{a.action} on {a.node}: {a.message}", red=not a.ok)
         tr.write_line(f"report: {run.run_dir / 'junit.xml'}")
 
 

@@ -1,0 +1,73 @@
+"""What quarantine does besides the ledger: drain the node in Slurm, run a command hook.
+Every action is an argv list with a timeout; none goes through a shell. An action that
+fails is reported and never loses the ledger entry."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+REASON_PREFIX = "burnin:"
+TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    action: str
+    node: str
+    ok: bool
+    message: str
+
+
+def _run(argv: list[str]) -> tuple[bool, str]:
+    try:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except FileNotFoundError:
+        return False, f"{argv[0]} not found"
+    except subprocess.TimeoutExpired:
+        return False, f"{argv[0]} did not finish within {TIMEOUT_S} s"
+    text = (res.stderr or res.stdout).strip().splitlines()
+    return res.returncode == 0, (text[-1] if text else f"exit status {res.returncode}")
+
+
+def slurm_drain(node: str, checks: list[str]) -> ActionResult:
+    reason = f"{REASON_PREFIX} failed {','.join(checks)}"
+    ok, msg = _run(["scontrol", "update", f"nodename={node}", "state=drain",
+                    f"reason={reason}"])
+    return ActionResult("slurm", node, ok, f"drained: {reason}" if ok else msg)
+
+
+def slurm_reason(node: str) -> str | None:
+    """The node's drain reason as Slurm has it, or None when it has none / on error."""
+    try:
+        res = subprocess.run(["scontrol", "show", "node", node, "--oneliner"],
+                             capture_output=True, text=True, timeout=TIMEOUT_S)
+    except (FileNotFoundError, subprocess.TimeoutExpired):
+        return None
+    for field in res.stdout.split(" Reason=")[1:2]:
+        return field.split(" [")[0].strip()
+    return None
+
+
+def slurm_resume(node: str) -> ActionResult:
+    """Resume a node only if burnin drained it: an administrator's drain stays."""
+    reason = slurm_reason(node)
+    if not reason or not reason.startswith(REASON_PREFIX):
+        return ActionResult("slurm", node, True,
+                            f"left drained: Slurm reason {reason!r} was not set by burnin")
+    ok, msg = _run(["scontrol", "update", f"nodename={node}", "state=resume"])
+    return ActionResult("slurm", node, ok, "resumed" if ok else msg)
+
+
+def command_hook(template: tuple[str, ...], node: str, checks: list[str],
+                 reason: str) -> ActionResult:
+    """Run the configured argv, placeholders replaced inside each argument: {node},
+    {checks} (comma-separated), {reason}. Never a shell."""
+    values = {"{node}": node, "{checks}": ",".join(checks), "{reason}": reason}
+    argv = []
+    for arg in template:
+        for key, value in values.items():
+            arg = arg.replace(key, value)
+        argv.append(arg)
+    ok, msg = _run(argv)
+    return ActionResult("command", node, ok, "hook ran" if ok else f"hook failed: {msg}")

@@ -1,0 +1,84 @@
+"""Where verdicts become decisions: who is quarantined, who is released, what is done.
+
+Used by the plugin at the end of a run, on the controller only. Plain code over the
+ledger and the actions, testable without pytest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from burnin import actions
+from burnin.inventory import Inventory, Node
+from burnin.ledger import Ledger
+from burnin.reports import CaseResult
+
+
+@dataclass
+class GateReport:
+    quarantined: list[str] = field(default_factory=list)   # new entries
+    still_failing: list[str] = field(default_factory=list)
+    clean: dict[str, int] = field(default_factory=dict)      # node: clean runs so far
+    released: list[str] = field(default_factory=list)
+    actions: list[actions.ActionResult] = field(default_factory=list)
+    would_quarantine: list[str] = field(default_factory=list)  # --no-quarantine
+
+
+def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
+    """(nodes to test, nodes left out because of quarantine)."""
+    held = ledger.quarantined()
+    if revalidate:
+        return [n for n in nodes if n.name in held], []
+    return [n for n in nodes if n.name not in held], [n for n in nodes if n.name in held]
+
+
+def settle(inventory: Inventory, ledger: Ledger, run_id: str,
+           cases: dict[tuple[str, str], CaseResult], revalidate: bool,
+           act: bool) -> GateReport:
+    """Apply a finished run's verdicts: quarantine failures (ledger, then actions), and
+    in a re-validation run count clean runs and release."""
+    report = GateReport()
+    by_node: dict[str, list[CaseResult]] = {}
+    for (node, _), case in sorted(cases.items()):
+        by_node.setdefault(node, []).append(case)
+    q = inventory.quarantine
+    for name, node_cases in by_node.items():
+        failed = [c for c in node_cases if c.outcome in ("failed", "error")]
+        if failed:
+            checks = [c.check for c in failed]
+            reasons = [f"{c.check}: {c.message}" for c in failed]
+            if not act:
+                report.would_quarantine.append(name)
+                continue
+            new = ledger.record_failure(name, inventory.cluster, checks, reasons,
+                                        {c.check: c.message for c in failed}, run_id)
+            (report.quarantined if new else report.still_failing).append(name)
+            if new:
+                report.actions += _quarantine_actions(ledger, q, name, checks, reasons,
+                                                      run_id)
+        elif revalidate and act and all(c.outcome == "passed" for c in node_cases):
+            entry = ledger.get(name)
+            clean, released = ledger.record_clean(name, run_id, q.release_after)
+            report.clean[name] = clean
+            if released:
+                report.released.append(name)
+                if "slurm" in q.actions and entry and entry.drained_by_burnin:
+                    result = actions.slurm_resume(name)
+                    ledger.note(name, "action", f"{result.action}: {result.message}", run_id)
+                    report.actions.append(result)
+    return report
+
+
+def _quarantine_actions(ledger, q, name, checks, reasons, run_id):
+    results = []
+    if "slurm" in q.actions:
+        r = actions.slurm_drain(name, checks)
+        if r.ok:
+            ledger.set_drained(name, True)
+        results.append(r)
+    if "command" in q.actions:
+        results.append(actions.command_hook(q.command, name, checks, "; ".join(reasons)))
+    for r in results:
+        ledger.note(name, "action" if r.ok else "action-failed",
+                    f"{r.action}: {r.message}", run_id)
+    return results

@@ -1,0 +1,202 @@
+"""The quarantine ledger: which nodes are out of production, why, and their history.
+
+SQLite, every change one IMMEDIATE transaction, so several pytest-xdist workers and
+several concurrent runs lose nothing, and a process killed mid-write leaves the file as
+it was before that transaction (SQLite's journal). History is append-only.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+BUSY_TIMEOUT_S = 60
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS quarantine (
+    node TEXT PRIMARY KEY,
+    cluster TEXT NOT NULL,
+    checks TEXT NOT NULL,         -- JSON list of failed checks
+    reasons TEXT NOT NULL,        -- JSON list of failure messages
+    figures TEXT NOT NULL,        -- JSON: key figures, per check
+    run_id TEXT NOT NULL,
+    since REAL NOT NULL,
+    updated REAL NOT NULL,
+    set_by TEXT NOT NULL,
+    clean_runs INTEGER NOT NULL DEFAULT 0,
+    drained_by_burnin INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    node TEXT NOT NULL,
+    time REAL NOT NULL,
+    event TEXT NOT NULL,          -- quarantined, failed-again, clean, released, action, ...
+    who TEXT NOT NULL,
+    why TEXT NOT NULL,
+    run_id TEXT
+);
+CREATE INDEX IF NOT EXISTS history_node ON history (node, id);
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    node: str
+    cluster: str
+    checks: tuple[str, ...]
+    reasons: tuple[str, ...]
+    figures: dict
+    run_id: str
+    since: float
+    updated: float
+    set_by: str
+    clean_runs: int
+    drained_by_burnin: bool
+
+
+class Ledger:
+    def __init__(self, path: str | Path):
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._init()
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+        return db
+
+    def _init(self) -> None:
+        db = self._connect()
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("BEGIN IMMEDIATE")
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    @contextmanager
+    def _tx(self):
+        """One write transaction, taken at its start so concurrent writers queue."""
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+        finally:
+            db.close()
+
+    # --- writes ----------------------------------------------------------------------
+
+    def record_failure(self, node: str, cluster: str, checks: list[str], reasons: list[str],
+                       figures: dict, run_id: str, who: str = "burnin") -> bool:
+        """Quarantine `node` (or keep it there, resetting its clean runs). True if new."""
+        now = time.time()
+        with self._tx() as db:
+            known = db.execute("SELECT 1 FROM quarantine WHERE node = ?", (node,)).fetchone()
+            if known:
+                db.execute("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
+                           "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?",
+                           (json.dumps(checks), json.dumps(reasons), json.dumps(figures),
+                            run_id, now, node))
+            else:
+                db.execute("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
+                           "run_id, since, updated, set_by) VALUES (?,?,?,?,?,?,?,?,?)",
+                           (node, cluster, json.dumps(checks), json.dumps(reasons),
+                            json.dumps(figures), run_id, now, now, who))
+            self._log(db, node, "failed-again" if known else "quarantined", who,
+                      "; ".join(reasons)[:4000], run_id, now)
+            return not known
+
+    def record_clean(self, node: str, run_id: str, release_after: int) -> tuple[int, bool]:
+        """A clean re-validation run: (clean runs so far, released now?)."""
+        now = time.time()
+        with self._tx() as db:
+            row = db.execute("SELECT clean_runs FROM quarantine WHERE node = ?",
+                             (node,)).fetchone()
+            if row is None:
+                return 0, False
+            clean = row[0] + 1
+            if clean >= release_after:
+                db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
+                self._log(db, node, "released", "burnin",
+                          f"{clean} consecutive clean re-validation runs", run_id, now)
+                return clean, True
+            db.execute("UPDATE quarantine SET clean_runs = ?, updated = ? WHERE node = ?",
+                       (clean, now, node))
+            self._log(db, node, "clean", "burnin",
+                      f"clean re-validation run {clean} of {release_after}", run_id, now)
+            return clean, False
+
+    def set_drained(self, node: str, drained: bool) -> None:
+        with self._tx() as db:
+            db.execute("UPDATE quarantine SET drained_by_burnin = ? WHERE node = ?",
+                       (int(drained), node))
+
+    def release(self, node: str, reason: str, who: str) -> Entry | None:
+        """Take `node` out of quarantine by hand; returns the entry it had, or None."""
+        entry = self.get(node)
+        if entry is None:
+            return None
+        with self._tx() as db:
+            db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
+            self._log(db, node, "released", who, reason, None, time.time())
+        return entry
+
+    def note(self, node: str, event: str, why: str, run_id: str | None = None,
+             who: str = "burnin") -> None:
+        with self._tx() as db:
+            self._log(db, node, event, who, why, run_id, time.time())
+
+    @staticmethod
+    def _log(db, node, event, who, why, run_id, now) -> None:
+        db.execute("INSERT INTO history (node, time, event, who, why, run_id) "
+                   "VALUES (?,?,?,?,?,?)", (node, now, event, who, why, run_id))
+
+    # --- reads -----------------------------------------------------------------------
+
+    def get(self, node: str) -> Entry | None:
+        entries = self._entries("WHERE node = ?", (node,))
+        return entries[0] if entries else None
+
+    def entries(self) -> list[Entry]:
+        return self._entries("ORDER BY node", ())
+
+    def quarantined(self) -> set[str]:
+        return {e.node for e in self.entries()}
+
+    def history(self, node: str) -> list[dict]:
+        db = self._connect()
+        try:
+            rows = db.execute("SELECT time, event, who, why, run_id FROM history "
+                              "WHERE node = ? ORDER BY id", (node,)).fetchall()
+        finally:
+            db.close()
+        return [dict(zip(("time", "event", "who", "why", "run_id"), r, strict=True))
+                for r in rows]
+
+    def _entries(self, where: str, args: tuple) -> list[Entry]:
+        db = self._connect()
+        try:
+            rows = db.execute(f"SELECT node, cluster, checks, reasons, figures, run_id, since, "
+                              f"updated, set_by, clean_runs, drained_by_burnin FROM quarantine "
+                              f"{where}", args).fetchall()
+        finally:
+            db.close()
+        return [Entry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])),
+                      json.loads(r[4]), r[5], r[6], r[7], r[8], r[9], bool(r[10]))
+                for r in rows]
+
+
+def ledger_path(configured: str | None, reports_dir: Path) -> Path:
+    """quarantine.ledger from the inventory, or reports/quarantine.db."""
+    return Path(configured).expanduser() if configured else reports_dir / "quarantine.db"

@@ -1,0 +1,202 @@
+"""`burnin admit` against doctored reports, and the quarantine gate end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from suiterun import junit_cases, run_suite
+
+from burnin.ledger import Ledger
+
+
+def junit(*suites: str) -> str:
+    return "<?xml version='1.0'?>\n<testsuites>" + "".join(suites) + "</testsuites>"
+
+
+def suite(node: str, *cases: str) -> str:
+    return f'<testsuite name="{node}">' + "".join(cases) + "</testsuite>"
+
+
+def ok(check: str) -> str:
+    return f'<testcase name="{check}"/>'
+
+
+def bad(check: str, tag: str, message: str = "why") -> str:
+    return f'<testcase name="{check}"><{tag} message="{message}"/></testcase>'
+
+
+GOOD = junit(suite("n1", ok("health"), ok("sdc")), suite("n2", ok("health"), ok("sdc")))
+
+# (id, report text, extra args, exit code, {rejected node: reason fragment})
+DOCTORED = [
+    ("all-passed", GOOD, [], 0, {}),
+    ("failure", junit(suite("n1", ok("health"), bad("sdc", "failure", "GPU 3 wrong")),
+                      suite("n2", ok("health"), ok("sdc"))), [], 1,
+     {"n1": "sdc: failure: GPU 3 wrong"}),
+    ("error", junit(suite("n1", bad("health", "error"), ok("sdc")),
+                    suite("n2", ok("health"), ok("sdc"))), [], 1, {"n1": "health: error"}),
+    ("skipped", junit(suite("n1", ok("health"), bad("sdc", "skipped", "in quarantine")),
+                      suite("n2", ok("health"), ok("sdc"))), [], 1,
+     {"n1": "sdc: skipped: in quarantine"}),
+    ("missing-testcase", junit(suite("n1", ok("health")), suite("n2", ok("health"), ok("sdc"))),
+     [], 1, {"n1": "sdc: no testcase"}),
+    ("duplicate-testcase", junit(suite("n1", ok("health"), ok("sdc"), ok("sdc")),
+                                 suite("n2", ok("health"), ok("sdc"))), [], 1,
+     {"n1": "sdc: 2 testcases, expected one"}),
+    ("duplicate-testsuite", junit(suite("n1", ok("health"), ok("sdc")),
+                                  suite("n1", bad("sdc", "failure")),
+                                  suite("n2", ok("health"), ok("sdc"))), [], 1,
+     {"n1": "sdc: 2 testcases"}),
+    ("missing-node", GOOD, ["--inventory", "{inv}"], 1, {"n3": "no testsuite in the report"}),
+    ("require-absent-check", GOOD, ["--require", "health,burn"], 1,
+     {"n1": "burn: no testcase", "n2": "burn: no testcase"}),
+    ("require-subset", junit(suite("n1", ok("health"), bad("sdc", "failure")),
+                             suite("n2", ok("health"))), ["--require", "health"], 0, {}),
+    ("truncated-xml", GOOD[:-40], [], 2, {}),
+    ("empty-file", "", [], 2, {}),
+    ("not-junit", "<html><body/></html>", [], 2, {}),
+    ("no-testsuite", "<testsuites/>", [], 2, {}),
+    ("no-testcase", junit(suite("n1"), suite("n2")), [], 2, {}),
+    ("nameless-suite", junit('<testsuite><testcase name="health"/></testsuite>'), [], 2, {}),
+]
+
+
+def admit(report: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "burnin.cli", "admit", str(report), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("text,args,code,rejected", [d[1:] for d in DOCTORED],
+                         ids=[d[0] for d in DOCTORED])
+def test_doctored_reports(tmp_path, text, args, code, rejected):
+    report = tmp_path / "junit.xml"
+    report.write_text(text)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nnodes:\n  - name: n[1-3]\n")
+    res = admit(report, *[a.replace("{inv}", str(inv)) for a in args], "--json")
+    assert res.returncode == code, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    if code == 2:
+        assert "no node is admitted" in res.stderr
+        assert not (tmp_path / "admitted.txt").exists()
+        return
+    out = json.loads(res.stdout)
+    assert set(out["rejected"]) == set(rejected)
+    for node, fragment in rejected.items():
+        assert any(fragment in r for r in out["rejected"][node]), out["rejected"][node]
+    admitted = (tmp_path / "admitted.txt").read_text().split()
+    assert admitted == out["admitted"]
+    assert not set(admitted) & set(rejected)
+
+
+def test_plain_output_names_the_rejected_and_their_reasons(tmp_path):
+    report = tmp_path / "junit.xml"
+    report.write_text(DOCTORED[1][1])
+    res = admit(report, "--admitted-file", str(tmp_path / "out.txt"))
+    assert res.returncode == 1
+    assert "admitted (1): n2" in res.stdout
+    assert "  n1: sdc: failure: GPU 3 wrong" in res.stdout
+    assert (tmp_path / "out.txt").read_text() == "n2\n"
+
+
+def gate_inventory(pytester, body: str = "") -> Path:
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(textwrap.dedent(f"""\
+        version: 1
+        defaults: {{transport: local, gpus: 0}}
+        nodes:
+          - name: n[1-2]
+          - name: n3
+            python: {pytester.path / 'py3'}
+        quarantine:
+          ledger: {pytester.path / 'ledger.db'}
+        """) + textwrap.indent(textwrap.dedent(body), "  "))  # under quarantine:
+    return inv
+
+
+def python3(pytester, healthy: bool) -> None:
+    script = pytester.path / "py3"
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n" if healthy
+                      else "#!/bin/sh\necho 'GPU fell off the bus' >&2\nexit 3\n")
+    script.chmod(0o755)
+
+
+def test_fail_quarantine_skip_revalidate_release(pytester):
+    hook_log = pytester.path / "hook.log"
+    hook = pytester.path / "hook.sh"
+    hook.write_text(f"#!/bin/sh\nprintf '%s|' \"$@\" >> {hook_log}\necho >> {hook_log}\n")
+    hook.chmod(0o755)
+    inv = gate_inventory(pytester, f"""\
+          actions: [command]
+          command: [{hook}, "node={{node}}", "{{checks}}", "{{reason}}"]
+        """)
+    ledger = Ledger(pytester.path / "ledger.db")
+    python3(pytester, healthy=False)
+    result, reports = run_suite(pytester, inv, "-k", "health")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["quarantined: n3", "command on n3: hook ran"])
+    assert ledger.quarantined() == {"n3"}
+    args = hook_log.read_text().strip().split("|")
+    assert args[:2] == ["node=n3", "health"] and "GPU fell off the bus" in args[2]
+
+    result, reports = run_suite(pytester, inv, "-k", "health")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["skipped for quarantine: n3"])
+    outcome, message = junit_cases(reports)["n3"]["health"]
+    assert outcome == "skipped" and "in quarantine since run" in message
+
+    python3(pytester, healthy=True)  # repaired
+    for expected in ("n3: clean re-validation run 1 of 2", "released from quarantine: n3"):
+        result, reports = run_suite(pytester, inv, "-k", "health", "--revalidate")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines([expected])
+        assert list(junit_cases(reports)) == ["n3"]
+    assert ledger.quarantined() == set()
+    result, _ = run_suite(pytester, inv, "-k", "health", "--revalidate")
+    assert result.ret == 0, "nothing to re-validate is not an error"
+
+
+def test_a_failing_action_is_reported_and_the_entry_kept(pytester):
+    inv = gate_inventory(pytester, """\
+          actions: [command]
+          command: [/bin/false]
+        """)
+    python3(pytester, healthy=False)
+    result, _ = run_suite(pytester, inv, "-k", "health")
+    result.stdout.fnmatch_lines(["quarantined: n3", "command on n3: hook failed: *"])
+    ledger = Ledger(pytester.path / "ledger.db")
+    assert ledger.quarantined() == {"n3"}
+    assert ledger.history("n3")[-1]["event"] == "action-failed"
+
+
+def test_no_quarantine_is_a_dry_run(pytester):
+    inv = gate_inventory(pytester)
+    python3(pytester, healthy=False)
+    result, _ = run_suite(pytester, inv, "-k", "health", "--no-quarantine")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["would be quarantined (--no-quarantine): n3"])
+    assert Ledger(pytester.path / "ledger.db").quarantined() == set()
+
+
+def test_quarantine_cli_list_show_release(pytester):
+    inv = gate_inventory(pytester)
+    python3(pytester, healthy=False)
+    run_suite(pytester, inv, "-k", "health")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "burnin.cli", "quarantine", "--inventory",
+                               str(inv), *args], capture_output=True, text=True, timeout=60)
+    listed = cli("list")
+    assert listed.returncode == 0 and listed.stdout.startswith("n3  since ")
+    assert "1 node(s) in quarantine" in listed.stdout
+    shown = cli("show", "n3")
+    assert "health: probe health exited with status 3" in shown.stdout
+    released = cli("release", "n3", "--reason", "PSU replaced", "--who", "bob")
+    assert released.returncode == 0, released.stderr
+    assert "released       by bob: PSU replaced" in cli("show", "n3").stdout
+    assert cli("release", "n3", "--reason", "x").returncode == 1
