@@ -17,6 +17,7 @@ class ActionResult:
     node: str
     ok: bool
     message: str
+    drained: bool = False  # burnin drained the node (and so may resume it later)
 
 
 def _run(argv: list[str]) -> tuple[bool, str]:
@@ -31,10 +32,16 @@ def _run(argv: list[str]) -> tuple[bool, str]:
 
 
 def slurm_drain(node: str, checks: list[str]) -> ActionResult:
+    """Drain the node with burnin's reason, unless someone else already drained it: their
+    drain and reason stay, and burnin will never resume it."""
+    current = slurm_reason(node)
+    if current and not current.startswith(REASON_PREFIX):
+        return ActionResult("slurm", node, True,
+                            f"already drained by someone else ({current!r}); left as it is")
     reason = f"{REASON_PREFIX} failed {','.join(checks)}"
     ok, msg = _run(["scontrol", "update", f"nodename={node}", "state=drain",
                     f"reason={reason}"])
-    return ActionResult("slurm", node, ok, f"drained: {reason}" if ok else msg)
+    return ActionResult("slurm", node, ok, f"drained: {reason}" if ok else msg, drained=ok)
 
 
 def slurm_reason(node: str) -> str | None:

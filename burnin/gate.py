@@ -73,7 +73,7 @@ def _quarantine_actions(ledger, q, name, checks, reasons, run_id):
     results = []
     if "slurm" in q.actions:
         r = actions.slurm_drain(name, checks)
-        if r.ok:
+        if r.drained:
             ledger.set_drained(name, True)
         results.append(r)
     if "command" in q.actions:

@@ -6,6 +6,7 @@ import os
 from contextlib import ExitStack
 
 import pytest
+import slurmcluster
 from testhosts import TestHosts, missing_requirements
 
 
@@ -27,6 +28,23 @@ def make_hosts(tmp_path):
                 pytest.skip(problem)
             made.append(stack.enter_context(TestHosts(count, tmp_path / f"hosts{len(made)}")))
             return made[-1]
+        yield make
+
+
+@pytest.fixture
+def make_slurm(make_hosts, monkeypatch):
+    """make_slurm(n) -> SlurmCluster on n new test hosts; SLURM_CONF points at it for the
+    test (and so for burnin's srun and scontrol). Fails in CI when it cannot be built."""
+    with ExitStack() as stack:
+        def make(count: int) -> slurmcluster.SlurmCluster:
+            problem = slurmcluster.missing_requirements()
+            if problem:
+                if os.environ.get("CI"):
+                    pytest.fail(f"the Slurm test cluster cannot be built in CI: {problem}")
+                pytest.skip(problem)
+            cluster = stack.enter_context(slurmcluster.SlurmCluster(make_hosts(count)))
+            monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+            return cluster
         yield make
 
 

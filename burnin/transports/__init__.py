@@ -16,6 +16,7 @@ from burnin.inventory import Node
 TRANSPORTS = {
     "local": "burnin.transports.local:LocalTransport",
     "ssh": "burnin.transports.ssh:SshTransport",
+    "srun": "burnin.transports.srun:SrunTransport",
 }
 
 STDERR_TAIL_BYTES = 64 * 1024

@@ -1,0 +1,145 @@
+"""A real Slurm cluster on the test hosts: munged, slurmctld and one slurmd per host.
+
+Builds on TestHosts (tests/testhosts.py): each host's slurmd runs in that host's network
+namespace with its own hostname; slurmctld runs in the root namespace on the bridge's
+address under its own hostname; one munged serves all through its socket file. Commands
+(srun, scontrol, sinfo) find the cluster through SLURM_CONF, which env() returns.
+Needs root and Debian's slurmctld, slurmd, slurm-client and munge.
+
+    with TestHosts(4, d) as hosts, SlurmCluster(hosts) as slurm:
+        subprocess.run(["srun", "-N4", "hostname"], env=slurm.env())
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from testhosts import TestHosts
+
+REQUIRED = ("munged", "slurmctld", "slurmd", "srun", "scontrol", "sinfo")
+
+
+def missing_requirements() -> str:
+    missing = [t for t in REQUIRED if not shutil.which(t)]
+    return (f"missing Slurm tools: {', '.join(missing)} (apt-get install slurmctld slurmd "
+            "slurm-client munge)") if missing else ""
+
+
+class SlurmCluster:
+    def __init__(self, hosts: TestHosts):
+        self.hosts = hosts
+        self.dir = hosts.workdir / "slurm"
+        self.conf = self.dir / "slurm.conf"
+        self.port = random.randrange(20000, 30000)
+        self.procs: list[subprocess.Popen] = []
+
+    def env(self) -> dict:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def __enter__(self) -> SlurmCluster:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        problem = missing_requirements()
+        if problem:
+            raise RuntimeError(problem)
+        d = self.dir
+        for sub in ("munge", "state", "spool", "log"):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        (d / "munge").chmod(0o755)  # the socket's directory must be world-executable
+        key = d / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        self.socket = d / "munge" / "munge.socket"
+        self._spawn(["munged", "--foreground", "--force", f"--socket={self.socket}",
+                     f"--key-file={key}", f"--pid-file={d}/munge/munged.pid",
+                     f"--log-file={d}/log/munged.log", f"--seed-file={d}/munge/seed"])
+        self._wait(lambda: self.socket.exists(), "munged")
+        ctl = f"{self.hosts.subnet}.1"
+        nodes = "".join(f"NodeName={h.name} NodeAddr={h.address} CPUs=1 State=UNKNOWN\n"
+                        for h in self.hosts.hosts)
+        self.conf.write_text(
+            f"ClusterName=burnintest\nSlurmctldHost=ctl({ctl})\nSlurmctldPort={self.port}\n"
+            "SlurmdPort=6818\nSlurmUser=root\nSlurmdUser=root\n"
+            f"AuthType=auth/munge\nAuthInfo=socket={self.socket}\nCredType=cred/munge\n"
+            f"StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool/%n\n"
+            f"SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.%n.pid\n"
+            f"SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd.%n.log\n"
+            "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nReturnToService=2\n"
+            "SlurmdTimeout=10\nMessageTimeout=5\nSchedulerType=sched/builtin\n"
+            "SelectType=select/linear\nMpiDefault=none\nJobAcctGatherType=jobacct_gather/none\n"
+            "AccountingStorageType=accounting_storage/none\nInactiveLimit=0\nKillWait=2\n"
+            f"{nodes}PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
+        hosts_file = d / "hosts"
+        hosts_file.write_text(self.hosts.hosts_file.read_text() + f"{ctl} ctl\n")
+        init = 'hostname "$1" && mount --bind "$2" /etc/hosts && shift 2 && exec "$@"'
+        self._spawn(["unshare", "--uts", "--mount", "--propagation", "private", "--", "sh",
+                     "-c", init, "sh", "ctl", str(hosts_file), "slurmctld", "-D", "-c",
+                     "-f", str(self.conf)])
+        for h in self.hosts.hosts:
+            self._spawn(["nsenter", f"--net=/run/netns/{h.netns}", "--", "unshare", "--uts",
+                         "--mount", "--propagation", "private", "--", "sh", "-c", init, "sh",
+                         h.name, str(hosts_file), "slurmd", "-D", "-N", h.name,
+                         "-f", str(self.conf)])
+        self._wait(self._all_idle, "every slurmd to register idle", timeout_s=60)
+
+    def _spawn(self, argv: list[str]) -> None:
+        log = open(self.dir / "log" / f"{Path(argv[0]).name}-{len(self.procs)}.out", "ab")
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                           env=self.env()))
+
+    def _wait(self, ready, what: str, timeout_s: float = 30) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            dead = [p.args[0] for p in self.procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                logs = "".join(f"\n--- {f.name}\n{f.read_text(errors='replace')[-1500:]}"
+                               for f in sorted((self.dir / "log").iterdir()))
+                why = f"exited: {dead}" if dead else "timed out"
+                raise RuntimeError(f"waiting for {what}: {why}{logs}")
+            time.sleep(0.2)
+
+    def _all_idle(self) -> bool:
+        res = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True,
+                             text=True, env=self.env(), timeout=30)
+        states = dict(line.split() for line in res.stdout.splitlines() if line.strip())
+        return len(states) == len(self.hosts.hosts) and all(
+            s == "idle" for s in states.values())
+
+    def state(self, node: str) -> tuple[str, str]:
+        """(state, reason) of a node as Slurm reports it, e.g. ('drained', 'burnin: ...')."""
+        res = subprocess.run(["sinfo", "-h", "-n", node, "-N", "-o", "%T|%E"],
+                             capture_output=True, text=True, env=self.env(), timeout=30)
+        state, _, reason = res.stdout.strip().partition("|")
+        # A trailing '*' is Slurm's "not responding" flag, which a just-resumed node
+        # shows here until slurmctld's next ping: the state is what is asserted.
+        return state.rstrip("*"), "" if reason == "none" else reason
+
+    def scontrol(self, *args: str) -> None:
+        subprocess.run(["scontrol", *args], check=True, capture_output=True, env=self.env(),
+                       timeout=30)
+
+    def stop(self) -> None:
+        subprocess.run(["scancel", "--full", "-u", "root"], capture_output=True,
+                       env=self.env(), timeout=30, check=False)
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.kill()  # slurmstepd ignores SIGTERM; processes in the hosts' namespaces
+            try:    # are killed by TestHosts' teardown
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.procs = []
