@@ -121,6 +121,7 @@ KINDS = {
                 "a list of: " + ", ".join(QUARANTINE_ACTIONS)),
     "release_after": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "dtype": (lambda v: v in ("bf16", "fp16", "fp32"), "one of: bf16, fp16, fp32"),
+    "fraction": (lambda v: _is_number(v) and 0 <= v <= 1, "a number from 0 to 1"),
     "verify_every": (lambda v: v == "auto" or (_is_int(v) and v >= 1),
                      "an integer >= 1, or auto"),
     "faults": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),

@@ -178,7 +178,8 @@ class BurninState:
         for name, checks in bad.items():
             tr.write_line(f"  {name}: {', '.join(checks)}", red=True)
         if self.held:
-            tr.write_line(f"skipped for quarantine: {', '.join(n.name for n in self.held)}")
+            tr.write_line(f"skipped for quarantine: {', '.join(n.name for n in self.held)} "
+                          "(re-test with --revalidate; see burnin quarantine list)")
         g = self.gate
         if g:
             for label, names in (("quarantined", g.quarantined),

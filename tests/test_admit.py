@@ -146,7 +146,7 @@ def test_fail_quarantine_skip_revalidate_release(pytester):
 
     result, reports = run_suite(pytester, inv, "-k", "health")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["skipped for quarantine: n3"])
+    result.stdout.fnmatch_lines(["skipped for quarantine: n3 (re-test with --revalidate*"])
     outcome, message = junit_cases(reports)["n3"]["health"]
     assert outcome == "skipped" and "in quarantine since run" in message
 

@@ -14,7 +14,7 @@ from burnin.ledger import Ledger
 
 TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2},
         # The hosts share this machine's cores: peers are not independent here.
-        "burn": {"duration_s": 1, "n": 64, "sample_s": 0.25, "peer_fraction": 0.3}}
+        "burn": {"duration_s": 1, "n": 128, "sample_s": 0.25, "peer_fraction": 0}}
 
 
 def slurm_inventory(cluster, path: Path, nodes: dict | None = None, **extra) -> Path:

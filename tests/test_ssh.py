@@ -31,7 +31,7 @@ def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
     inv = hosts.write_inventory(pytester.path / "inv.yaml", checks={
         "sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2},
         # The hosts share this machine's cores: peers are not independent here.
-        "burn": {"duration_s": 1, "n": 64, "sample_s": 0.25, "peer_fraction": 0.3}})
+        "burn": {"duration_s": 1, "n": 128, "sample_s": 0.25, "peer_fraction": 0}})
     result, reports = run_suite(pytester, inv)
     result.assert_outcomes(passed=12)
     passed = ("passed", "")

@@ -67,9 +67,10 @@ CHECKS: dict[str, CheckSpec] = {
             "memory_fraction": Setting("positive", 0.5),
             "buffers": Setting("int", 4),
             "min_tflops": Setting("positive", None, "default: the gpu_model's floor"),
-            "peer_fraction": Setting("positive", 0.9,
-                                     "fail below this share of the same model's median"),
-            "clock_fraction": Setting("positive", 0.9,
+            "peer_fraction": Setting("fraction", 0.9,
+                                     "fail below this share of the same model's median; "
+                                     "0 turns the rule off"),
+            "clock_fraction": Setting("fraction", 0.9,
                                       "fail a mean SM clock below this share of peers'"),
             "max_correctable_ecc": Setting("int", 100, "warn above 0, fail above this"),
             "max_pcie_replays": Setting("int", 100, "warn above 0, fail above this"),
