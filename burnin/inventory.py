@@ -42,7 +42,7 @@ class SrunSettings:
 
 @dataclass(frozen=True)
 class StorageSettings:
-    path: str = "/tmp/burnin-storage"
+    path: str = "/tmp"  # set it to the file system the GPUs read from
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,7 @@ KINDS = {
     "release_after": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "dtype": (lambda v: v in ("bf16", "fp16", "fp32"), "one of: bf16, fp16, fp32"),
     "fraction": (lambda v: _is_number(v) and 0 <= v <= 1, "a number from 0 to 1"),
+    "verify": (lambda v: v in ("inline", "after"), "inline or after"),
     "verify_every": (lambda v: v == "auto" or (_is_int(v) and v >= 1),
                      "an integer >= 1, or auto"),
     "faults": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),

@@ -125,7 +125,8 @@ class Run:
         def one(node: Node) -> ProbeOutcome:
             payload = {"check": check, "node": node.name, "run_id": self.run_id,
                        "profile": self.profile, "gpus": node.gpus,
-                       "gpu_model": node.gpu_model, "settings": settings}
+                       "gpu_model": node.gpu_model, "storage": {"path": node.storage.path},
+                       "settings": settings}
             try:
                 transport = self._transport(node)
             except NodeUnreachable as e:

@@ -25,15 +25,16 @@ THREE = """\
       sdc: {duration_s: 0.2, n: 64, random_repeats: 2}
       # Three 'nodes' share this machine's cores: peers are not independent here.
       burn: {duration_s: 1, n: 128, sample_s: 0.25, peer_fraction: 0}
+      storage: {size_gb: 0.02, streams: 2, stream_fraction: 0}
     nodes:
       - name: n[1-3]
     """
-ALL = {"health": ("passed", ""), "sdc": ("passed", ""), "burn": ("passed", "")}
+ALL = {c: ("passed", "") for c in ("health", "sdc", "burn", "storage")}
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
     result, reports = run_suite(pytester, inventory(pytester, THREE), "-v")
-    result.assert_outcomes(passed=9)
+    result.assert_outcomes(passed=12)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",
@@ -50,7 +51,7 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     records = [json.loads(ln) for ln in (reports / run_id / "results.jsonl").read_text()
                .splitlines()]
     assert sorted((r["check"], r["node"]) for r in records) == [
-        (c, n) for c in ("burn", "health", "sdc") for n in ("n1", "n2", "n3")]
+        (c, n) for c in ("burn", "health", "sdc", "storage") for n in ("n1", "n2", "n3")]
     assert all(r["ok"] and r["data"]["probe"] == r["check"] for r in records)
 
 

@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""burnin storage probe: can every GPU be fed? Throughput measured the way fio measures it,
+and every block verified.
+
+Runs ON a node. One stream per GPU (settings.streams on a CPU-only node), each with its
+own file under the storage path, all at once: a write phase, then a read phase,
+sequential, large blocks, `iodepth` requests in flight per stream, O_DIRECT with aligned
+buffers where the file system allows it (said so in the result where it does not: then
+files are fsynced and dropped from the page cache before reading). Throughput as fio
+defines it: bytes over the longest stream's time, and per stream.
+
+Every block carries its run token, stream, offset, pattern and the CRC-32 of its payload;
+every block read is checked (inline, in the timed window, unless verify is 'after').
+Files are removed at the end, also on failure or when killed.
+
+    echo '{"storage": {"path": "/mnt/data"}, "settings": {"size_gb": 1}}' \
+        | python3 probes/storage.py
+
+Settings: size_gb (per stream), duration_s (time-based instead), block_mb (4), iodepth
+(4), streams (CPU nodes, 4), verify (inline | after). FOR TESTS ONLY: handshake_dir, the
+probe writes 'written' there after the write phase and waits for 'go' before reading.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import mmap
+import os
+import secrets
+import signal
+import statistics
+import struct
+import sys
+import threading
+import time
+import zlib
+
+PROBE = "storage"
+SCHEMA = 1
+HEADER = struct.Struct("<8s16sIIQII")  # magic, token, stream, pattern, offset, length, crc
+HEADER_SIZE = 64
+MAGIC = b"BURNINBK"
+MAX_EXAMPLES = 8
+
+
+def log(msg: str) -> None:
+    print(f"[{PROBE}] {msg}", file=sys.stderr, flush=True)
+
+
+class Stream:
+    """One stream: its file, its patterns (one random buffer per request in flight)."""
+
+    def __init__(self, index: int, path: str, block: int, iodepth: int, token: bytes):
+        self.index, self.path, self.block, self.iodepth, self.token = \
+            index, path, block, iodepth, token
+        self.patterns = [os.urandom(block - HEADER_SIZE) for _ in range(iodepth)]
+        self.crcs = [zlib.crc32(p) for p in self.patterns]
+        self.written = 0
+        self.results: dict[str, dict] = {}
+        self.bad: list[dict] = []
+        self.bad_count = 0
+        self.lock = threading.Lock()
+
+    def header(self, pattern: int, offset: int) -> bytes:
+        head = HEADER.pack(MAGIC, self.token, self.index, pattern, offset, self.block,
+                           self.crcs[pattern])
+        return head + struct.pack("<I", zlib.crc32(head)) + bytes(
+            HEADER_SIZE - HEADER.size - 4)
+
+    def check(self, buf: memoryview, offset: int) -> str:
+        """'' when the block read at `offset` is the one written there, else what is wrong."""
+        head = bytes(buf[:HEADER.size])
+        (stored,) = struct.unpack_from("<I", buf, HEADER.size)
+        if zlib.crc32(head) != stored:
+            return "header checksum mismatch"
+        magic, token, stream, pattern, at, length, crc = HEADER.unpack(head)
+        if magic != MAGIC or token != self.token:
+            return "not a block of this run"
+        if stream != self.index or at != offset or length != self.block:
+            return f"misplaced: block of stream {stream} offset {at}"
+        if pattern >= len(self.crcs) or crc != self.crcs[pattern]:
+            return "header names an unknown payload"
+        if zlib.crc32(buf[HEADER_SIZE:]) != crc:
+            return "payload checksum mismatch"
+        return ""
+
+    def record_bad(self, offset: int, what: str) -> None:
+        with self.lock:
+            self.bad_count += 1
+            if len(self.bad) < MAX_EXAMPLES:
+                self.bad.append({"stream": self.index, "file": self.path, "offset": offset,
+                                 "problem": what})
+
+
+def open_file(path: str, flags: int, direct: bool) -> tuple[int, bool, str]:
+    """Open with O_DIRECT when asked and allowed; (fd, direct?, why not)."""
+    if direct and hasattr(os, "O_DIRECT"):
+        try:
+            return os.open(path, flags | os.O_DIRECT, 0o600), True, ""
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+            why = "the file system refuses O_DIRECT"
+    else:
+        why = "O_DIRECT not asked for" if not direct else "O_DIRECT unavailable"
+    return os.open(path, flags, 0o600), False, why
+
+
+def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: float | None,
+              verify_inline: bool, stop: threading.Event) -> tuple[bool, str, list[str]]:
+    """Every stream at once; each with iodepth workers on consecutive offsets."""
+    errors: list[str] = []
+    state = {"direct": direct, "why": ""}
+
+    def one(s: Stream) -> None:
+        write = phase == "write"
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if write else os.O_RDONLY
+        try:
+            fd, is_direct, why = open_file(s.path, flags, direct)
+        except OSError as e:
+            errors.append(f"stream {s.index}: cannot open {s.path}: {e.strerror}")
+            stop.set()
+            return
+        if not is_direct:
+            state.update(direct=False, why=why)
+        limit = size if write else s.written
+        cursor = {"next": 0, "done": 0}
+        lock = threading.Lock()
+
+        def worker(slot: int) -> None:
+            buf = mmap.mmap(-1, s.block)  # page-aligned: what O_DIRECT needs
+            view = memoryview(buf)
+            if write:
+                view[HEADER_SIZE:] = s.patterns[slot]
+            while not stop.is_set():
+                with lock:
+                    offset = cursor["next"]
+                    if (limit is not None and offset + s.block > limit) or (
+                            deadline is not None and write and time.perf_counter() > deadline):
+                        return
+                    cursor["next"] += s.block
+                try:
+                    if write:
+                        view[:HEADER_SIZE] = s.header(slot, offset)
+                        n = os.pwritev(fd, [view], offset)
+                    else:
+                        n = os.preadv(fd, [view], offset)
+                except OSError as e:
+                    what = "disk full" if e.errno == errno.ENOSPC else e.strerror
+                    errors.append(f"stream {s.index}: {phase} failed at offset {offset} "
+                                  f"({offset / 1e9:.2f} GB into {s.path}): {what}")
+                    stop.set()
+                    return
+                if n != s.block:
+                    errors.append(f"stream {s.index}: short {phase} at offset {offset}: "
+                                  f"{n} of {s.block} bytes")
+                    stop.set()
+                    return
+                if not write and verify_inline:
+                    problem = s.check(view, offset)
+                    if problem:
+                        s.record_bad(offset, problem)
+                with lock:
+                    cursor["done"] += s.block
+
+        began = time.perf_counter()
+        workers = [threading.Thread(target=worker, args=(k,)) for k in range(s.iodepth)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        if write and not is_direct and not stop.is_set():
+            os.fsync(fd)  # buffered: the data is on the device before the clock stops
+        seconds = time.perf_counter() - began
+        if not is_direct:  # buffered: do not let the read phase hit the page cache
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+        if write:
+            s.written = cursor["done"]
+        s.results[phase] = {"bytes": cursor["done"], "seconds": round(seconds, 4),
+                            "gbps": round(cursor["done"] / seconds / 1e9, 4) if seconds else 0}
+
+    threads = [threading.Thread(target=one, args=(s,)) for s in streams]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return state["direct"], state["why"], errors
+
+
+def verify_after(streams, direct: bool) -> None:
+    """Untimed verification pass, for verify: after."""
+    for s in streams:
+        fd, _, _ = open_file(s.path, os.O_RDONLY, direct)
+        buf = mmap.mmap(-1, s.block)
+        view = memoryview(buf)
+        for offset in range(0, s.written, s.block):
+            os.preadv(fd, [view], offset)
+            problem = s.check(view, offset)
+            if problem:
+                s.record_bad(offset, problem)
+        os.close(fd)
+
+
+def gpu_count(payload: dict) -> int:
+    if isinstance(payload.get("gpus"), int):
+        return payload["gpus"]
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:
+        return 0
+
+
+def summarise(streams, phase: str) -> dict:
+    """fio's figures: bytes over the longest stream's time; then per GPU (per stream on
+    a CPU node): the slowest stream, the median stream, and the aggregate shared out."""
+    done = [s.results[phase] for s in streams if phase in s.results]
+    if not done:
+        return {}
+    total = sum(r["bytes"] for r in done)
+    longest = max(r["seconds"] for r in done)
+    per = [r["gbps"] for r in done]
+    return {"bytes": total, "seconds": longest,
+            "gbps": round(total / longest / 1e9, 4) if longest else 0.0,
+            "per_gpu_min": min(per), "per_gpu_median": round(statistics.median(per), 4),
+            "per_gpu_aggregate": round(total / longest / 1e9 / len(streams), 4)
+            if longest else 0.0}
+
+
+def main() -> int:
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__)
+        return 0
+    text = "" if sys.stdin.isatty() else sys.stdin.read()
+    payload = json.loads(text) if text.strip() else {}
+    settings = payload.get("settings", {})
+    root = (payload.get("storage") or {}).get("path") or settings.get("path") or "/tmp"
+    gpus = gpu_count(payload)
+    count = gpus if gpus > 0 else int(settings.get("streams", 4))
+    block = int(settings.get("block_mb", 4)) << 20
+    iodepth = int(settings.get("iodepth", 4))
+    duration = settings.get("duration_s")
+    size = None if duration else int(float(settings.get("size_gb", 1)) * 1e9) // block * block
+    verify_inline = settings.get("verify", "inline") != "after"
+    token = secrets.token_bytes(16)
+    figures = {"path": root, "gpus": gpus, "streams": count, "block_bytes": block,
+               "iodepth": iodepth, "verify": "inline, every block" if verify_inline
+               else "after the timed window, every block"}
+    errors: list[str] = []
+    streams = [Stream(i, os.path.join(root, f"burnin-{token.hex()[:12]}-{i}.dat"), block,
+                      iodepth, token) for i in range(count)]
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # so that `finally` cleans up
+    stop = threading.Event()
+    try:
+        if not os.path.isdir(root):
+            errors.append(f"storage path {root} does not exist or is not a directory")
+        else:
+            deadline = time.perf_counter() + duration if duration else None
+            direct, why, errs = run_phase(streams, "write", True, size, deadline, False, stop)
+            errors += errs
+            figures["direct"] = direct
+            if not direct:
+                figures["direct_reason"] = why + "; buffered I/O, fsync, cache dropped"
+            handshake = settings.get("handshake_dir")
+            if handshake and not errors:
+                open(os.path.join(handshake, "written"), "w").close()
+                while not os.path.exists(os.path.join(handshake, "go")):
+                    time.sleep(0.05)
+            if not errors:
+                _, _, errs = run_phase(streams, "read", direct, None, None, verify_inline, stop)
+                errors += errs
+                if not verify_inline and not errors:
+                    verify_after(streams, direct)
+    finally:
+        for s in streams:
+            try:
+                os.unlink(s.path)
+            except OSError:
+                pass
+    figures["write"] = summarise(streams, "write")
+    figures["read"] = summarise(streams, "read")
+    figures["integrity_errors"] = sum(s.bad_count for s in streams)
+    devices = [{"stream": s.index, "gpu": s.index if gpus else None, "file": s.path,
+                "write": s.results.get("write"), "read": s.results.get("read"),
+                "integrity_errors": s.bad_count, "bad_blocks": s.bad} for s in streams]
+    print(json.dumps({"probe": PROBE, "schema": SCHEMA, "node": {"hostname": os.uname()[1]},
+                      "devices": devices, "figures": figures, "errors": errors}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
