@@ -19,21 +19,25 @@ class GpuModel:
     # datasheet's dense peak), so that only a clearly sick device falls below it. The
     # peer-median rule catches the subtler stragglers. Overridable: checks.burn.min_tflops.
     burn_tflops: float | None = None
+    # Intra-node all-reduce busbw floor for a full 8-GPU node, GB/s, from published
+    # operator thresholds (about 460 GB/s for 8 x H100 SXM with NVLS). Overridable:
+    # checks.allreduce.min_busbw_gbps.
+    allreduce_intra_gbps: float | None = None
 
 
 GPU_MODELS: dict[str, GpuModel] = {
     m.key: m
     for m in (
-        GpuModel("A100-SXM4-40GB", ("NVIDIA A100-SXM4-40GB",), 200),
-        GpuModel("A100-SXM4-80GB", ("NVIDIA A100-SXM4-80GB",), 200),
+        GpuModel("A100-SXM4-40GB", ("NVIDIA A100-SXM4-40GB",), 200, 220),
+        GpuModel("A100-SXM4-80GB", ("NVIDIA A100-SXM4-80GB",), 200, 220),
         GpuModel("A100-PCIe-80GB", ("NVIDIA A100 80GB PCIe",), 180),
-        GpuModel("H100-SXM5-80GB", ("NVIDIA H100 80GB HBM3",), 550),
+        GpuModel("H100-SXM5-80GB", ("NVIDIA H100 80GB HBM3",), 550, 460),
         GpuModel("H100-PCIe-80GB", ("NVIDIA H100 PCIe",), 380),
         GpuModel("H100-NVL-94GB", ("NVIDIA H100 NVL",), 450),
-        GpuModel("H200-SXM-141GB", ("NVIDIA H200",), 550),
+        GpuModel("H200-SXM-141GB", ("NVIDIA H200",), 550, 460),
         GpuModel("H200-NVL-141GB", ("NVIDIA H200 NVL",), 450),
         GpuModel("GH200-96GB", ("NVIDIA GH200 480GB", "NVIDIA GH200 96GB HBM3"), 550),
-        GpuModel("B200-SXM-180GB", ("NVIDIA B200",), 1100),
+        GpuModel("B200-SXM-180GB", ("NVIDIA B200",), 1100, 700),
         GpuModel("L40S-48GB", ("NVIDIA L40S",), 180),
     )
 }

@@ -75,7 +75,10 @@ class Run:
     _transports: dict[str, Transport] = field(default_factory=dict)
     _summaries: dict = field(default_factory=dict)
     progress: Progress | None = None  # live lines for probes that report progress
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Re-entrant: the inter-node all-reduce asks for the single-node checks' outcomes
+    # while its own are being made.
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _flock_depth: int = 0
 
     def __post_init__(self):
         raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
@@ -108,7 +111,7 @@ class Run:
         state = self.run_dir / ".probes"
         state.mkdir(parents=True, exist_ok=True)
         done = state / f"{check}.jsonl"
-        with _flock(state / "lock"):
+        with self._held_flock(state / "lock"):
             if done.exists():
                 return _read_outcomes(done)
             outcomes = self.execute(check)
@@ -118,8 +121,36 @@ class Run:
             _write_atomically(done, lines)
             return outcomes
 
+    def has_outcomes(self, check: str) -> bool:
+        """Whether `check` has run in this run (here or in another xdist worker)."""
+        return check in self._outcomes or (self.run_dir / ".probes" / f"{check}.jsonl").exists()
+
+    def transport(self, node: Node) -> Transport:
+        return self._transport(node)
+
+    @contextmanager
+    def _held_flock(self, path: Path):
+        """The cross-process lock: one check at a time on the fleet, whichever worker runs
+        it. A process already holding it (a check asking for another) goes straight in."""
+        if self._flock_depth:
+            self._flock_depth += 1
+            try:
+                yield
+            finally:
+                self._flock_depth -= 1
+            return
+        with _flock(path):
+            self._flock_depth = 1
+            try:
+                yield
+            finally:
+                self._flock_depth = 0
+
     def execute(self, check: str) -> dict[str, ProbeOutcome]:
         """Run `check`'s probe on every selected node now, at most `fanout` at once."""
+        if check == "allreduce_internode":  # one coordinated group, not a fan-out
+            from burnin.fabric import internode
+            return internode(self)
         settings = self.settings(check)
 
         def one(node: Node) -> ProbeOutcome:

@@ -1,9 +1,8 @@
 """storage: every GPU can be fed at the promised rate, and no block comes back wrong."""
 
-from burnin.checks import storage
+from burnin.judging import verdict
 from burnin.verdict import assert_passed
 
 
 def test_storage(node, burnin_run):
-    outcome = burnin_run.outcomes("storage")[node.name]
-    assert_passed(storage.judge(node, outcome, burnin_run.settings("storage")))
+    assert_passed(verdict(burnin_run, "storage", node))

@@ -5,9 +5,15 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack
 
+import paramiko  # noqa: F401  (see below)
 import pytest
 import slurmcluster
 from testhosts import TestHosts, missing_requirements
+
+# pytester's in-process runs unload the modules they imported first. cryptography's
+# compiled core cannot be loaded twice in one process: imported again after such a run,
+# paramiko finds 'AES in CTR mode is not supported'. Importing it here, once for the
+# session, keeps it loaded across every inner run.
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SUITES = str(REPO / "suites")
+CHECKS = ("health", "sdc", "burn", "storage", "allreduce", "allreduce_internode")
 
 
 def run_suite(pytester: pytest.Pytester, inv, *args: str) -> tuple[pytest.RunResult, Path]:

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from suiterun import SUITES, junit_cases, run_suite
+from suiterun import CHECKS, SUITES, junit_cases, run_suite
 
 
 def inventory(pytester: pytest.Pytester, body: str, name: str = "inv.yaml") -> str:
@@ -26,15 +26,18 @@ THREE = """\
       # Three 'nodes' share this machine's cores: peers are not independent here.
       burn: {duration_s: 1, n: 128, sample_s: 0.25, peer_fraction: 0}
       storage: {size_gb: 0.02, streams: 2, stream_fraction: 0}
+      allreduce: {max_bytes: 262144, seconds_per_size: 0.02, peer_fraction: 0,
+                  pair_fraction: 0}
     nodes:
       - name: n[1-3]
+        address: 127.0.0.[1-3]
     """
-ALL = {c: ("passed", "") for c in ("health", "sdc", "burn", "storage")}
+ALL = {c: ("passed", "") for c in CHECKS}
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
     result, reports = run_suite(pytester, inventory(pytester, THREE), "-v")
-    result.assert_outcomes(passed=12)
+    result.assert_outcomes(passed=18)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",
@@ -44,15 +47,15 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     assert junit_cases(reports) == {n: ALL for n in ("n1", "n2", "n3")}
     root = ET.parse(reports / "latest" / "junit.xml").getroot()
     suite = root.find("testsuite")
-    assert suite.get("hostname") == "n1"
+    assert suite.get("hostname") == "127.0.0.1"  # the node's address
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     run_id = (reports / "latest").readlink().name
     assert props == {"cluster": "trio", "run_id": run_id}
     records = [json.loads(ln) for ln in (reports / run_id / "results.jsonl").read_text()
                .splitlines()]
     assert sorted((r["check"], r["node"]) for r in records) == [
-        (c, n) for c in ("burn", "health", "sdc", "storage") for n in ("n1", "n2", "n3")]
-    assert all(r["ok"] and r["data"]["probe"] == r["check"] for r in records)
+        (c, n) for c in sorted(CHECKS) for n in ("n1", "n2", "n3")]
+    assert all(r["ok"] and r["data"]["probe"] == r["check"].split("_")[0] for r in records)
 
 
 def test_xdist_gives_the_same_verdicts_and_runs_each_probe_once(pytester):

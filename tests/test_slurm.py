@@ -8,14 +8,16 @@ import sys
 from pathlib import Path
 
 import yaml
-from suiterun import junit_cases, run_suite
+from suiterun import CHECKS, junit_cases, run_suite
 
 from burnin.ledger import Ledger
 
 TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2},
         # The hosts share this machine's cores: peers are not independent here.
         "burn": {"duration_s": 1, "n": 128, "sample_s": 0.25, "peer_fraction": 0},
-        "storage": {"size_gb": 0.02, "streams": 2, "stream_fraction": 0}}
+        "storage": {"size_gb": 0.02, "streams": 2, "stream_fraction": 0},
+        "allreduce": {"max_bytes": 262144, "seconds_per_size": 0.02, "peer_fraction": 0,
+                      "pair_fraction": 0}}
 
 
 def slurm_inventory(cluster, path: Path, nodes: dict | None = None, **extra) -> Path:
@@ -34,10 +36,10 @@ def test_the_whole_suite_through_srun(pytester, make_slurm):
     cluster = make_slurm(4)
     inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=TINY)
     result, reports = run_suite(pytester, inv)
-    result.assert_outcomes(passed=16)
+    result.assert_outcomes(passed=24)
     passed = ("passed", "")
-    assert junit_cases(reports) == {h.name: dict.fromkeys(("health", "sdc", "burn", "storage"),
-                                                          passed) for h in cluster.hosts.hosts}
+    assert junit_cases(reports) == {h.name: dict.fromkeys(CHECKS, passed)
+                                    for h in cluster.hosts.hosts}
     health = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
               if '"check": "health"' in ln]
     # Each probe ran in its node's namespaces, through a Slurm job step.

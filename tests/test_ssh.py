@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import yaml
-from suiterun import junit_cases, run_suite
+from suiterun import CHECKS, junit_cases, run_suite
 
 from burnin.inventory import load_inventory
 from burnin.probe import run_probe
@@ -32,12 +32,13 @@ def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
         "sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2},
         # The hosts share this machine's cores: peers are not independent here.
         "burn": {"duration_s": 1, "n": 128, "sample_s": 0.25, "peer_fraction": 0},
-        "storage": {"size_gb": 0.02, "streams": 2, "stream_fraction": 0}})
+        "storage": {"size_gb": 0.02, "streams": 2, "stream_fraction": 0},
+        "allreduce": {"max_bytes": 262144, "seconds_per_size": 0.02, "peer_fraction": 0,
+                      "pair_fraction": 0}})
     result, reports = run_suite(pytester, inv)
-    result.assert_outcomes(passed=16)
+    result.assert_outcomes(passed=24)
     passed = ("passed", "")
-    assert junit_cases(reports) == {h.name: dict.fromkeys(("health", "sdc", "burn", "storage"),
-                                                          passed) for h in hosts.hosts}
+    assert junit_cases(reports) == {h.name: dict.fromkeys(CHECKS, passed) for h in hosts.hosts}
     records = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
                if '"check": "health"' in ln]
     # Each probe ran on its own host: the hostname comes from the host's UTS namespace.

@@ -192,6 +192,20 @@ class TestHosts:
     def link_down(self, h: Host) -> None:
         sh("ip", "link", "set", h.veth, "down")
 
+    def rate_limit(self, h: Host, rate: str = "100mbit") -> None:
+        """Slow the host's link for real: a token bucket on its bridge-side veth (this
+        kernel has no netem), which limits what reaches the host."""
+        sh("tc", "qdisc", "add", "dev", h.veth, "root", "tbf", "rate", rate, "burst", "64kb",
+           "latency", "50ms")
+
+    def block_outbound(self, h: Host) -> None:
+        """The host can no longer open connections to the others (answers still flow)."""
+        rules = (f"add table inet burnin\n"
+                 f"add chain inet burnin out {{ type filter hook output priority 0; }}\n"
+                 f"add rule inet burnin out ip daddr {self.subnet}.0/24 ct state new drop\n")
+        subprocess.run(["ip", "netns", "exec", h.netns, "nft", "-f", "-"], input=rules,
+                       text=True, check=True, capture_output=True, timeout=30)
+
     def pids(self, h: Host) -> list[int]:
         res = sh("ip", "netns", "pids", h.netns, check=False)
         return [int(p) for p in res.stdout.split()]

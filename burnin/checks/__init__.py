@@ -93,13 +93,29 @@ CHECKS: dict[str, CheckSpec] = {
         }),
         CheckSpec("allreduce", {
             "timeout_s": _timeout(300, 600, 1200),
-            "min_busbw_gbps": Setting("number", None),
+            "min_busbw_gbps": Setting("positive", None, "intra-node floor; default: the "
+                                      "gpu_model's for a full 8-GPU node"),
+            "min_internode_busbw_gbps": Setting("positive", None, "inter-node floor"),
+            "peer_fraction": Setting("fraction", 0.5, "intra-node, with no floor: fail "
+                                     "below this share of the run's median"),
+            "pair_fraction": Setting("fraction", 0.5, "inter-node, with no floor: a pair "
+                                     "below this share of the median pair is slow; 0: "
+                                     "no localisation"),
+            "min_bytes": Setting("int", None, "default 1 MiB on GPUs, 64 KiB on CPUs"),
+            "max_bytes": Setting("int", None, "default 1 GiB on GPUs, 16 MiB on CPUs"),
+            "warmup": Setting("int", 5),
+            "seconds_per_size": Setting("positive", {"quick": 0.2, "standard": 0.5,
+                                                     "extended": 2.0}),
+            "ranks": Setting("int", 2, "ranks on a CPU-only node, intra-node"),
+            "rendezvous_timeout_s": Setting("positive", 60),
         }),
+        # The inter-node part of allreduce: its settings are checks.allreduce's.
+        CheckSpec("allreduce_internode", {"timeout_s": _timeout(300, 600, 1200)}),
     )
 }
 
 # Single-node checks come first: the inter-node all-reduce only takes nodes that passed them.
-CHECK_ORDER = ("health", "sdc", "burn", "storage", "allreduce")
+CHECK_ORDER = ("health", "sdc", "burn", "storage", "allreduce", "allreduce_internode")
 
 
 def resolve_settings(check: str, profile: str, overrides: dict) -> dict:
