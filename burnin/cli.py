@@ -1,4 +1,4 @@
-"""The `burnin` command: inventory check, admit, quarantine."""
+"""The `burnin` command: inventory check, admit, quarantine, report, compare."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from burnin import actions
 from burnin.admit import ReportError, decide, read_junit, write_admitted
 from burnin.inventory import InventoryError, load_inventory
 from burnin.ledger import Ledger, ledger_path
+from burnin.reports import publish
 
 
 def _inventory_check(args) -> int:
@@ -128,6 +129,57 @@ def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
+def _report(args) -> int:
+    run_dir = Path(args.dir)
+    try:
+        nodes = read_junit(run_dir / "junit.xml")
+    except ReportError as e:
+        print(f"burnin report: {e}", file=sys.stderr)
+        return 2
+    cluster = _junit_property(run_dir / "junit.xml", "cluster") or "?"
+    verdicts = {n: {c: (o, m) for c, o, m in cases} for n, cases in nodes.items()}
+    publish(run_dir, cluster, run_dir.resolve().name, verdicts)
+    print(f"wrote {run_dir / 'summary.html'}, {run_dir / 'metrics.prom'}")
+    return 0
+
+
+def _junit_property(path: Path, name: str) -> str | None:
+    import xml.etree.ElementTree as ET
+    for prop in ET.parse(path).getroot().iter("property"):
+        if prop.get("name") == name:
+            return prop.get("value")
+    return None
+
+
+def _compare(args) -> int:
+    from burnin.figures import key_figures, read_records
+
+    def figures(run: str) -> dict[tuple, float]:
+        path = Path(run) / "results.jsonl"
+        if not path.exists():
+            raise ReportError(f"{path}: no such file")
+        return {(r["node"], f.metric, f.labels): f.value
+                for r in read_records(path) for f in key_figures(r)}
+    try:
+        a, b = figures(args.run_a), figures(args.run_b)
+    except ReportError as e:
+        print(f"burnin compare: {e}", file=sys.stderr)
+        return 2
+    moved = 0
+    for key in sorted(set(a) & set(b)):
+        old, new = a[key], b[key]
+        change = (new - old) / old if old else (0.0 if new == old else float("inf"))
+        if abs(change) > args.threshold:
+            node, metric, labels = key
+            where = ",".join(f"{k}={v}" for k, v in labels)
+            print(f"{node} {metric}{{{where}}}: {old:g} -> {new:g} ({change:+.1%})")
+            moved += 1
+    for key in sorted(set(a) ^ set(b)):
+        print(f"{key[0]} {key[1]}: only in {'A' if key in a else 'B'}")
+    print(f"{moved} figure(s) moved by more than {args.threshold:.0%}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="burnin", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -160,6 +212,17 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--reason", required=True)
     release.add_argument("--who", help="who releases it (default: the current user)")
     q.set_defaults(func=_quarantine)
+
+    report = sub.add_parser("report", help="render summary.html and metrics.prom again from "
+                                           "a run directory (junit.xml, results.jsonl)")
+    report.add_argument("dir")
+    report.set_defaults(func=_report)
+    compare = sub.add_parser("compare", help="per node, the figures that moved between runs")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--threshold", type=float, default=0.1,
+                         help="relative change worth reporting (default 0.1 = 10%%)")
+    compare.set_defaults(func=_compare)
     return p
 
 

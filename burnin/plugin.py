@@ -17,7 +17,7 @@ from burnin.gate import GateReport, settle, split_by_quarantine
 from burnin.inventory import InventoryError, Node, load_inventory, select_nodes
 from burnin.ledger import Ledger, ledger_path
 from burnin.progress import Progress
-from burnin.reports import CaseResult, point_latest, write_junit
+from burnin.reports import CaseResult, point_latest, publish, verdicts_of, write_junit
 from burnin.run import DEFAULT_FANOUT, Run, new_run_id
 
 STATE = pytest.StashKey["BurninState"]()
@@ -159,6 +159,8 @@ class BurninState:
         run.run_dir.mkdir(parents=True, exist_ok=True)
         write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
                     [(n.name, n.address) for n in run.nodes + self.held], self.cases)
+        publish(run.run_dir, run.inventory.cluster, run.run_id, verdicts_of(self.cases),
+                chart_floors(run))
         point_latest(run.reports_dir, run.run_id)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
@@ -196,6 +198,13 @@ class BurninState:
             for a in g.actions:
                 tr.write_line(f"{a.action} on {a.node}: {a.message}", red=not a.ok)
         tr.write_line(f"report: {run.run_dir / 'junit.xml'}")
+
+
+def chart_floors(run: Run) -> dict:
+    """The floors drawn on summary.html's fleet charts (the inventory's, where given)."""
+    burn, storage = run.settings("burn"), run.settings("storage")
+    return {"burn": burn.get("min_tflops"), "storage_read": storage.get("min_read_gbps_per_gpu"),
+            "storage_write": storage.get("min_write_gbps_per_gpu")}
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -7,6 +7,7 @@ check, named after the check; its shape is documented in README.md.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,3 +89,35 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
         pass
     os.symlink(run_id, tmp)
     os.replace(tmp, link)
+
+
+def publish(run_dir: Path, cluster: str, run_id: str,
+            verdicts: dict[str, dict[str, tuple[str, str]]], floors: dict | None = None) -> None:
+    """summary.html, metrics.prom and an evidence folder per failed node, from the run's
+    verdicts and its results.jsonl."""
+    from burnin import evidence, html, metrics
+    from burnin.figures import read_records
+
+    records = read_records(run_dir / "results.jsonl") if (run_dir / "results.jsonl").exists() \
+        else []
+    by_node: dict[str, list[dict]] = {}
+    for r in records:
+        by_node.setdefault(r["node"], []).append(r)
+    for node, v in verdicts.items():
+        if any(outcome in ("failure", "error") for outcome, _ in v.values()):
+            evidence.write_bundle(run_dir, node, v, by_node.get(node, []))
+    page = html.render(cluster, run_id, verdicts, records, floors)
+    tmp = run_dir / ".summary.html.tmp"
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, run_dir / "summary.html")
+    metrics.write(run_dir / "metrics.prom",
+                  metrics.render(cluster, run_id, time.time(), verdicts, records))
+
+
+def verdicts_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, tuple]]:
+    """{node: {check: (outcome, message)}} in junit's words (failure, error, skipped)."""
+    word = {"failed": "failure"}
+    out: dict[str, dict[str, tuple]] = {}
+    for (node, check), case in cases.items():
+        out.setdefault(node, {})[check] = (word.get(case.outcome, case.outcome), case.message)
+    return out
