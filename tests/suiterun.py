@@ -34,3 +34,11 @@ def junit_cases(reports: Path) -> dict[str, dict[str, tuple[str, str]]]:
                     outcome, message = tag, el.get("message") or ""
             cases[case.get("name")] = (outcome, message)
     return out
+
+
+def script(path: Path, body: str) -> str:
+    """An executable shell script, e.g. a node's `python` that plants a fault below the
+    probe (a hang, a crash, a throttle, a corrupting library); returns its path."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)

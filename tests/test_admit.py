@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite
+from suiterun import junit_cases, run_suite, script
 
 from burnin.ledger import Ledger
 
@@ -120,17 +120,14 @@ def gate_inventory(pytester, body: str = "") -> Path:
 
 
 def python3(pytester, healthy: bool) -> None:
-    script = pytester.path / "py3"
-    script.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n" if healthy
-                      else "#!/bin/sh\necho 'GPU fell off the bus' >&2\nexit 3\n")
-    script.chmod(0o755)
+    script(pytester.path / "py3", f"exec {sys.executable} \"$@\"\n" if healthy
+           else "echo 'GPU fell off the bus' >&2\nexit 3\n")
 
 
 def test_fail_quarantine_skip_revalidate_release(pytester):
     hook_log = pytester.path / "hook.log"
-    hook = pytester.path / "hook.sh"
-    hook.write_text(f"#!/bin/sh\nprintf '%s|' \"$@\" >> {hook_log}\necho >> {hook_log}\n")
-    hook.chmod(0o755)
+    hook = script(pytester.path / "hook.sh",
+                  f"printf '%s|' \"$@\" >> {hook_log}\necho >> {hook_log}\n")
     inv = gate_inventory(pytester, f"""\
           actions: [command]
           command: [{hook}, "node={{node}}", "{{checks}}", "{{reason}}"]

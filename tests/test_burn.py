@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite
+from suiterun import junit_cases, run_suite, script
 
 from burnin.checks import resolve_settings
 from burnin.checks.burn import fleet_summary, judge, telemetry_rules
@@ -201,9 +201,8 @@ def throttle(pidfile: Path, stop: threading.Event) -> None:
 
 def test_a_node_made_slow_below_the_probe_fails_as_a_straggler(pytester):
     pidfile = pytester.path / "slow.pid"
-    wrapper = pytester.path / "python-slow"
-    wrapper.write_text(f"#!/bin/sh\necho $$ > {pidfile}\nexec {sys.executable} \"$@\"\n")
-    wrapper.chmod(0o755)
+    wrapper = script(pytester.path / "python-slow",
+                     f"echo $$ > {pidfile}\nexec {sys.executable} \"$@\"\n")
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent(f"""\
         version: 1

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import textwrap
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
-from suiterun import CHECKS, SUITES, junit_cases, run_suite
+from suiterun import CHECKS, SUITES, junit_cases, run_suite, script
 
 
 def inventory(pytester: pytest.Pytester, body: str, name: str = "inv.yaml") -> str:
@@ -101,11 +100,8 @@ def test_a_failing_node_fails_alone_with_its_reason(pytester):
     result.stdout.fnmatch_lines(["*5 nodes tested, 2 passed every check, 3 did not*"])
 
 
-def hang_script(pytester: pytest.Pytester) -> Path:
-    script = pytester.path / "hang.sh"
-    script.write_text("#!/bin/sh\nsleep 600\n")
-    script.chmod(0o755)
-    return script
+def hang_script(pytester: pytest.Pytester) -> str:
+    return script(pytester.path / "hang.sh", "sleep 600\n")
 
 
 def test_bad_inventory_is_a_usage_error_before_any_node_is_touched(pytester):

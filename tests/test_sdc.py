@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite
+from suiterun import junit_cases, run_suite, script
 
 from burnin.checks.sdc import fleet_summary, judge
 from burnin.inventory import Node
@@ -155,9 +155,8 @@ def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester):
     faulty = pytester.path / "faulty"
     faulty.mkdir()
     (faulty / "sitecustomize.py").write_text(FAULTY_TORCH)
-    wrapper = pytester.path / "python-faulty"
-    wrapper.write_text(f"#!/bin/sh\nPYTHONPATH={faulty} exec {sys.executable} \"$@\"\n")
-    wrapper.chmod(0o755)
+    wrapper = script(pytester.path / "python-faulty",
+                     f"PYTHONPATH={faulty} exec {sys.executable} \"$@\"\n")
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent(f"""\
         version: 1

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import yaml
-from suiterun import CHECKS, junit_cases, run_suite
+from suiterun import CHECKS, junit_cases, run_suite, script
 
 from burnin.ledger import Ledger
 
@@ -54,9 +54,8 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
     py = pytester.path / "py-h2"
 
     def h2_python(healthy: bool) -> None:
-        py.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n" if healthy else
-                      "#!/bin/sh\necho 'GPU has fallen off the bus' >&2\nexit 3\n")
-        py.chmod(0o755)
+        script(py, f"exec {sys.executable} \"$@\"\n" if healthy else
+               "echo 'GPU has fallen off the bus' >&2\nexit 3\n")
 
     h2_python(healthy=False)
     inv = slurm_inventory(cluster, pytester.path / "inv.yaml", nodes={"h2": {"python": str(py)}},

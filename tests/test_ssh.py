@@ -12,18 +12,13 @@ import time
 from pathlib import Path
 
 import yaml
-from suiterun import CHECKS, junit_cases, run_suite
+from prometheus_client.parser import text_string_to_metric_families
+from suiterun import CHECKS, junit_cases, run_suite, script
 
 from burnin.inventory import load_inventory
 from burnin.probe import run_probe
 from burnin.run import PROBES_DIR, Run
 from burnin.transports.ssh import SshTransport
-
-
-def script(path: Path, body: str) -> str:
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
-    return str(path)
 
 
 def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
@@ -117,6 +112,16 @@ def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_
         time.sleep(0.1)
     assert not os.path.exists(f"/proc/{pid}"), "the hung probe's child survived"
     result.assert_outcomes(passed=2, failed=9)
+    # The run's reports show each failure: linked from the page to its evidence folder.
+    run_dir = (reports / "latest").resolve()
+    page = (run_dir / "summary.html").read_text()
+    for node in ("h3", "h8", "h11"):
+        assert f"<tr id='node-{node}'>" in page and f"nodes/{node}/verdicts.txt" in page
+        assert "connection refused" in (run_dir / "nodes" / "h3" / "verdicts.txt").read_text()
+    families = {f.name: f for f in text_string_to_metric_families(
+        (run_dir / "metrics.prom").read_text())}
+    passed = {s.labels["node"]: s.value for s in families["burnin_check_passed"].samples}
+    assert passed["h1"] == 1 and passed["h3"] == 0
 
 
 def test_one_connection_per_node_and_probes_staged_once_in_a_private_dir(make_hosts,
