@@ -134,6 +134,14 @@ def test_pytest_options_keep_working(pytester):
     assert 'name="test_health[n2]"' in own.read_text()
 
 
+def test_a_single_node_has_no_internode_testcase_and_is_admitted(pytester):
+    inv = inventory(pytester, THREE.replace("n[1-3]", "n1").replace("127.0.0.[1-3]",
+                                                                     "127.0.0.1"))
+    result, reports = run_suite(pytester, inv, "-k", "allreduce")
+    result.assert_outcomes(passed=1, deselected=None)
+    assert junit_cases(reports) == {"n1": {"allreduce": ("passed", "")}}
+
+
 def test_default_inventory_is_localhost(pytester):
     # Run from the repo's rootdir with no --inventory: inventories/localhost.yaml.
     reports = pytester.path / "reports"
