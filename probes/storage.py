@@ -153,8 +153,11 @@ def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: flo
                     stop.set()
                     return
                 if n != s.block:
-                    errors.append(f"stream {s.index}: short {phase} at offset {offset}: "
-                                  f"{n} of {s.block} bytes")
+                    why = f"short {phase}, {n} of {s.block} bytes"
+                    if write and free_bytes(s.path) < s.block:
+                        why = f"disk full ({why})"  # a filling disk first writes short
+                    errors.append(f"stream {s.index}: {phase} failed at offset {offset} "
+                                  f"({offset / 1e9:.2f} GB into {s.path}): {why}")
                     stop.set()
                     return
                 if not write and verify_inline:
@@ -187,6 +190,14 @@ def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: flo
     for t in threads:
         t.join()
     return state["direct"], state["why"], errors
+
+
+def free_bytes(path: str) -> int:
+    try:
+        st = os.statvfs(os.path.dirname(path))
+    except OSError:
+        return 0
+    return st.f_bavail * st.f_frsize
 
 
 def verify_after(streams, direct: bool) -> None:

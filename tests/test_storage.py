@@ -77,9 +77,13 @@ def test_a_block_overwritten_on_disk_between_write_and_read_is_caught(tmp_path):
     assert failure.startswith("1 blocks read back wrong, e.g. stream 1 at offset 8388608")
 
 
-def test_a_full_file_system_is_a_clear_failure_and_leaves_nothing(root_disks, tmp_path):
-    with testdisks.Tmpfs(tmp_path / "small", 24) as fs:
-        out = storage(fs.mountpoint, size_gb=0.03)
+@pytest.mark.parametrize("size_mb,streams", [(24, 2), (6, 1)], ids=["enospc", "short-write"])
+def test_a_full_file_system_is_a_clear_failure_and_leaves_nothing(root_disks, tmp_path,
+                                                                  size_mb, streams):
+    # A filling disk answers ENOSPC, or first a short write (6 MB: the second 4 MiB block
+    # only half fits); both are a full disk to the operator.
+    with testdisks.Tmpfs(tmp_path / "small", size_mb) as fs:
+        out = storage(fs.mountpoint, size_gb=0.03, streams=streams, iodepth=1)
         failures = judge(NODE, out, resolve_settings("storage", "quick", {})).failures
         assert any("write failed" in f and "disk full" in f for f in failures), failures
         assert list(fs.mountpoint.iterdir()) == []
