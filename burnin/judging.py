@@ -3,12 +3,12 @@ the inter-node all-reduce, which takes only nodes that passed the single-node ch
 
 from __future__ import annotations
 
-from burnin.checks import allreduce, burn, health, sdc, storage
+from burnin.checks import CHECK_ORDER, allreduce, burn, health, sdc, storage
 from burnin.inventory import Node
 from burnin.run import Run
 from burnin.verdict import Verdict
 
-SINGLE_NODE = ("health", "sdc", "burn", "storage", "allreduce")
+SINGLE_NODE = tuple(c for c in CHECK_ORDER if c != "allreduce_internode")
 
 
 def verdict(run: Run, check: str, node: Node) -> Verdict:

@@ -125,9 +125,6 @@ class Run:
         """Whether `check` has run in this run (here or in another xdist worker)."""
         return check in self._outcomes or (self.run_dir / ".probes" / f"{check}.jsonl").exists()
 
-    def transport(self, node: Node) -> Transport:
-        return self._transport(node)
-
     @contextmanager
     def _held_flock(self, path: Path):
         """The cross-process lock: one check at a time on the fleet, whichever worker runs
@@ -159,7 +156,7 @@ class Run:
                        "gpu_model": node.gpu_model, "storage": {"path": node.storage.path},
                        "settings": settings}
             try:
-                transport = self._transport(node)
+                transport = self.transport(node)
             except NodeUnreachable as e:
                 return ProbeOutcome(node.name, check, False, str(e))
             on_progress = None
@@ -182,7 +179,8 @@ class Run:
                 self.progress.end()
         return dict(zip((n.name for n in self.nodes), outcomes, strict=True))
 
-    def _transport(self, node: Node) -> Transport:
+    def transport(self, node: Node) -> Transport:
+        """The node's transport for this run, made on first use and kept (one connection)."""
         # Called from fan-out threads, each for its own node: no two touch one key.
         t = self._transports.get(node.name)
         if t is None:

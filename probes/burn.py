@@ -143,10 +143,7 @@ def main() -> int:
     if "-h" in sys.argv or "--help" in sys.argv:
         print(__doc__)
         return 0
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    torch.use_deterministic_algorithms(True)
+    core.pin_determinism()
     text = "" if sys.stdin.isatty() else sys.stdin.read()
     payload = json.loads(text) if text.strip() else {}
     settings = payload.get("settings", {})

@@ -51,6 +51,17 @@ def _cpu_model() -> str:
     return "cpu"
 
 
+def pin_determinism() -> None:
+    """No TF32, no reduced-precision reductions, deterministic algorithms: a product of
+    the same inputs is then the same bits every time (CUBLAS_WORKSPACE_CONFIG is set by
+    each probe before torch starts CUDA)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.use_deterministic_algorithms(True)
+
+
 def sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)

@@ -48,14 +48,6 @@ def log(msg: str) -> None:
     print(f"[{PROBE}] {msg}", file=sys.stderr, flush=True)
 
 
-def pin_determinism() -> None:
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    torch.use_deterministic_algorithms(True)
-
-
 def flip(t: torch.Tensor, index: tuple, bit: int) -> None:
     """Flip one bit of one element in place (tests' fault injection)."""
     ints = {4: torch.int32, 2: torch.int16}[t.element_size()]
@@ -196,7 +188,7 @@ def main() -> int:
     if "-h" in sys.argv or "--help" in sys.argv:
         print(__doc__)
         return 0
-    pin_determinism()
+    core.pin_determinism()
     if "--selftest" in sys.argv:
         results = {}
         for dev in core.devices(None):

@@ -205,12 +205,12 @@ class SshTransport(Transport):
         group = f"-{pid}"
         line = (f"kill -TERM -- {group} 2>/dev/null; sleep {KILL_GRACE_S}; "
                 f"kill -KILL -- {group} 2>/dev/null; true")
-        self._quiet(line, KILL_GRACE_S + self.node.ssh.connect_timeout_s)
+        self._quiet(self._client, line, KILL_GRACE_S + self.node.ssh.connect_timeout_s)
 
-    def _quiet(self, line: str, timeout_s: float) -> None:
+    def _quiet(self, client: paramiko.SSHClient, line: str, timeout_s: float) -> None:
         """Run a housekeeping command, bounded, ignoring its result."""
         try:
-            chan = self._client.get_transport().open_session(
+            chan = client.get_transport().open_session(
                 timeout=self.node.ssh.connect_timeout_s)
             chan.exec_command(line)
             chan.status_event.wait(timeout_s)  # recv_exit_status() would wait forever
@@ -223,10 +223,8 @@ class SshTransport(Transport):
         if client is None:
             return
         if self._staged and client.get_transport() and client.get_transport().is_active():
-            self._client = client
-            self._quiet(shlex.join(["rm", "-rf", "--", self._staged]),
+            self._quiet(client, shlex.join(["rm", "-rf", "--", self._staged]),
                         self.node.ssh.connect_timeout_s)
-            self._client = None
         self._staged = None
         client.close()
 
