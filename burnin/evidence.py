@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from burnin.checks import CHECKS
+
 
 def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
                  records: list[dict]) -> Path:
@@ -17,19 +19,13 @@ def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
     (folder / "verdicts.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for r in records:
         (folder / f"{r['check']}.json").write_text(json.dumps(r, indent=1), encoding="utf-8")
-        data = r.get("data") or {}
-        if r["check"] == "health" and r.get("ok"):
-            facts = {"node": data.get("node"), "gpu": data["figures"].get("gpu"),
-                     "torch": data["figures"].get("torch"),
-                     "devices": [{k: d.get(k) for k in ("index", "name", "uuid", "pci_bus_id")}
-                                 for d in data.get("devices", [])]}
-            (folder / "facts.json").write_text(json.dumps(facts, indent=1), encoding="utf-8")
-        if r["check"] == "burn" and r.get("ok"):
-            series = {str(d.get("device")): d.get("telemetry") for d in data.get("devices", [])
-                      if d.get("telemetry")}
-            cpu = data.get("figures", {}).get("cpu_telemetry")
-            if cpu:
-                series["cpu"] = cpu
-            (folder / "telemetry.json").write_text(json.dumps(series, indent=1),
-                                                   encoding="utf-8")
+        spec = CHECKS.get(r.get("check", ""))
+        if not r.get("ok") or spec is None or spec.evidence is None:
+            continue
+        try:
+            extra = spec.evidence(r)
+        except (KeyError, TypeError, AttributeError):
+            continue  # a record of an unexpected shape: its raw .json is there already
+        for name, content in extra.items():
+            (folder / name).write_text(json.dumps(content, indent=1), encoding="utf-8")
     return folder

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from burnin import actions
-from burnin.inventory import Inventory, Node
 from burnin.ledger import Ledger
+from burnin.nodes import Inventory, Node
 from burnin.reports import CaseResult
 
 

@@ -6,14 +6,23 @@ file, the line, the key and what was expected. See DESIGN.md for the schema.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import re
+from dataclasses import replace
 from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from burnin import yamlsource
 from burnin.checks import CHECKS
-from burnin.reference import GPU_MODELS
+from burnin.nodes import (
+    Inventory,
+    Node,
+    QuarantineSettings,
+    SrunSettings,
+    SshSettings,
+    StorageSettings,
+)
+from burnin.reference import GPU_MODELS, NUMERIC_FIELDS, model_from
 from burnin.yamlsource import Mapping, Sequence, SourceError, SourceErrors
 
 TRANSPORT_NAMES = ("ssh", "srun", "local")
@@ -23,68 +32,6 @@ SUPPORTED_VERSIONS = (1,)
 
 class InventoryError(SourceErrors):
     """The inventory is wrong; str() has one 'file:line: key: problem' line per error."""
-
-
-@dataclass(frozen=True)
-class SshSettings:
-    user: str | None = None
-    port: int = 22
-    identity_file: str | None = None
-    known_hosts: str = "~/.ssh/known_hosts"
-    connect_timeout_s: float = 10.0
-
-
-@dataclass(frozen=True)
-class SrunSettings:
-    partition: str | None = None
-    extra_args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class StorageSettings:
-    path: str = "/tmp"  # set it to the file system the GPUs read from
-
-
-@dataclass(frozen=True)
-class Node:
-    """One node as the run sees it, every default already applied."""
-
-    name: str
-    address: str
-    transport: str = "ssh"
-    # None means: the interpreter running pytest for `local`, python3 elsewhere.
-    python: str | None = None
-    workdir: str = "/tmp/burnin"
-    gpus: int | None = None  # None: 'auto', whatever the node reports
-    gpu_model: str | None = None
-    ssh: SshSettings = field(default_factory=SshSettings)
-    srun: SrunSettings = field(default_factory=SrunSettings)
-    storage: StorageSettings = field(default_factory=StorageSettings)
-    labels: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class QuarantineSettings:
-    ledger: str | None = None
-    actions: tuple[str, ...] = ()
-    release_after: int = 2
-    command: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Inventory:
-    path: str
-    cluster: str
-    nodes: tuple[Node, ...]
-    checks: dict[str, dict]
-    quarantine: QuarantineSettings
-    version: int = 1
-
-    def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise KeyError(name)
 
 
 # --- schema, as data -------------------------------------------------------------------
@@ -110,7 +57,8 @@ KINDS = {
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "transport": (lambda v: v in TRANSPORT_NAMES, "one of: " + ", ".join(TRANSPORT_NAMES)),
     "gpus": (lambda v: v == "auto" or (_is_int(v) and v >= 0), "an integer >= 0, or auto"),
-    "gpu_model": (lambda v: v in GPU_MODELS, "one of: " + ", ".join(GPU_MODELS)),
+    "gpu_model": (lambda v: _is_str(v), "a model name"),  # checked against the models below
+    "device_count": (lambda v: _is_int(v) and 1 <= v <= 64, "an integer from 1 to 64"),
     "str_list": (lambda v: isinstance(v, list) and all(_is_str(x) for x in v),
                  "a list of strings"),
     "labels": (lambda v: isinstance(v, dict)
@@ -127,20 +75,29 @@ KINDS = {
                      "an integer >= 1, or auto"),
     "faults": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
                "a list of mappings"),
+    "check_list": (lambda v: isinstance(v, list) and v and all(x in CHECKS for x in v),
+                   "a non-empty list of: " + ", ".join(CHECKS)),
 }
 
 SSH_KEYS = {"user": "str", "port": "port", "identity_file": "str", "known_hosts": "str",
-            "connect_timeout_s": "positive"}
+            "connect_timeout_s": "positive", "proxy_jump": "str"}
 SRUN_KEYS = {"partition": "str", "extra_args": "str_list"}
-STORAGE_KEYS = {"path": "str"}
+STORAGE_KEYS = {"path": "str", "mount": "str"}
 NESTED = {"ssh": SSH_KEYS, "srun": SRUN_KEYS, "storage": STORAGE_KEYS}
 DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gpus": "gpus",
-                "gpu_model": "gpu_model", **{k: k for k in NESTED}}
-NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", **DEFAULT_KEYS}
+                "gpu_model": "gpu_model", "cpu_devices": "device_count",
+                **{k: k for k in NESTED}}
+NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
+             **DEFAULT_KEYS}
 QUARANTINE_KEYS = {"ledger": "str", "actions": "actions", "release_after": "release_after",
                    "command": "str_list"}
+ADMISSION_KEYS = {"require": "check_list"}
+MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
-            "checks": "mapping", "quarantine": "mapping"}
+            "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
+            "gpu_models": "mapping"}
+# A node's name becomes a file name in reports and a Slurm argument: hostname characters.
+NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 class _Checker:
@@ -216,20 +173,58 @@ def load_inventory(path: str | Path) -> Inventory:
                 f"unsupported version {version!r}; this burnin reads version 1")
         raise InventoryError(c.errors)  # the rest of a newer schema means nothing to us
 
+    models = _gpu_models(c, doc, top)
     defaults = {}
     if "defaults" in top and c.mapping(top["defaults"], "defaults", doc.key_lines["defaults"]):
         defaults = c.keys(top["defaults"], DEFAULT_KEYS, "defaults")
+        _known_model(c, top["defaults"], defaults, "defaults", models)
 
-    nodes = _expand_nodes(c, doc, top, defaults)
-    checks = _checks(c, doc, top)
+    nodes = _expand_nodes(c, doc, top, defaults, models)
+    checks = _checks(c, top.get("checks"), doc.key_lines.get("checks"), "checks")
     quarantine = _quarantine(c, doc, top)
+    require = None
+    if "admission" in top and c.mapping(top["admission"], "admission",
+                                        doc.key_lines["admission"]):
+        require = c.keys(top["admission"], ADMISSION_KEYS, "admission").get("require")
     if c.errors:
         raise InventoryError(c.errors)
     return Inventory(path=shown, cluster=top.get("cluster", path.stem), nodes=tuple(nodes),
-                     checks=checks, quarantine=quarantine)
+                     checks=checks, quarantine=quarantine, gpu_models=models,
+                     require=tuple(require) if require else None)
 
 
-def _expand_nodes(c: _Checker, doc: Mapping, top: dict, defaults: dict) -> list[Node]:
+def _gpu_models(c: _Checker, doc: Mapping, top: dict) -> dict:
+    """The built-in models, with the inventory's `gpu_models:` added or overriding."""
+    models = dict(GPU_MODELS)
+    if "gpu_models" not in top or not c.mapping(top["gpu_models"], "gpu_models",
+                                                  doc.key_lines["gpu_models"]):
+        return models
+    for key, body in top["gpu_models"].items():
+        where, line = f"gpu_models.{key}", top["gpu_models"].key_lines[key]
+        if not c.mapping(body, where, line):
+            continue
+        values = c.keys(body, MODEL_KEYS, where)
+        base = models.get(key)
+        if base is None and not values.get("nvml_names"):
+            c.error(line, f"{where}.nvml_names", "missing; a new model needs the names NVML "
+                                                 "reports for it")
+            continue
+        merged = {**(base.__dict__ if base else {}), **values}
+        models[str(key)] = model_from(str(key), merged)
+    return models
+
+
+def _known_model(c: _Checker, entry: Mapping, values: dict, where: str, models: dict) -> None:
+    model = values.get("gpu_model")
+    if model is not None and model not in models:
+        c.error(entry.key_lines["gpu_model"], f"{where}.gpu_model",
+                f"unknown model {model!r}; expected one of: {', '.join(models)}, or a model "
+                "added under gpu_models:")
+        del values["gpu_model"]
+
+
+def _expand_nodes(c: _Checker, doc: Mapping, top: dict, defaults: dict,
+                  models: dict) -> list[Node]:
     if "nodes" not in doc:
         c.error(doc.line, "nodes", "missing; expected a list of nodes")
         return []
@@ -244,6 +239,10 @@ def _expand_nodes(c: _Checker, doc: Mapping, top: dict, defaults: dict) -> list[
         if not c.mapping(entry, where, line):
             continue
         values = c.keys(entry, NODE_KEYS, where)
+        _known_model(c, entry, values, where, models)
+        if "checks" in values:
+            values["checks"] = _checks(c, values["checks"], entry.key_lines["checks"],
+                                       f"{where}.checks")
         if "name" not in entry:
             c.error(line, f"{where}.name", "missing; expected a hostname or hostlist")
             continue
@@ -260,6 +259,11 @@ def _expand_nodes(c: _Checker, doc: Mapping, top: dict, defaults: dict) -> list[
                         f"{len(names)} nodes; expected one address per node")
                 continue
         for name, address in zip(names, addresses, strict=True):
+            if not NODE_NAME.fullmatch(name):
+                c.error(entry.key_lines["name"], f"{where}.name",
+                        f"{name!r} is not a valid node name; expected hostname characters "
+                        "(letters, digits, '.', '_', '-'), starting with a letter or digit")
+                continue
             if name in seen:
                 c.error(entry.key_lines["name"], f"{where}.name",
                         f"node {name} is listed twice (first on line {seen[name]})")
@@ -295,21 +299,22 @@ def _make_node(name: str, address: str, defaults: dict, own: dict) -> Node:
     return replace(node, **merged)
 
 
-def _checks(c: _Checker, doc: Mapping, top: dict) -> dict[str, dict]:
-    if "checks" not in top or not c.mapping(top["checks"], "checks", doc.key_lines["checks"]):
+def _checks(c: _Checker, checks, line, where: str) -> dict[str, dict]:
+    """Per-check settings under `checks:` (the inventory's, or a node group's)."""
+    if checks is None or not c.mapping(checks, where, line):
         return {}
     out = {}
-    checks = top["checks"]
     for name, body in checks.items():
-        line = checks.key_lines[name]
+        key_line = checks.key_lines[name]
         spec = CHECKS.get(name)
         if spec is None:
-            c.error(line, f"checks.{name}", "unknown check; expected one of: " + ", ".join(CHECKS))
+            c.error(key_line, f"{where}.{name}",
+                    "unknown check; expected one of: " + ", ".join(CHECKS))
             continue
-        if not c.mapping(body, f"checks.{name}", line):
+        if not c.mapping(body, f"{where}.{name}", key_line):
             continue
         schema = {key: s.kind for key, s in spec.settings.items()}
-        out[name] = c.keys(body, schema, f"checks.{name}")
+        out[name] = c.keys(body, schema, f"{where}.{name}")
     return out
 
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from burnin.checks import CHECK_ORDER, DEFAULT_PROFILE, PROFILES
+from burnin.checks import CHECK_ORDER, CHECKS, DEFAULT_PROFILE, PROFILES
 from burnin.gate import GateReport, settle, split_by_quarantine
-from burnin.inventory import InventoryError, Node, load_inventory, select_nodes
+from burnin.inventory import InventoryError, load_inventory, select_nodes
 from burnin.ledger import Ledger, ledger_path
+from burnin.nodes import Node
 from burnin.progress import Progress
 from burnin.reports import CaseResult, point_latest, publish, verdicts_of, write_junit
 from burnin.run import DEFAULT_FANOUT, Run, new_run_id
@@ -240,11 +241,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(state.error)  # before any node is touched
     order = {c: i for i, c in enumerate(CHECK_ORDER)}
     run = state.run()
-    if run is not None and len(run.nodes) < 2:
-        # One node has no inter-node part: no testcase, rather than a skip that would
-        # keep it out of admission.
+    if run is not None:
+        # A check that does not apply to a node (the inter-node all-reduce of a lone
+        # node) gets no testcase, rather than a skip that would keep it out of admission.
         gone = [i for i in items if "node" in getattr(i, "fixturenames", ())
-                and check_of(i) == "allreduce_internode"]
+                and check_of(i) in CHECKS
+                and not CHECKS[check_of(i)].applies(i.callspec.params["node"].gpus,
+                                                    len(run.nodes))]
         if gone:
             config.hook.pytest_deselected(items=gone)
             items[:] = [i for i in items if i not in gone]

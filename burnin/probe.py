@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from burnin.transports import CommandResult, NodeUnreachable, Transport
+from burnin.transports import WATCHDOG_S, CommandResult, NodeUnreachable, Transport
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024
@@ -51,25 +51,29 @@ MAX_PROGRESS_LINE = 4096
 
 
 def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float,
-              max_output: int = DEFAULT_MAX_OUTPUT, on_progress=None) -> ProbeOutcome:
+              max_output: int = DEFAULT_MAX_OUTPUT, on_progress=None,
+              schema=None, lifeline: bool = False) -> ProbeOutcome:
     """Run `probe` through `transport`; never raises for anything the node does.
 
     on_progress(dict) receives each 'BURNIN_PROGRESS {json}' line the probe writes to
-    stderr (untrusted: a line that is not a small JSON object is ignored).
+    stderr (untrusted: a line that is not a small JSON object is ignored). With
+    `lifeline`, the probe is asked to stop itself when it loses the controller.
     """
     node = transport.node.name
     on_stderr = _progress_lines(on_progress) if on_progress else None
+    if lifeline:
+        settings = {**settings, "watchdog_s": WATCHDOG_S}
     try:
         argv = transport.probe_command(probe)
         result = transport.run(argv, json.dumps(settings).encode(), timeout_s, max_output,
-                               on_stderr=on_stderr)
+                               on_stderr=on_stderr, lifeline=lifeline)
     except NodeUnreachable as e:
         return ProbeOutcome(node, probe, ok=False, reason=str(e))
-    return judge_output(node, probe, result, timeout_s, max_output)
+    return judge_output(node, probe, result, timeout_s, max_output, schema)
 
 
 def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
-                 max_output: int) -> ProbeOutcome:
+                 max_output: int, schema=None) -> ProbeOutcome:
     """Turn a finished command into an outcome: ok with data, or a failure with a reason."""
     stderr = result.stderr_tail.decode("utf-8", "replace")
 
@@ -100,9 +104,14 @@ def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
         if not result.stdout.strip():
             return failed(f"probe {probe} printed nothing on stdout")
         return failed(f"probe {probe} printed no valid JSON ({e})")
+    except RecursionError:
+        return failed(f"probe {probe} printed JSON nested too deeply to read")
     problem = shape_problem(probe, data)
     if problem:
         return failed(f"probe {probe} output has the wrong shape: {problem}")
+    problem = schema.problem(data, "") if schema is not None else ""
+    if problem:
+        return failed(f"malformed probe output: {problem}")
     return ProbeOutcome(node, probe, True, "", data, result.duration_s, 0, stderr)
 
 

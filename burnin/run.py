@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from burnin.checks import CHECKS, resolve_settings
-from burnin.inventory import Inventory, Node
+from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
+from burnin.nodes import Inventory, Node
 from burnin.probe import ProbeOutcome, run_probe
 from burnin.progress import Progress
 from burnin.transports import NodeUnreachable, Transport, transport_for
+from burnin.verdict import Verdict
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
 DEFAULT_FANOUT = 256
@@ -87,8 +88,11 @@ class Run:
     def run_dir(self) -> Path:
         return self.reports_dir / self.run_id
 
-    def settings(self, check: str) -> dict:
-        return resolve_settings(check, self.profile, self.inventory.checks.get(check, {}))
+    def settings(self, check: str, node: Node | None = None) -> dict:
+        """The check's settings: profile defaults, the inventory's `checks:`, then the
+        node group's own `checks:` when a node is given."""
+        return CHECKS[check].resolve(self.profile, self.inventory.checks.get(check),
+                                     node.checks.get(check) if node else None)
 
     def outcomes(self, check: str) -> dict[str, ProbeOutcome]:
         """Every selected node's outcome of `check`, running the probe once per run."""
@@ -99,13 +103,63 @@ class Run:
                 self._outcomes[check] = self._shared(check)
             return self._outcomes[check]
 
-    def summary(self, check: str, summarize: Callable[[dict], object]):
-        """summarize(outcomes of check), computed once per run: fleet-wide figures such
-        as majorities and medians, so judging n nodes stays O(n)."""
-        key = (check, summarize)
-        if key not in self._summaries:
-            self._summaries[key] = summarize(self.outcomes(check))
-        return self._summaries[key]
+    def summary(self, check: str):
+        """The check's fleet summary over this run's outcomes, computed once per run:
+        fleet-wide figures such as majorities and medians, so judging n nodes is O(n)."""
+        summarize = CHECKS[check].summarize
+        if summarize is None:
+            return None
+        if check not in self._summaries:
+            facts = CHECKS[check].facts
+            self._summaries[check] = summarize(Fleet(
+                self.outcomes(check),
+                {n.name: n.gpus if facts else self.devices(n) for n in self.nodes},
+                {n.name: self.inventory.model(n) for n in self.nodes}))
+        return self._summaries[check]
+
+    def verdict(self, check: str, node: Node) -> Verdict:
+        """The verdict on `node` for `check`, running the check's probe if it has not run."""
+        outcome = self.outcomes(check)[node.name]
+        spec = CHECKS[check]
+        known = not spec.facts
+        j = Judging(settings=self.settings(check, node), fleet=self.summary(check),
+                    model=self.inventory.model(node),
+                    devices=self.devices(node) if known else node.gpus,
+                    gpus=self.gpus(node) if known else node.gpus)
+        return spec.judge(node, outcome, j)
+
+    def gpus(self, node: Node) -> int | None:
+        """The GPUs `node` must have: the inventory's count, or for `gpus: auto` what its
+        health facts show (NVML's count, else torch's); None while unknown (its health
+        probe failed: then nothing is assumed)."""
+        if node.gpus is not None:
+            return node.gpus
+        o = self.outcomes(FACTS)[node.name]
+        if not o.ok:
+            return None
+        gpu = o.data["figures"].get("gpu") or {}
+        if gpu.get("nvml") == "present":
+            return len(o.data["devices"])
+        return (o.data["figures"].get("torch") or {}).get("device_count") or 0
+
+    def devices(self, node: Node) -> int | None:
+        """The devices every probe must report for `node`: its GPUs, or on a CPU-only node
+        its `cpu_devices`; None while unknown."""
+        gpus = self.gpus(node)
+        if gpus is None:
+            return None
+        return gpus or node.cpu_devices
+
+    def failed_single_node_checks(self) -> dict[str, list[str]]:
+        """{node: failed checks} over the single-node checks that ran in this run."""
+        out: dict[str, list[str]] = {}
+        for check in SINGLE_NODE:
+            if not self.has_outcomes(check):
+                continue
+            for node in self.nodes:
+                if not self.verdict(check, node).passed:
+                    out.setdefault(node.name, []).append(check)
+        return out
 
     def _shared(self, check: str) -> dict[str, ProbeOutcome]:
         state = self.run_dir / ".probes"
@@ -145,30 +199,25 @@ class Run:
 
     def execute(self, check: str) -> dict[str, ProbeOutcome]:
         """Run `check`'s probe on every selected node now, at most `fanout` at once."""
-        if check == "allreduce_internode":  # one coordinated group, not a fan-out
-            from burnin.fabric import internode
-            return internode(self)
-        settings = self.settings(check)
+        spec = CHECKS[check]
+        if spec.group:  # one coordinated group, not a fan-out
+            return spec.execute(self)
+
+        # Learned here, in this thread: it holds the run's lock the fan-out threads lack.
+        gpus = {n.name: n.gpus if spec.facts else self.gpus(n) for n in self.nodes}
 
         def one(node: Node) -> ProbeOutcome:
+            settings = self.settings(check, node)
             payload = {"check": check, "node": node.name, "run_id": self.run_id,
-                       "profile": self.profile, "gpus": node.gpus,
-                       "gpu_model": node.gpu_model, "storage": {"path": node.storage.path},
+                       "profile": self.profile, "gpus": gpus[node.name],
+                       "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
+                       "storage": {"path": node.storage.path, "mount": node.storage.mount},
                        "settings": settings}
-            try:
-                transport = self.transport(node)
-            except NodeUnreachable as e:
-                return ProbeOutcome(node.name, check, False, str(e))
             on_progress = None
             if self.progress:
                 def on_progress(info, name=node.name):
                     self.progress.update(name, info)
-            try:
-                return run_probe(transport, check, payload, float(settings["timeout_s"]),
-                                 on_progress=on_progress)
-            except Exception as e:  # a controller bug must fail this node, not the run
-                return ProbeOutcome(node.name, check, False,
-                                    f"controller error running {check}: {type(e).__name__}: {e}")
+            return self.probe(node, spec, payload, float(settings["timeout_s"]), on_progress)
 
         if self.progress:
             self.progress.begin(check)
@@ -178,6 +227,20 @@ class Run:
             if self.progress:
                 self.progress.end()
         return dict(zip((n.name for n in self.nodes), outcomes, strict=True))
+
+    def probe(self, node: Node, check: Check, payload: dict, timeout_s: float,
+              on_progress=None) -> ProbeOutcome:
+        """Run the check's probe on one node; whatever happens is this node's outcome."""
+        try:
+            transport = self.transport(node)
+            return run_probe(transport, check.probe_name, payload, timeout_s,
+                             max_output=check.max_output, on_progress=on_progress,
+                             schema=check.schema, lifeline=True)
+        except NodeUnreachable as e:
+            return ProbeOutcome(node.name, check.probe_name, False, str(e))
+        except Exception as e:  # a controller bug must fail this node, not the run
+            return ProbeOutcome(node.name, check.probe_name, False, f"controller error "
+                                f"running {check.name}: {type(e).__name__}: {e}")
 
     def transport(self, node: Node) -> Transport:
         """The node's transport for this run, made on first use and kept (one connection)."""

@@ -6,8 +6,9 @@ node (gloo), and joins a group: the node's own (intra-node, by default) or, when
 controller says so, a group across nodes (`group`: world size, this node's first rank,
 master address and port). For each size: the result is checked exactly (integer-valued
 fp32 inputs whose sums are exact), then back-to-back iterations after a warm-up are
-timed; the time is the maximum across ranks; algbw = bytes / time, busbw = algbw x
-2(n-1)/n, decimal GB/s. The rank 0 process reports the sweep.
+timed; the time is the mean across ranks, as nccl-tests reports it by default (the slowest
+rank's is recorded beside it); algbw = bytes / time, busbw = algbw x 2(n-1)/n, decimal
+GB/s. The rank 0 process reports the sweep.
 
     echo '{"settings": {"max_bytes": 16777216}}' | python3 probes/allreduce.py
 
@@ -27,12 +28,28 @@ import subprocess
 import sys
 import time
 
+import probelib
+
 PROBE = "allreduce"
-SCHEMA = 1
+# Each rank contributes base + (rank mod VALUE_MOD) per element, base = index mod BASE_MOD:
+# every partial sum of any reduction order is an integer below EXACT (2**24), so fp32
+# holds it exactly, for any world up to MAX_WORLD ranks (see max_sum()).
+VALUE_MOD, BASE_MOD, EXACT, MAX_WORLD = 64, 61, 1 << 24, 100_000
 
 
 def log(msg: str) -> None:
-    print(f"[{PROBE}] {msg}", file=sys.stderr, flush=True)
+    probelib.log(PROBE, msg)
+
+
+def offsets_sum(world: int) -> int:
+    """sum(rank % VALUE_MOD for rank in range(world)), in closed form."""
+    q, r = divmod(world, VALUE_MOD)
+    return q * (VALUE_MOD * (VALUE_MOD - 1) // 2) + r * (r - 1) // 2
+
+
+def max_sum(world: int) -> int:
+    """The largest element of a world's exact result (every partial sum is below it)."""
+    return world * (BASE_MOD - 1) + offsets_sum(world)
 
 
 def sizes(settings: dict, gpu: bool) -> list[int]:
@@ -51,23 +68,28 @@ def worker() -> int:
     import torch.distributed as dist
     settings = json.loads(os.environ["BURNIN_SETTINGS"])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ["LOCAL_RANK"])
-    gpu = torch.cuda.is_available() and settings.get("gpus") != 0
-    dev = torch.device("cuda", local) if gpu else torch.device("cpu")
+    ordinal = os.environ.get("BURNIN_CUDA_ORDINAL")
+    gpu = ordinal is not None
+    dev = torch.device("cuda", int(ordinal)) if gpu else torch.device("cpu")
+    timeout = datetime.timedelta(seconds=float(settings.get("rendezvous_timeout_s", 60)))
+    init = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     if gpu:
         torch.cuda.set_device(dev)
-    timeout = datetime.timedelta(seconds=float(settings.get("rendezvous_timeout_s", 60)))
-    dist.init_process_group("nccl" if gpu else "gloo", rank=rank, world_size=world,
-                            timeout=timeout, init_method=
-                            f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}")
+        # device_id makes NCCL's communicator eager: a hang in NCCL's own start-up is
+        # then bounded by `timeout`, not only the first collective.
+        dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timeout,
+                                init_method=init, device_id=dev)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout,
+                                init_method=init)
     sync = torch.cuda.synchronize if gpu else (lambda: None)
     results, wrong_total = [], 0
     for nbytes in sizes(settings, gpu):
         n = nbytes // 4
-        base = (torch.arange(n, device=dev) % 251).float()
-        buf = base + rank
+        base = (torch.arange(n, device=dev) % BASE_MOD).float()
+        buf = base + (rank % VALUE_MOD)
         dist.all_reduce(buf)
-        expected = base * world + world * (world - 1) / 2
+        expected = base * world + offsets_sum(world)
         wrong = int((buf != expected).sum())
         wrong_total += wrong
         for _ in range(int(settings.get("warmup", 5))):
@@ -86,12 +108,15 @@ def worker() -> int:
         for _ in range(iters):
             dist.all_reduce(buf)
         sync()
-        took = torch.tensor([(time.perf_counter() - t) / iters], device=dev,
-                            dtype=torch.float64)
-        dist.all_reduce(took, op=dist.ReduceOp.MAX)
-        seconds = took.item()
+        mine = (time.perf_counter() - t) / iters
+        mean = torch.tensor([mine], device=dev, dtype=torch.float64)
+        slowest = mean.clone()
+        dist.all_reduce(mean)  # nccl-tests' default: the time averaged over ranks
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        seconds = mean.item() / world
         algbw = nbytes / seconds / 1e9
         results.append({"bytes": nbytes, "iters": iters, "time_us": round(seconds * 1e6, 2),
+                        "time_max_us": round(slowest.item() * 1e6, 2),
                         "algbw_gbps": round(algbw, 4),
                         "busbw_gbps": round(algbw * 2 * (world - 1) / world, 4),
                         "wrong_elements": wrong})
@@ -106,29 +131,32 @@ def worker() -> int:
     return 0
 
 
-def local_ranks(payload: dict) -> int:
-    settings = payload.get("settings", {})
-    try:
-        import torch
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        count = 0
-    if payload.get("gpus") == 0 or count == 0:
-        return 1 if payload.get("group") else int(settings.get("ranks", 2))
-    return count if payload.get("gpus") is None else min(count, payload["gpus"])
+def rank_devices(payload: dict, devs: list[probelib.Device]) -> list[probelib.Device | None]:
+    """The device of each rank this node starts: one per GPU; on a CPU node one per CPU
+    device when it has several, else `ranks` (intra-node) or one (in a group) CPU ranks.
+    In a group the controller says how many ranks each node starts (ranks_here)."""
+    group = payload.get("group") or {}
+    if devs and devs[0].gpu:
+        return list(devs[:group.get("ranks_here", len(devs))])
+    count = len(devs) if len(devs) > 1 else int(payload.get("settings", {}).get("ranks", 2))
+    return [None] * int(group.get("ranks_here", count))
 
 
-def hello(group: dict, me: str, timeout_s: float) -> list[str]:
-    """Meet the other nodes before torch does, so that one that never comes is named.
+def hello(group: dict, me: str, timeout_s: float, ready: bool = True) -> list[str]:
+    """Meet the other nodes before torch does, so that the group ends at once when one
+    node cannot take part, rather than at torch's timeout.
 
-    The master node listens on master_port + 1 until every node has said its name, or
-    the timeout; it answers each 'go' or 'abort'. Returns the problems seen ([] = go).
+    The master node listens on master_port + 1 until every node has said its name (and
+    whether it is ready), or the timeout; it answers each 'go', or 'abort' when a node is
+    missing or not ready. Returns the problems seen ([] = go). What one node says about
+    another is only logged and reported as its own view: the controller names culprits
+    from what it observes itself.
     """
     addr, port = group["master_addr"], int(group["master_port"]) + 1
     expected = set(group.get("nodes", [])) - {me}
     deadline = time.monotonic() + timeout_s
     if group.get("rank_offset", 0) == 0:
-        seen, conns = set(), []
+        seen, conns, unready = set(), [], set()
         with socket.socket() as srv:
             srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             srv.bind(("", port))
@@ -141,25 +169,40 @@ def hello(group: dict, me: str, timeout_s: float) -> list[str]:
                     break
                 conn.settimeout(5)
                 try:
-                    seen.add(conn.makefile().readline().strip())
-                    conns.append(conn)
+                    name, _, state = conn.makefile().readline().strip().partition(" ")
                 except OSError:
                     conn.close()
+                    continue
+                seen.add(name)
+                conns.append(conn)
+                if state == "abort" or not ready:
+                    unready.add(name)
+                    break  # no group this time: tell everyone now
             missing = sorted(expected - seen)
+            go = ready and not missing and not unready
             for conn in conns:
                 try:
-                    conn.sendall(b"abort\n" if missing else b"go\n")
+                    conn.sendall(b"go\n" if go else b"abort\n")
                 finally:
                     conn.close()
-        return [f"did not join the rendezvous: {', '.join(missing)}"] if missing else []
+        if go:
+            return []
+        if not ready:
+            return ["this node could not take part, so the group was aborted"]
+        if unready:
+            return [f"the group was aborted: {', '.join(sorted(unready))} said it could "
+                    "not take part"]
+        return [f"did not join the rendezvous: {', '.join(missing)}"]
     while True:
         try:
             with socket.create_connection((addr, port), timeout=5) as conn:
-                conn.sendall(f"{me}\n".encode())
+                conn.sendall(f"{me}{'' if ready else ' abort'}\n".encode())
                 conn.settimeout(max(1.0, deadline - time.monotonic() + 5))
                 answer = conn.makefile().readline().strip()
-            return [] if answer == "go" else ["the rendezvous master aborted: another node "
-                                              "did not join"]
+            if answer == "go":
+                return []
+            return ["this node could not take part"] if not ready else [
+                "the rendezvous master aborted: another node did not join or was not ready"]
         except OSError:
             if time.monotonic() > deadline:
                 return [f"cannot reach the rendezvous master at {addr}:{port}"]
@@ -178,32 +221,50 @@ def main() -> int:
     if "-h" in sys.argv or "--help" in sys.argv:
         print(__doc__)
         return 0
-    text = "" if sys.stdin.isatty() else sys.stdin.read()
-    payload = json.loads(text) if text.strip() else {}
+    payload = probelib.read_payload()
+    probelib.watch_controller(payload, PROBE)
     settings = {**payload.get("settings", {}), "gpus": payload.get("gpus")}
     group = payload.get("group") or {}
-    count = local_ranks(payload)
-    world = group.get("world", count)
+    node = {"hostname": socket.gethostname()}
+    devs, problem = probelib.node_devices(payload)
+    ranks = rank_devices(payload, devs)
+    world = group.get("world", len(ranks))
     first = group.get("rank_offset", 0)
+    figures = {"world": world, "ranks_here": len(ranks), "first_rank": first,
+               "mode": "inter-node" if group else "intra-node"}
+    if not problem and group and len(ranks) != group.get("ranks_here", len(ranks)):
+        problem = (f"the group gives this node {group['ranks_here']} ranks, one per GPU, but "
+                   f"it has {len(devs)} GPUs")
+    if not problem and world > MAX_WORLD:
+        problem = f"a world of {world} ranks is beyond the {MAX_WORLD} whose sums stay exact"
+    if problem:
+        # Still say hello (and that we cannot go on), so that the master ends the group
+        # at once rather than at its rendezvous timeout.
+        if group:
+            hello(group, payload.get("node", ""),
+                  float(settings.get("rendezvous_timeout_s", 60)), ready=False)
+        log(problem)
+        probelib.emit(PROBE, node, [], {**figures, "joined": False}, [problem])
+        return 0
     env_common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
                   "MASTER_ADDR": group.get("master_addr", "127.0.0.1"),
                   "MASTER_PORT": str(group.get("master_port") or free_port())}
-    log(f"ranks {first}..{first + count - 1} of {world}, master "
+    log(f"ranks {first}..{first + len(ranks) - 1} of {world}, master "
         f"{env_common['MASTER_ADDR']}:{env_common['MASTER_PORT']}")
-    figures = {"world": world, "ranks_here": count, "first_rank": first,
-               "mode": "inter-node" if group else "intra-node"}
     if group:
         problems = hello(group, payload.get("node", ""),
                          float(settings.get("rendezvous_timeout_s", 60)))
         if problems:
-            print(json.dumps({"probe": PROBE, "schema": SCHEMA,
-                              "node": {"hostname": socket.gethostname()}, "devices": [],
-                              "figures": {**figures, "joined": False}, "errors": problems}))
+            probelib.emit(PROBE, node, [], {**figures, "joined": False}, problems)
             return 0
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker"], stdout=subprocess.PIPE,
-                              env={**os.environ, **env_common, "RANK": str(first + i),
-                                   "LOCAL_RANK": str(i)})
-             for i in range(count)]
+    procs = []
+    for i, d in enumerate(ranks):
+        env = {**os.environ, **env_common, "RANK": str(first + i), "LOCAL_RANK": str(i)}
+        if d is not None and d.kind == "cuda":
+            env["BURNIN_CUDA_ORDINAL"] = str(d.ordinal)
+        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"],
+                                      stdout=subprocess.PIPE, env=env,
+                                      preexec_fn=probelib.die_with_parent))
     records, errors = [], []
     for i, p in enumerate(procs):
         out, _ = p.communicate()
@@ -216,8 +277,7 @@ def main() -> int:
     for r in records:
         if "sweep" in r:
             figures.update(sweep=r.pop("sweep"), backend=r.pop("backend"))
-    print(json.dumps({"probe": PROBE, "schema": SCHEMA, "node": {"hostname": socket.gethostname()},
-                      "devices": records, "figures": figures, "errors": errors}))
+    probelib.emit(PROBE, node, records, figures, errors)
     return 0
 
 

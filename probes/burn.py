@@ -19,41 +19,40 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import threading
 import time
 
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # torch's cuda:i is NVML's i
-
-import gemmcore as core  # noqa: E402
-import telemetry  # noqa: E402
-import torch  # noqa: E402
+import gemmcore as core  # imports probelib first, which sets what CUDA reads at start
+import probelib
+import telemetry
+import torch
 
 PROBE = "burn"
-SCHEMA = 1
 VERIFY_BUDGET = 0.03
 
 
 def log(msg: str) -> None:
-    print(f"[{PROBE}] {msg}", file=sys.stderr, flush=True)
+    probelib.log(PROBE, msg)
 
 
 class Load:
-    """Sustained GEMMs on one device, sampled; results compared with the first product."""
+    """Sustained GEMMs on one device, sampled; results compared with the first product.
+    Made and run in the device's own worker thread, bound to it (gemmcore.bind)."""
 
-    def __init__(self, index: int, dev, settings: dict):
-        gpu = dev.type == "cuda"
-        self.index, self.dev = index, dev
+    def __init__(self, d: probelib.Device, settings: dict):
+        self.d, self.index = d, d.index
+        self.dev = core.bind(d)
+        gpu = self.dev.type == "cuda"
         self.n = settings.get("n") or (8192 if gpu else 1024)
         self.dtype = settings.get("dtype") or ("bf16" if gpu else "fp32")
-        g = torch.Generator().manual_seed(1234 + index)
         dt = core.DTYPES[self.dtype]
-        self.A = torch.randn(self.n, self.n, generator=g).to(dt).to(dev)
-        self.B = torch.randn(self.n, self.n, generator=g).to(dt).to(dev)
+        # Made where it is used: no host-side copy per device, no host memory per GPU.
+        g = torch.Generator(device=self.dev).manual_seed(1234 + d.index)
+        self.A = torch.randn(self.n, self.n, generator=g, device=self.dev).to(dt)
+        self.B = torch.randn(self.n, self.n, generator=g, device=self.dev).to(dt)
         if gpu:
-            free = torch.cuda.mem_get_info(dev)[0]
+            free = torch.cuda.mem_get_info(self.dev)[0]
             size = self.n * self.n * self.A.element_size()
             nbuf = max(2, min(256, int(free * settings.get("memory_fraction", 0.5) // size)))
         else:
@@ -62,23 +61,25 @@ class Load:
         self.verify_every = settings.get("verify_every", "auto")
         self.products = self.verified = 0
         self.samples: list[tuple[float, int]] = []
-        self.record = core.describe(dev)
+        self.record = core.describe(d)
 
     def run(self, deadline: float, sample_s: float, progress) -> None:
-        torch.mm(self.A, self.B, out=self.outs[0])  # warm-up
+        torch.mm(self.A, self.B, out=self.outs[0])  # warm-up: kernel selection, allocator
         core.sync(self.dev)
         t = time.perf_counter()
         ref = torch.mm(self.A, self.B)
         core.sync(self.dev)
         gemm_s = time.perf_counter() - t
         t = time.perf_counter()
-        bool((self.outs[0] != ref).any())
+        # The warm-up product is the first comparison, and it counts like any other.
+        warm_bad = int(torch.count_nonzero(self.outs[0] != ref))
         eq_s = time.perf_counter() - t
         if self.verify_every == "auto":
             self.verify_every = max(1, math.ceil(eq_s * (1 - VERIFY_BUDGET) /
                                                  (VERIFY_BUDGET * gemm_s)))
-        wrong_elements = torch.zeros((), dtype=torch.int64, device=self.dev)
-        wrong_products = torch.zeros((), dtype=torch.int64, device=self.dev)
+        wrong_elements = torch.full((), warm_bad, dtype=torch.int64, device=self.dev)
+        wrong_products = torch.full((), int(warm_bad > 0), dtype=torch.int64, device=self.dev)
+        self.verified = 1
         start = time.perf_counter()
         self.samples.append((0.0, 0))
         next_sample = start + sample_s
@@ -120,23 +121,22 @@ class Load:
         return (p1 - p0) * 2 * self.n ** 3 / max(t1 - t0, 1e-9) / 1e12
 
 
-def start_telemetry(devs, sample_s: float):
-    if devs[0].type != "cuda":
+def start_telemetry(devs: list[probelib.Device], sample_s: float, errors: list[str]):
+    """NVML telemetry for GPUs, paired by UUID; what the CPU offers on a CPU node."""
+    if not devs[0].gpu:
         cpu = telemetry.CpuTelemetry(sample_s)
         cpu.start()
-        return cpu, None
+        return cpu
     try:
         import pynvml
         pynvml.nvmlInit()
     except Exception as e:
-        return None, f"NVML unavailable, no GPU telemetry: {e}"
-    uuids = []
-    for d in devs:
-        u = str(torch.cuda.get_device_properties(d).uuid)
-        uuids.append(u if u.startswith(("GPU-", "MIG-")) else f"GPU-{u}")
-    gpu = telemetry.GpuTelemetry(pynvml, uuids, sample_s)
+        errors.append(f"NVML unavailable, no GPU telemetry: {e}")
+        return None
+    gpu = telemetry.GpuTelemetry(pynvml, [d.uuid or f"no UUID for {d.label}" for d in devs],
+                                 sample_s)
     gpu.start()
-    return gpu, None
+    return gpu
 
 
 def main() -> int:
@@ -144,26 +144,25 @@ def main() -> int:
         print(__doc__)
         return 0
     core.pin_determinism()
-    text = "" if sys.stdin.isatty() else sys.stdin.read()
-    payload = json.loads(text) if text.strip() else {}
+    payload = probelib.read_payload()
+    probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
     duration_s = float(settings.get("duration_s", 60))
     sample_s = float(settings.get("sample_s", 1.0))
-    devs = core.devices(payload.get("gpus"))
-    errors: list[str] = []
-    loads = []
-    for i, d in enumerate(devs):
-        try:
-            loads.append(Load(i, d, settings))
-        except Exception as e:
-            errors.append(f"{d}: cannot start load: {type(e).__name__}: {e}")
-    watcher, problem = start_telemetry(devs, sample_s)
+    devs, problem = probelib.node_devices(payload)
     if problem:
-        errors.append(problem)
+        log(problem)
+        probelib.emit(PROBE, {"torch": torch.__version__}, [], {}, [problem])
+        return 0
+    core.share_cpu(devs)
+    errors: list[str] = []
+    watcher = start_telemetry(devs, sample_s, errors)
     lock = threading.Lock()
+    loads: dict[int, Load] = {}
+    records: list[dict] = [core.describe(d) for d in devs]
 
     def progress(load: Load) -> None:
-        info = {"device": str(load.dev), "elapsed_s": round(load.samples[-1][0], 1),
+        info = {"device": load.d.label, "elapsed_s": round(load.samples[-1][0], 1),
                 "tflops": round(load.current_tflops(), 3)}
         if isinstance(watcher, telemetry.GpuTelemetry):
             info["temp_c"] = watcher.latest(load.index, "temp_c")
@@ -171,15 +170,20 @@ def main() -> int:
             print("BURNIN_PROGRESS " + json.dumps(info), file=sys.stderr, flush=True)
 
     deadline = time.perf_counter() + duration_s
-    failures: dict[int, str] = {}
 
-    def drive(load: Load) -> None:
+    def drive(d: probelib.Device) -> None:
+        try:
+            load = loads[d.index] = Load(d, settings)
+        except Exception as e:
+            records[d.index]["error"] = f"cannot start load: {type(e).__name__}: {e}"
+            return
         try:
             load.run(deadline, sample_s, progress)
         except Exception as e:  # this device's failure, reported with it
-            failures[load.index] = f"{type(e).__name__}: {e}"
+            load.record["error"] = f"{type(e).__name__}: {e}"
+        records[d.index] = load.record
 
-    threads = [threading.Thread(target=drive, args=(ld,)) for ld in loads]
+    threads = [threading.Thread(target=drive, args=(d,)) for d in devs]
     for t in threads:
         t.start()
     if isinstance(watcher, telemetry.GpuTelemetry):
@@ -187,19 +191,14 @@ def main() -> int:
         watcher.pcie_under_load()
     for t in threads:
         t.join()
-    devices = [ld.record for ld in loads]
-    for ld in loads:
-        if ld.index in failures:
-            ld.record["error"] = failures[ld.index]
-            errors.append(f"{ld.dev}: {failures[ld.index]}")
+    errors += [f"{r['device']}: {r['error']}" for r in records if "error" in r]
     figures = {"duration_s": duration_s, "sample_s": sample_s}
     if isinstance(watcher, telemetry.GpuTelemetry):
-        for dev, tel in zip(devices, watcher.stop(), strict=True):
-            dev["telemetry"] = tel
+        for record, tel in zip(records, watcher.stop(), strict=True):
+            record["telemetry"] = tel
     elif watcher is not None:
         figures["cpu_telemetry"] = watcher.stop()
-    print(json.dumps({"probe": PROBE, "schema": SCHEMA, "node": {"torch": torch.__version__},
-                      "devices": devices, "figures": figures, "errors": errors}))
+    probelib.emit(PROBE, {"torch": torch.__version__}, records, figures, errors)
     return 0
 
 

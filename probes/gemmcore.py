@@ -15,46 +15,64 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
+import threading
 import time
 
+import probelib
 import torch
 
 MAX_EXACT_N = 8192
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 CHECKS = ("nonintegral", "rows", "weighted", "cols")
+CHUNK_ROWS = 512  # input generation works on row blocks: host memory O(block x n)
+
+_bound = threading.local()
 
 
-def devices(gpus) -> list[torch.device]:
-    """The devices to load: every visible GPU, or the CPU on a CPU-only node (gpus 0)."""
-    if gpus == 0 or not torch.cuda.is_available():
-        return [torch.device("cpu")]
-    count = torch.cuda.device_count()
-    return [torch.device("cuda", i) for i in range(count if gpus is None else min(gpus, count))]
+def torch_device(d: probelib.Device) -> torch.device:
+    """The torch device a probe device computes on (the CPU for a CPU share or, in tests,
+    for an emulated GPU)."""
+    return torch.device("cuda", d.ordinal) if d.kind == "cuda" else torch.device("cpu")
 
 
-def describe(dev: torch.device) -> dict:
+def bind(d: probelib.Device) -> torch.device:
+    """Make `d` this thread's device, before any work on it. CUDA events, streams and
+    allocations go to the thread's current device: a worker thread that skipped this would
+    time cuda:1's products with events on cuda:0's stream."""
+    dev = torch_device(d)
     if dev.type == "cuda":
-        p = torch.cuda.get_device_properties(dev)
-        return {"device": str(dev), "name": p.name, "uuid": str(getattr(p, "uuid", "")),
-                "memory_bytes": p.total_memory}
-    return {"device": "cpu", "name": _cpu_model(), "threads": torch.get_num_threads()}
+        torch.cuda.set_device(dev)
+    _bound.device = d
+    return dev
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "cpu"
+def bound() -> probelib.Device | None:
+    return getattr(_bound, "device", None)
+
+
+def share_cpu(devices: list[probelib.Device]) -> None:
+    """Several devices computing on the CPU each get an equal share of its threads, rather
+    than each spinning every core against the others."""
+    on_cpu = sum(1 for d in devices if torch_device(d).type == "cpu")
+    if on_cpu > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // on_cpu))
+
+
+def describe(d: probelib.Device) -> dict:
+    out = d.describe()
+    dev = torch_device(d)
+    if dev.type == "cuda":
+        out["memory_bytes"] = torch.cuda.get_device_properties(dev).total_memory
+    else:
+        out["threads"] = torch.get_num_threads()
+    return out
 
 
 def pin_determinism() -> None:
     """No TF32, no reduced-precision reductions, deterministic algorithms: a product of
     the same inputs is then the same bits every time (CUBLAS_WORKSPACE_CONFIG is set by
-    each probe before torch starts CUDA)."""
+    probelib before torch starts CUDA)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
@@ -75,36 +93,65 @@ def _mix(x: torch.Tensor, salt: int) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def _signed_ints(rows: int, cols: int, salt: int, dev) -> torch.Tensor:
-    i = torch.arange(rows, device=dev, dtype=torch.int64).unsqueeze(1)
+def _signed_ints(rows: int, cols: int, salt: int, dev, lo: int = 0,
+                 hi: int | None = None) -> torch.Tensor:
+    """Rows lo..hi of a rows x cols matrix of integers in +-[1, 32]."""
+    i = torch.arange(lo, rows if hi is None else hi, device=dev, dtype=torch.int64).unsqueeze(1)
     j = torch.arange(cols, device=dev, dtype=torch.int64).unsqueeze(0)
     h = _mix(i * 1000003 + j, salt)
     magnitude = (h >> 3) % 32 + 1
     return torch.where((h & 1) == 1, -magnitude, magnitude)
 
 
+class KnownInputs:
+    """The known-answer inputs and their exact expected checksums, built once per probe
+    on the host (the device under test never computes the answers it is checked against)
+    and copied to each device. Built in row blocks: a float64 copy of a whole 8192 x 8192
+    input would be 512 MiB, and several such temporaries per device used to be built for
+    every GPU at once."""
+
+    def __init__(self, n: int, dtype: str, seed: int = 0):
+        if n > MAX_EXACT_N:
+            raise ValueError(f"known-answer GEMMs are exact up to n={MAX_EXACT_N}, not {n}")
+        self.n, self.dtype = n, dtype
+        dt = DTYPES[dtype]
+        e = (_mix(torch.arange(n, dtype=torch.int64), seed + 1) % 5).double()
+        f = (_mix(torch.arange(n, dtype=torch.int64), seed + 2) % 5).double()
+        col_scale = torch.exp2(f).unsqueeze(0)
+        self.W = torch.stack([torch.ones(n, dtype=torch.float64), weights(n, "cpu")], dim=1)
+        self.A = torch.empty(n, n, dtype=dt)
+        self.B = torch.empty(n, n, dtype=dt)
+        col_sum_a = torch.zeros(n, dtype=torch.float64)
+        bw = torch.empty(n, 2, dtype=torch.float64)
+        for lo in range(0, n, CHUNK_ROWS):
+            hi = min(n, lo + CHUNK_ROWS)
+            a = _signed_ints(n, n, seed + 3, "cpu", lo, hi).double() * \
+                torch.exp2(e[lo:hi]).unsqueeze(1)
+            self.A[lo:hi] = a.to(dt)  # exact: small integers times powers of two
+            col_sum_a += a.sum(0)
+            b = _signed_ints(n, n, seed + 4, "cpu", lo, hi).double() * col_scale
+            self.B[lo:hi] = b.to(dt)
+            bw[lo:hi] = b @ self.W
+        # Every value below is an integer under 2**52: exact in float64, in any order.
+        self.exp_rows = torch.cat([self.A[lo:lo + CHUNK_ROWS].double() @ bw
+                                   for lo in range(0, n, CHUNK_ROWS)])  # [C.1, C.w]
+        self.exp_cols = sum(col_sum_a[lo:lo + CHUNK_ROWS] @ self.B[lo:lo + CHUNK_ROWS].double()
+                            for lo in range(0, n, CHUNK_ROWS))  # 1.C
+        self.inputs_digest = hashlib.sha256((digest(self.A) + digest(self.B)).encode()).hexdigest()
+
+
 class KnownAnswer:
     """One known-answer product on one device, with its exact expected checksums."""
 
-    def __init__(self, n: int, dtype: str, dev: torch.device, seed: int = 0):
-        if n > MAX_EXACT_N:
-            raise ValueError(f"known-answer GEMMs are exact up to n={MAX_EXACT_N}, not {n}")
-        self.n, self.dtype, self.dev = n, dtype, dev
-        # Inputs and expected checksums are made on the CPU: the device under test
-        # computes the products, never the answers it is checked against.
-        cpu = torch.device("cpu")
-        e = _mix(torch.arange(n, dtype=torch.int64), seed + 1) % 5
-        f = _mix(torch.arange(n, dtype=torch.int64), seed + 2) % 5
-        a64 = _signed_ints(n, n, seed + 3, cpu).double() * torch.exp2(e.double()).unsqueeze(1)
-        b64 = _signed_ints(n, n, seed + 4, cpu).double() * torch.exp2(f.double()).unsqueeze(0)
-        self.W = torch.stack([torch.ones(n, dtype=torch.float64), weights(n, cpu)], dim=1)
-        self.exp_rows = (a64 @ (b64 @ self.W)).to(dev)  # [C.1, C.w] = A.(B.[1, w])
-        self.exp_cols = (torch.ones(n, dtype=torch.float64) @ a64 @ b64).to(dev)
-        self.W = self.W.to(dev)
-        self.A = a64.to(DTYPES[dtype]).to(dev)
-        self.B = b64.to(DTYPES[dtype]).to(dev)
-        self.inputs_digest = hashlib.sha256(
-            (digest(self.A) + digest(self.B)).encode()).hexdigest()
+    def __init__(self, inputs: KnownInputs, dev: torch.device):
+        self.n, self.dtype, self.dev = inputs.n, inputs.dtype, dev
+        # copy=True: devices sharing the host (CPU shares, tests) each get their own.
+        self.A = inputs.A.to(dev, copy=True)
+        self.B = inputs.B.to(dev, copy=True)
+        self.W = inputs.W.to(dev, copy=True)
+        self.exp_rows = inputs.exp_rows.to(dev, copy=True)
+        self.exp_cols = inputs.exp_cols.to(dev, copy=True)
+        self.inputs_digest = inputs.inputs_digest
 
     def product(self, out: torch.Tensor) -> torch.Tensor:
         return mm_fp32_out(self.A, self.B, out)
@@ -179,23 +226,28 @@ def digest(t: torch.Tensor) -> str:
 
 
 class Timer:
-    """Time spans on a device without a host synchronisation per span (CUDA events), or
-    plainly on the CPU; total() synchronises once."""
+    """Time spans on a device without a host synchronisation per span (CUDA events on the
+    device's own stream), or plainly on the CPU; total() synchronises once. It refuses to
+    time a device other than its thread's bound one: such timings would be another
+    device's."""
 
-    def __init__(self, dev: torch.device):
-        self.dev, self.spans, self.cpu_s = dev, [], 0.0
+    def __init__(self, d: probelib.Device):
+        if bound() != d:
+            raise RuntimeError(f"timer for {d.label} in a thread bound to "
+                               f"{getattr(bound(), 'label', 'no device')}")
+        self.dev, self.spans, self.cpu_s = torch_device(d), [], 0.0
 
     def start(self):
         if self.dev.type == "cuda":
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(torch.cuda.current_stream(self.dev))
             return ev
         return time.perf_counter()
 
     def stop(self, started) -> None:
         if self.dev.type == "cuda":
             ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
+            ev.record(torch.cuda.current_stream(self.dev))
             self.spans.append((started, ev))
         else:
             self.cpu_s += time.perf_counter() - started

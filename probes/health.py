@@ -12,28 +12,21 @@ It measures and never decides: the controller judges the figures.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import socket
 import sys
 import time
 
+import probelib
+
 PROBE = "health"
-SCHEMA = 1
 # A PCIe link idles at a lower generation to save power; it is re-read under load.
 PCIE_LOAD_S = 0.5
 
 
 def log(msg: str) -> None:
-    print(f"[{PROBE}] {msg}", file=sys.stderr, flush=True)
-
-
-def read_settings() -> dict:
-    if sys.stdin.isatty():
-        return {}
-    text = sys.stdin.read()
-    return json.loads(text) if text.strip() else {}
+    probelib.log(PROBE, msg)
 
 
 def node_identity() -> dict:
@@ -44,7 +37,7 @@ def node_identity() -> dict:
         "cpu_count": os.cpu_count(),
         "memory_bytes": _meminfo_total(),
         "python": platform.python_version(),
-        "machine_id": _read_first("/etc/machine-id"),
+        # Not /etc/machine-id: systemd documents it as confidential, and reports travel.
         "boot_id": _read_first("/proc/sys/kernel/random/boot_id"),
     }
     return ident
@@ -81,18 +74,24 @@ def _meminfo_total() -> int | None:
 
 
 def torch_facts() -> dict:
+    """torch's version and the GPUs it sees (with UUIDs, to pair them with NVML's), or
+    torch's own words for why it sees none."""
     try:
         import torch
     except Exception as e:  # an ImportError, or a broken install raising anything
         return {"present": False, "error": f"{type(e).__name__}: {e}"}
     facts = {"present": True, "version": torch.__version__,
-             "cuda": getattr(torch.version, "cuda", None), "cuda_available": False,
-             "device_count": 0}
+             "cuda": getattr(torch.version, "cuda", None)}
     try:
-        facts["cuda_available"] = bool(torch.cuda.is_available())
-        facts["device_count"] = torch.cuda.device_count() if facts["cuda_available"] else 0
+        seen, error = probelib.cuda_devices()
     except Exception as e:
-        facts["cuda_error"] = f"{type(e).__name__}: {e}"
+        seen, error = [], f"{type(e).__name__}: {e}"
+    facts["device_count"] = len(seen)
+    facts["cuda_available"] = bool(seen)
+    facts["devices"] = [{"ordinal": d.ordinal, "uuid": d.uuid, "name": d.name,
+                         "emulated": d.kind == "emulated"} for d in seen]
+    if error:
+        facts["cuda_error"] = error
     return facts
 
 
@@ -156,19 +155,22 @@ class Nvml:
         dev["_handle"] = h
         return dev
 
-    def gen_under_load(self, dev: dict, torch_index: int) -> int | None:
-        """Re-read the link generation while the GPU works: idle links train down."""
+    def gen_under_load(self, dev: dict, torch_dev: dict) -> int | None:
+        """Re-read the link generation while this very GPU works (torch's device with
+        the same UUID as NVML's, never the same index): idle links train down."""
         try:
             import torch
-            with torch.cuda.device(torch_index):
-                a = torch.randn(2048, 2048, device="cuda")
-                end = time.monotonic() + PCIE_LOAD_S
-                while time.monotonic() < end:
-                    a = (a @ a).clamp_(-1, 1)
-                    a.cpu()  # traffic over the link, not only compute
-                gen = self.nv.nvmlDeviceGetCurrPcieLinkGeneration(dev["_handle"])
-                torch.cuda.synchronize()
-                return gen
+            where = "cpu" if torch_dev["emulated"] else torch.device("cuda", torch_dev["ordinal"])
+            a = torch.randn(2048, 2048, device=where)
+            end = time.monotonic() + PCIE_LOAD_S
+            while time.monotonic() < end:
+                a = (a @ a).clamp_(-1, 1)
+                a.cpu()  # traffic over the link, not only compute
+            gen = self.nv.nvmlDeviceGetCurrPcieLinkGeneration(dev["_handle"])
+            if where != "cpu":
+                torch.cuda.synchronize(where)
+            dev["pcie"]["load_on"] = torch_dev["ordinal"]
+            return gen
         except Exception as e:
             dev["errors"].append(f"pcie_gen_under_load: {type(e).__name__}: {e}")
             return None
@@ -194,13 +196,14 @@ def gpu_facts(torch_info: dict) -> dict:
         facts["cuda_driver"] = None if cuda is None else f"{cuda // 1000}.{cuda % 1000 // 10}"
         count = nvml.read(top, "count", pynvml.nvmlDeviceGetCount)
         facts["errors"] = top["errors"]
+        by_uuid = {d["uuid"]: d for d in torch_info.get("devices", []) if d.get("uuid")}
         for i in range(count or 0):
             dev = nvml.device(i)
             pcie = dev.get("pcie", {})
+            mine = by_uuid.get(dev.get("uuid"))
             if (pcie.get("gen") is not None and pcie.get("max_gen") is not None
-                    and pcie["gen"] < pcie["max_gen"] and torch_info.get("cuda_available")
-                    and i < torch_info.get("device_count", 0)):
-                pcie["gen_under_load"] = nvml.gen_under_load(dev, i)
+                    and pcie["gen"] < pcie["max_gen"] and mine is not None):
+                pcie["gen_under_load"] = nvml.gen_under_load(dev, mine)
             dev.pop("_handle", None)
             facts["devices"].append(dev)
         return facts
@@ -216,25 +219,20 @@ def main() -> int:
         print(__doc__)
         return 0
     try:
-        settings = read_settings()
-    except json.JSONDecodeError as e:
-        log(f"settings on stdin are not JSON: {e}")
+        settings = probelib.read_payload()
+    except ValueError as e:
+        log(f"settings on stdin are not a JSON object: {e}")
         return 2
+    probelib.watch_controller(settings, PROBE)
     log(f"starting with settings {settings}")
     started = time.time()
     torch_info = torch_facts()
     gpus = gpu_facts(torch_info)
     errors = list(gpus.pop("errors", []))
     devices = gpus.pop("devices", [])
-    doc = {
-        "probe": PROBE, "schema": SCHEMA, "node": node_identity(),
-        "devices": devices,
-        "figures": {"torch": torch_info, "gpu": gpus,
-                    "elapsed_s": round(time.time() - started, 3)},
-        "errors": errors,
-    }
-    json.dump(doc, sys.stdout)
-    sys.stdout.write("\n")
+    probelib.emit(PROBE, node_identity(), devices,
+                  {"torch": torch_info, "gpu": gpus, "elapsed_s": round(time.time() - started, 3)},
+                  errors)
     return 0
 
 

@@ -27,25 +27,21 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import threading
 import time
 
-# Determinism first: cuBLAS reads this when CUDA starts.
-os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-
-import gemmcore as core  # noqa: E402
-import torch  # noqa: E402
+import gemmcore as core  # imports probelib first, which sets what CUDA reads at start
+import probelib
+import torch
 
 PROBE = "sdc"
-SCHEMA = 1
 VERIFY_BUDGET = 0.03
 MAX_EVENTS = 16
 
 
 def log(msg: str) -> None:
-    print(f"[{PROBE}] {msg}", file=sys.stderr, flush=True)
+    probelib.log(PROBE, msg)
 
 
 def flip(t: torch.Tensor, index: tuple, bit: int) -> None:
@@ -67,8 +63,8 @@ def plant(t: torch.Tensor, fault: dict) -> None:
         t[index] += fault["add"]
 
 
-def run_known(dev, n, dtype, duration_s, max_products, verify_every, nbuf, faults) -> dict:
-    ka = core.KnownAnswer(n, dtype, dev)
+def run_known(d, ka, duration_s, max_products, verify_every, nbuf, faults) -> dict:
+    dev, n, dtype = ka.dev, ka.n, ka.dtype
     outs = [torch.empty(n, n, dtype=torch.float32, device=dev) for _ in range(nbuf)]
     ka.product(outs[0])  # warm-up: kernel selection, allocator
     core.sync(dev)
@@ -88,7 +84,7 @@ def run_known(dev, n, dtype, duration_s, max_products, verify_every, nbuf, fault
     slot_product = [0] * nbuf
     totals = dict.fromkeys(core.CHECKS, 0)
     events, digest = [], None
-    vtimer = core.Timer(dev)
+    vtimer = core.Timer(d)
     products = verified = bad_products = 0
     start = time.perf_counter()
     deadline = start + duration_s
@@ -150,8 +146,25 @@ def run_random(dev, n, dtype, repeats, faults) -> dict:
             "nonfinite": nonfinite, "digest": core.digest(first)}
 
 
-def worker(index, dev, settings, out) -> None:
-    record = core.describe(dev)
+class Inputs:
+    """Known-answer inputs, built once per probe for each (n, dtype) its devices use."""
+
+    def __init__(self):
+        self.lock, self.built = threading.Lock(), {}
+
+    def get(self, n: int, dtype: str) -> core.KnownInputs:
+        with self.lock:
+            if (n, dtype) not in self.built:
+                t = time.perf_counter()
+                self.built[(n, dtype)] = core.KnownInputs(n, dtype)
+                log(f"known-answer inputs n={n} {dtype} built in "
+                    f"{time.perf_counter() - t:.1f} s")
+            return self.built[(n, dtype)]
+
+
+def worker(d, settings, inputs: Inputs, out) -> None:
+    dev = core.bind(d)  # first, before anything touches the device
+    record = core.describe(d)
     try:
         gpu = dev.type == "cuda"
         n = settings.get("n") or (8192 if gpu else 1024)
@@ -162,9 +175,10 @@ def worker(index, dev, settings, out) -> None:
             nbuf = max(2, min(nbuf, 256))
         else:
             nbuf = settings.get("buffers", 4)
-        faults = [f for f in settings.get("inject", []) if f.get("device", 0) == index]
+        faults = [f for f in settings.get("inject", []) if f.get("device", 0) == d.index]
         record["selftest"] = selftest_device(dev, dtype)
-        record["known"] = run_known(dev, n, dtype, settings.get("duration_s", 30),
+        ka = core.KnownAnswer(inputs.get(n, dtype), dev)
+        record["known"] = run_known(d, ka, settings.get("duration_s", 30),
                                     settings.get("max_products"),
                                     settings.get("verify_every", "auto"), nbuf,
                                     [f for f in faults if f.get("mode", "known") == "known"])
@@ -173,13 +187,13 @@ def worker(index, dev, settings, out) -> None:
                                       [f for f in faults if f.get("mode") == "random"])
     except Exception as e:  # one device's failure is that device's result
         record["error"] = f"{type(e).__name__}: {e}"
-        log(f"{dev}: {record['error']}")
-    out[index] = record
+        log(f"{d.label}: {record['error']}")
+    out[d.index] = record
 
 
 def selftest_device(dev, dtype: str, n: int = 96) -> bool:
     """The exactness claim, checked: the device's C against integer arithmetic."""
-    ka = core.KnownAnswer(n, dtype, dev, seed=7)
+    ka = core.KnownAnswer(core.KnownInputs(n, dtype, seed=7), dev)
     C = ka.product(torch.empty(n, n, dtype=torch.float32, device=dev))
     return bool(torch.equal(C.double().cpu(), core.integer_reference(n, seed=7)))
 
@@ -191,29 +205,34 @@ def main() -> int:
     core.pin_determinism()
     if "--selftest" in sys.argv:
         results = {}
-        for dev in core.devices(None):
+        devs, problem = probelib.node_devices({})
+        for d in devs:
+            dev = core.bind(d)
             for dtype in (("bf16", "fp16", "fp32") if dev.type == "cuda" else ("fp32",)):
-                results[f"{dev}:{dtype}"] = selftest_device(dev, dtype)
-        print(json.dumps({"probe": PROBE, "selftest": results}))
-        return 0 if all(results.values()) else 1
-    text = "" if sys.stdin.isatty() else sys.stdin.read()
-    payload = json.loads(text) if text.strip() else {}
+                results[f"{d.label}:{dtype}"] = selftest_device(dev, dtype)
+        print(json.dumps({"probe": PROBE, "selftest": results, "problem": problem}))
+        return 0 if results and all(results.values()) else 1
+    payload = probelib.read_payload()
+    probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
-    devs = core.devices(payload.get("gpus"))
-    log(f"{len(devs)} device(s): {', '.join(map(str, devs))}; settings {settings}")
+    devs, problem = probelib.node_devices(payload)
+    if problem:
+        log(problem)
+        probelib.emit(PROBE, {"torch": torch.__version__}, [], {}, [problem])
+        return 0
+    core.share_cpu(devs)
+    log(f"{len(devs)} device(s): {', '.join(d.label for d in devs)}; settings {settings}")
     started = time.time()
     out: list = [None] * len(devs)
-    threads = [threading.Thread(target=worker, args=(i, d, settings, out))
-               for i, d in enumerate(devs)]
+    inputs = Inputs()
+    threads = [threading.Thread(target=worker, args=(d, settings, inputs, out)) for d in devs]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     errors = [f"{d['device']}: {d['error']}" for d in out if "error" in d]
-    doc = {"probe": PROBE, "schema": SCHEMA, "node": {"torch": torch.__version__},
-           "devices": out, "figures": {"elapsed_s": round(time.time() - started, 3)},
-           "errors": errors}
-    print(json.dumps(doc))
+    probelib.emit(PROBE, {"torch": torch.__version__}, out,
+                  {"elapsed_s": round(time.time() - started, 3)}, errors)
     return 0
 
 

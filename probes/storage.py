@@ -24,7 +24,6 @@ probe writes 'written' there after the write phase and waits for 'go' before rea
 from __future__ import annotations
 
 import errno
-import json
 import mmap
 import os
 import secrets
@@ -36,8 +35,9 @@ import threading
 import time
 import zlib
 
+import probelib
+
 PROBE = "storage"
-SCHEMA = 1
 HEADER = struct.Struct("<8s16sIIQII")  # magic, token, stream, pattern, offset, length, crc
 HEADER_SIZE = 64
 MAGIC = b"BURNINBK"
@@ -45,7 +45,7 @@ MAX_EXAMPLES = 8
 
 
 def log(msg: str) -> None:
-    print(f"[{PROBE}] {msg}", file=sys.stderr, flush=True)
+    probelib.log(PROBE, msg)
 
 
 class Stream:
@@ -115,7 +115,9 @@ def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: flo
 
     def one(s: Stream) -> None:
         write = phase == "write"
-        flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if write else os.O_RDONLY
+        # Our own new file, never one planted there before us, never through a link.
+        flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL) if write else os.O_RDONLY
+        flags |= os.O_NOFOLLOW
         try:
             fd, is_direct, why = open_file(s.path, flags, direct)
         except OSError as e:
@@ -203,7 +205,7 @@ def free_bytes(path: str) -> int:
 def verify_after(streams, direct: bool) -> None:
     """Untimed verification pass, for verify: after."""
     for s in streams:
-        fd, _, _ = open_file(s.path, os.O_RDONLY, direct)
+        fd, _, _ = open_file(s.path, os.O_RDONLY | os.O_NOFOLLOW, direct)
         buf = mmap.mmap(-1, s.block)
         view = memoryview(buf)
         for offset in range(0, s.written, s.block):
@@ -215,13 +217,52 @@ def verify_after(streams, direct: bool) -> None:
 
 
 def gpu_count(payload: dict) -> int:
+    """GPUs to feed, one stream each: the controller's count, else what NVML reports.
+    Torch is not needed to measure a disk."""
     if isinstance(payload.get("gpus"), int):
         return payload["gpus"]
+    return probelib.nvml_count() or 0
+
+
+def filesystem(path: str) -> dict:
+    """The mount point, type and device the path is on (/proc/self/mountinfo)."""
+    real = os.path.realpath(path)
+    best: dict = {}
     try:
-        import torch
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:
-        return 0
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                fields, rest = left.split(), right.split()
+                point = fields[4].replace("\\040", " ")
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best.get("mount", "")):
+                    best = {"mount": point, "type": rest[0], "device": rest[1]}
+    except (OSError, IndexError):
+        pass
+    return best
+
+
+def prepare(root: str, mount: str | None) -> tuple[str, bool]:
+    """('' or why the check cannot run there, created?). The path's last component is
+    created when missing (its parent must exist); a configured mount must hold it."""
+    created = False
+    if not os.path.isdir(root):
+        parent = os.path.dirname(root.rstrip("/")) or "/"
+        if os.path.lexists(root) or not os.path.isdir(parent):
+            return (f"storage path {root} does not exist and its parent {parent} is not a "
+                    "directory"), False
+        try:
+            os.mkdir(root, 0o700)
+            created = True
+        except OSError as e:
+            return f"cannot create storage path {root}: {e.strerror}", False
+    if mount:
+        fs = filesystem(root)
+        if fs.get("mount") != os.path.realpath(mount):
+            return (f"storage path {root} is on {fs.get('mount', '?')} ({fs.get('type', '?')} "
+                    f"on {fs.get('device', '?')}), not on the mount {mount} the inventory "
+                    "names: is the data disk mounted?"), created
+    return "", created
 
 
 def summarise(streams, phase: str) -> dict:
@@ -244,12 +285,15 @@ def main() -> int:
     if "-h" in sys.argv or "--help" in sys.argv:
         print(__doc__)
         return 0
-    text = "" if sys.stdin.isatty() else sys.stdin.read()
-    payload = json.loads(text) if text.strip() else {}
+    payload = probelib.read_payload()
+    probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
-    root = (payload.get("storage") or {}).get("path") or settings.get("path") or "/tmp"
+    storage = payload.get("storage") or {}
+    root = storage.get("path") or settings.get("path") or "/tmp"
     gpus = gpu_count(payload)
-    count = gpus if gpus > 0 else int(settings.get("streams", 4))
+    cpu_devices = int(payload.get("cpu_devices") or 1)
+    count = gpus if gpus > 0 else (cpu_devices if cpu_devices > 1
+                                    else int(settings.get("streams", 4)))
     block = int(settings.get("block_mb", 4)) << 20
     iodepth = int(settings.get("iodepth", 4))
     duration = settings.get("duration_s")
@@ -264,10 +308,12 @@ def main() -> int:
                       iodepth, token) for i in range(count)]
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # so that `finally` cleans up
     stop = threading.Event()
+    problem, created = prepare(root, storage.get("mount"))
     try:
-        if not os.path.isdir(root):
-            errors.append(f"storage path {root} does not exist or is not a directory")
+        if problem:
+            errors.append(problem)
         else:
+            figures["filesystem"] = filesystem(root)
             deadline = time.perf_counter() + duration if duration else None
             direct, why, errs = run_phase(streams, "write", True, size, deadline, False, stop)
             errors += errs
@@ -290,14 +336,18 @@ def main() -> int:
                 os.unlink(s.path)
             except OSError:
                 pass
+        if created:
+            try:
+                os.rmdir(root)
+            except OSError:
+                pass
     figures["write"] = summarise(streams, "write")
     figures["read"] = summarise(streams, "read")
     figures["integrity_errors"] = sum(s.bad_count for s in streams)
     devices = [{"stream": s.index, "gpu": s.index if gpus else None, "file": s.path,
                 "write": s.results.get("write"), "read": s.results.get("read"),
                 "integrity_errors": s.bad_count, "bad_blocks": s.bad} for s in streams]
-    print(json.dumps({"probe": PROBE, "schema": SCHEMA, "node": {"hostname": os.uname()[1]},
-                      "devices": devices, "figures": figures, "errors": errors}))
+    probelib.emit(PROBE, {"hostname": os.uname()[1]}, devices, figures, errors)
     return 0
 
 

@@ -18,6 +18,8 @@ REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap",
            0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
            0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake", 0x100: "display_clock"}
 NVLINK_LINKS = 18  # NVLink 4 (H100/H200); links a GPU lacks answer NOT_SUPPORTED
+FIELD_VALUE = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+               6: "usVal"}  # nvmlValueType_t -> the member of nvmlValue_t holding it
 
 
 class GpuTelemetry:
@@ -29,12 +31,16 @@ class GpuTelemetry:
         self.started = time.monotonic()
         self.devices = []
         for uuid in uuids:
-            h = nv.nvmlDeviceGetHandleByUUID(uuid)
-            self.devices.append({"uuid": uuid, "handle": h, "unsupported": set(),
-                                 "errors": [], "series": {k: [] for k in (
-                                     "t", "temp_c", "sm_mhz", "mem_mhz", "power_w",
-                                     "reasons")}, "xid": []})
-        for d in self.devices:
+            d = {"uuid": uuid, "handle": None, "unsupported": set(), "errors": [],
+                 "series": {k: [] for k in ("t", "temp_c", "sm_mhz", "mem_mhz", "power_w",
+                                            "reasons")}, "xid": [], "static": {},
+                 "before": {}}
+            self.devices.append(d)
+            try:  # a lost GPU, or a UUID NVML does not know, is that device's error alone
+                d["handle"] = nv.nvmlDeviceGetHandleByUUID(uuid)
+            except nv.NVMLError as e:
+                d["errors"].append(f"telemetry: cannot open {uuid} in NVML: {e}")
+                continue
             d["static"] = self._static(d)
             d["before"] = self.counters(d)
         self._threads = [threading.Thread(target=self._sample_loop, daemon=True),
@@ -78,30 +84,65 @@ class GpuTelemetry:
             "correctable": rows[0], "uncorrectable": rows[1], "pending": bool(rows[2]),
             "failed": bool(rows[3])}
         out["pcie_replay"] = self._read(d, "pcie_replay", nv.nvmlDeviceGetPcieReplayCounter)
-        crc = recovery = 0
-        links = 0
+        links, out["nvlink_crc"], out["nvlink_recovery"] = self._nvlink(d)
+        out["nvlink_active_links"] = links
+        return out
+
+    def _nvlink(self, d: dict) -> tuple[int, int | None, int | None]:
+        """(active links, CRC errors, recoveries) summed over the active links. A GPU with
+        no active link has no NVLink (a PCIe card): unsupported. Where the per-link counter
+        calls fail, NVML's field values are tried, and the failed call is recorded: a
+        silent 'unsupported' would hide a fabric the fabric check must judge."""
+        nv, h = self.nv, d["handle"]
+        active = []
         for link in range(NVLINK_LINKS):
             try:
-                if not nv.nvmlDeviceGetNvLinkState(d["handle"], link):
-                    continue
-                crc += nv.nvmlDeviceGetNvLinkErrorCounter(d["handle"], link,
-                                                          nv.NVML_NVLINK_ERROR_DL_CRC_FLIT)
-                recovery += nv.nvmlDeviceGetNvLinkErrorCounter(
-                    d["handle"], link, nv.NVML_NVLINK_ERROR_DL_RECOVERY)
-                links += 1
-            except nv.NVMLError:
-                continue
-        out["nvlink_active_links"] = links
-        out["nvlink_crc"] = crc if links else None
-        out["nvlink_recovery"] = recovery if links else None
-        if not links:
+                if nv.nvmlDeviceGetNvLinkState(h, link):
+                    active.append(link)
+            except nv.NVMLError as e:
+                if _code(e) not in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
+                    self._note(d, f"nvlink_state link {link}: {e}")
+        if not active:
             d["unsupported"].add("nvlink")
+            return 0, None, None
+        try:
+            crc = recovery = 0
+            for link in active:
+                crc += nv.nvmlDeviceGetNvLinkErrorCounter(h, link, nv.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+                recovery += nv.nvmlDeviceGetNvLinkErrorCounter(h, link,
+                                                               nv.NVML_NVLINK_ERROR_DL_RECOVERY)
+            return len(active), crc, recovery
+        except nv.NVMLError as e:
+            why = f"nvmlDeviceGetNvLinkErrorCounter: {e}"
+        try:
+            crc, recovery = self._fields(d, nv.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
+                                         nv.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)
+        except nv.NVMLError as e:
+            self._note(d, f"nvlink counters: {why}; nvmlDeviceGetFieldValues: {e}")
+            return len(active), None, None
+        d["unsupported"].add("nvlink_error_counter (read from field values)")
+        return len(active), crc, recovery
+
+    def _fields(self, d: dict, *field_ids: int) -> list[int]:
+        values = self.nv.nvmlDeviceGetFieldValues(d["handle"], list(field_ids))
+        out = []
+        for v in values:
+            if v.nvmlReturn != 0:
+                raise self.nv.NVMLError(v.nvmlReturn)
+            out.append(int(getattr(v.value, FIELD_VALUE.get(v.valueType, "ullVal"))))
         return out
+
+    @staticmethod
+    def _note(d: dict, message: str) -> None:
+        if len(d["errors"]) < 20 and message not in d["errors"]:
+            d["errors"].append(message)
 
     def sample(self) -> None:
         nv = self.nv
         t = round(time.monotonic() - self.started, 3)
         for d in self.devices:
+            if d["handle"] is None:
+                continue
             s = d["series"]
             power = self._read(d, "power", nv.nvmlDeviceGetPowerUsage)
             s["t"].append(t)
@@ -130,6 +171,8 @@ class GpuTelemetry:
             return
         by_uuid = {}
         for d in self.devices:
+            if d["handle"] is None:
+                continue
             try:
                 nv.nvmlDeviceRegisterEvents(d["handle"], nv.nvmlEventTypeXidCriticalError, events)
                 by_uuid[d["uuid"]] = d
@@ -172,6 +215,8 @@ class GpuTelemetry:
     def pcie_under_load(self) -> None:
         nv = self.nv
         for d in self.devices:
+            if d["handle"] is None:
+                continue
             d["static"]["pcie_gen"] = self._read(d, "pcie_gen",
                                                  nv.nvmlDeviceGetCurrPcieLinkGeneration)
             d["static"]["pcie_width"] = self._read(d, "pcie_width",
@@ -183,11 +228,15 @@ class GpuTelemetry:
             t.join(timeout=5)
         out = []
         for d in self.devices:
-            after = self.counters(d)
+            after = self.counters(d) if d["handle"] is not None else {}
             out.append({"uuid": d["uuid"], **d["static"], "series": d["series"],
                         "before": d["before"], "after": after, "xid": d["xid"],
                         "unsupported": sorted(d["unsupported"]), "errors": d["errors"]})
         return out
+
+
+def _code(e) -> int | None:
+    return getattr(e, "value", None)
 
 
 def _reasons_fn(nv):

@@ -1,8 +1,7 @@
 """burn: the node holds full load without a hardware event, at the speed of its peers."""
 
-from burnin.judging import verdict
 from burnin.verdict import assert_passed
 
 
 def test_burn(node, burnin_run):
-    assert_passed(verdict(burnin_run, "burn", node))
+    assert_passed(burnin_run.verdict("burn", node))

@@ -1,8 +1,7 @@
 """health: the node is what the inventory says, and its GPUs report no fault."""
 
-from burnin.judging import verdict
 from burnin.verdict import assert_passed
 
 
 def test_health(node, burnin_run):
-    assert_passed(verdict(burnin_run, "health", node))
+    assert_passed(burnin_run.verdict("health", node))

@@ -17,14 +17,27 @@ from pathlib import Path
 import pytest
 from suiterun import junit_cases, run_suite, script
 
-from burnin.checks import resolve_settings
-from burnin.checks.burn import fleet_summary, judge, telemetry_rules
+from burnin.checks import Fleet, Judging, resolve_settings
+from burnin.checks.burn import fleet_summary as burn_summary
+from burnin.checks.burn import judge as burn_judge
+from burnin.checks.burn import telemetry_rules
 from burnin.inventory import Node
 from burnin.probe import ProbeOutcome
+from burnin.reference import GPU_MODELS
 
 REPO = Path(__file__).resolve().parent.parent
 SETTINGS = resolve_settings("burn", "quick", {})
+
+
 H100 = "NVIDIA H100 80GB HBM3"
+
+
+def fleet_summary(outcomes: dict[str, ProbeOutcome]) -> dict:
+    return burn_summary(Fleet(outcomes))
+
+
+def judge(node: Node, o: ProbeOutcome, fleet: dict, settings: dict):
+    return burn_judge(node, o, Judging(settings, fleet, GPU_MODELS.get(node.gpu_model or "")))
 
 
 def gpu(index=0, tflops=700.0, **tel) -> dict:
@@ -123,7 +136,7 @@ def test_straggler_and_slow_clock_against_the_fleet():
                 for n, o in fleet.items()}
     assert sorted(n for n, v in verdicts.items() if not v.passed) == ["cold", "slow"]
     assert "straggler: 600.000 TFLOPS, below 0.9 x 701.500 TFLOPS, the median of the " \
-           "run's 6 devices of this model" in verdicts["slow"].failures[0]
+           "run's 6 nodes with this model" in verdicts["slow"].failures[0]
     assert "mean SM clock 1500 MHz, below 0.9 x 1980 MHz" in verdicts["cold"].failures[0]
 
 

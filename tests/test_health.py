@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from burnin.checks import Fleet, Judging
 from burnin.checks.health import fleet_summary, judge
 from burnin.inventory import Node
 from burnin.probe import ProbeOutcome, run_probe
+from burnin.reference import GPU_MODELS
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,7 +33,7 @@ FAULTY = [
     (gpu(4, remap=[0, 0, 0, 1]), "GPU 4 (GPU-4): row remap failed"),
     (gpu(5, retired_pending=1), "GPU 5 (GPU-5): retired pages pending"),
     (gpu(6, pcie=[5, 5, 8, 16]), "GPU 6 (GPU-6): PCIe link width x8, max x16"),
-    (gpu(7, pcie=[3, 5, 16, 16]), "GPU 7 (GPU-7): PCIe link gen 3 at rest, max gen 5"),
+    (gpu(7, pcie=[3, 5, 16, 16]), "GPU 7 (GPU-7): PCIe link gen 3 under load, max gen 5"),
     (gpu(8, name="NVIDIA A100-SXM4-80GB"),
      "GPU 8 (GPU-8): model is 'NVIDIA A100-SXM4-80GB', inventory says H100-SXM5-80GB"),
     (gpu(9, errors={"ecc": 15}),
@@ -53,12 +55,18 @@ def fake_nvml(tmp_path, monkeypatch):
         spec.setdefault("cuda", 12040)
         spec.setdefault("devices", [])
         spec_path.write_text(json.dumps(spec))
+        # torch "sees" every GPU NVML reports (each computing on the CPU): a GPU node
+        # whose torch saw none would rightly fail health.
+        visible = ",".join(map(str, range(len(spec["devices"]))))
+        monkeypatch.setenv("BURNIN_EMULATE_CUDA", visible if not spec.get("init_error") else "")
     return set_spec
 
 
 def judged(node: Node, outcome: ProbeOutcome, fleet: dict[str, ProbeOutcome]):
     """Judge as the suite does: against the summary of the whole fleet's outcomes."""
-    return judge(node, outcome, fleet_summary(fleet))
+    model = GPU_MODELS.get(node.gpu_model or "")
+    fleet_facts = Fleet(fleet, models=dict.fromkeys(fleet, model))
+    return judge(node, outcome, Judging({}, fleet_summary(fleet_facts), model, node.gpus))
 
 
 def probe(node: Node) -> ProbeOutcome:

@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 from suiterun import junit_cases, run_suite, script
 
-from burnin.checks.sdc import fleet_summary, judge
+from burnin.checks import Fleet, Judging
+from burnin.checks.sdc import fleet_summary as sdc_summary
+from burnin.checks.sdc import judge as sdc_judge
 from burnin.inventory import Node
 from burnin.probe import ProbeOutcome, run_probe
 from burnin.transports.local import LocalTransport
@@ -18,6 +20,14 @@ from burnin.transports.local import LocalTransport
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "probes"))
 import gemmcore  # noqa: E402
+
+
+def judge(node: Node, outcome: ProbeOutcome, fleet: dict):
+    return sdc_judge(node, outcome, Judging({}, fleet))
+
+
+def fleet_summary(outcomes: dict[str, ProbeOutcome]) -> dict:
+    return sdc_summary(Fleet(outcomes))
 
 N = 64
 CPU = Node(name="n1", address="n1", transport="local", gpus=0)

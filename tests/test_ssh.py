@@ -58,15 +58,17 @@ def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_
         "h5": {},  # host key changed: known_hosts holds another key
         "h6": {},  # host key unknown: not in known_hosts
         "h7": {"ssh": {"identity_file": str(wrong_key)}},  # authentication refused
+        # Only the hung host gets a short timeout: healthy probes keep the profile's,
+        # so that a loaded machine cannot fail them.
         "h8": {"python": script(tmp_path / "hang.sh",
-                                f"sleep 600 & echo $! > {hang_pid}; wait\n")},
+                                f"sleep 600 & echo $! > {hang_pid}; wait\n"),
+               "checks": {"health": {"timeout_s": 8}}},
         "h9": {"python": "/nonexistent/python3"},
         "h10": {"python": "/usr/bin/python3"},  # Debian's Python: no torch
         "h11": {"python": script(tmp_path / "slow.sh",
                                  f"touch {started}; sleep 30; exec {sys.executable} \"$@\"\n")},
     }
     inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes,
-                                checks={"health": {"timeout_s": 8}},
                                 ssh={"connect_timeout_s": 3})
     hosts.stop_sshd(h["h3"])
     hosts.link_down(h["h4"])

@@ -12,14 +12,18 @@ import pytest
 import testdisks
 from suiterun import junit_cases, run_suite
 
-from burnin.checks import resolve_settings
-from burnin.checks.storage import judge
+from burnin.checks import Judging, resolve_settings
+from burnin.checks.storage import judge as storage_judge
 from burnin.inventory import Node
 from burnin.probe import run_probe
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
 NODE = Node(name="n1", address="n1", transport="local", gpus=0)
+
+
+def judge(out, **settings):
+    return storage_judge(NODE, out, Judging(resolve_settings("storage", "quick", settings)))
 
 
 @pytest.fixture
@@ -31,8 +35,8 @@ def root_disks():
         pytest.skip(problem)
 
 
-def storage(path: Path, **settings):
-    payload = {"gpus": 0, "storage": {"path": str(path)},
+def storage(path: Path, mount: str | None = None, **settings):
+    payload = {"gpus": 0, "storage": {"path": str(path), "mount": mount},
                "settings": {"size_gb": 0.05, "streams": 2, **settings}}
     out = run_probe(LocalTransport(NODE, REPO / "probes"), "storage", payload, timeout_s=300)
     assert out.ok, out.reason
@@ -47,7 +51,7 @@ def test_clean_run_verifies_every_block_and_removes_its_files(tmp_path):
     assert blocks == 2 * (50_000_000 // (4 << 20)) and fig["read"]["bytes"] == fig["write"]["bytes"]
     assert fig["read"]["per_gpu_min"] <= fig["read"]["per_gpu_median"]
     assert list(tmp_path.iterdir()) == []
-    assert judge(NODE, out, resolve_settings("storage", "quick", {})).passed
+    assert judge(out).passed
 
 
 def test_a_block_overwritten_on_disk_between_write_and_read_is_caught(tmp_path):
@@ -73,7 +77,7 @@ def test_a_block_overwritten_on_disk_between_write_and_read_is_caught(tmp_path):
     assert out.data["figures"]["integrity_errors"] == 1
     (bad,) = out.data["devices"][1]["bad_blocks"]
     assert bad["offset"] == 2 * (4 << 20) and bad["problem"] == "payload checksum mismatch"
-    (failure,) = judge(NODE, out, resolve_settings("storage", "quick", {})).failures
+    (failure,) = judge(out).failures
     assert failure.startswith("1 blocks read back wrong, e.g. stream 1 at offset 8388608")
 
 
@@ -84,15 +88,29 @@ def test_a_full_file_system_is_a_clear_failure_and_leaves_nothing(root_disks, tm
     # only half fits); both are a full disk to the operator.
     with testdisks.Tmpfs(tmp_path / "small", size_mb) as fs:
         out = storage(fs.mountpoint, size_gb=0.03, streams=streams, iodepth=1)
-        failures = judge(NODE, out, resolve_settings("storage", "quick", {})).failures
+        failures = judge(out).failures
         assert any("write failed" in f and "disk full" in f for f in failures), failures
         assert list(fs.mountpoint.iterdir()) == []
 
 
-def test_a_missing_path_is_a_clear_failure(tmp_path):
-    out = storage(tmp_path / "nope")
-    (failure,) = judge(NODE, out, resolve_settings("storage", "quick", {})).failures
-    assert failure == f"storage path {tmp_path / 'nope'} does not exist or is not a directory"
+def test_a_missing_leaf_is_created_and_removed_but_a_missing_parent_fails(tmp_path):
+    leaf = tmp_path / "burnin"
+    out = storage(leaf)
+    assert judge(out).passed, judge(out).failures
+    assert out.data["figures"]["filesystem"]["mount"], "the file system measured is recorded"
+    assert not leaf.exists(), "a directory the check made is removed again"
+    out = storage(tmp_path / "nope" / "burnin")
+    (failure,) = judge(out).failures
+    assert failure == (f"storage path {tmp_path / 'nope' / 'burnin'} does not exist and its "
+                       f"parent {tmp_path / 'nope'} is not a directory")
+
+
+def test_a_path_not_on_the_pinned_mount_fails_naming_what_it_is_on(tmp_path):
+    # An unmounted data disk: the path exists, but on the root file system.
+    out = storage(tmp_path, mount=str(tmp_path / "data"))
+    (failure,) = judge(out).failures
+    assert f"storage path {tmp_path} is on /" in failure, failure
+    assert f"not on the mount {tmp_path / 'data'} the inventory names" in failure
 
 
 def test_a_slow_disk_on_a_test_host_fails_while_a_normal_host_passes(root_disks, pytester,
@@ -125,7 +143,7 @@ def test_a_stream_far_below_its_peers_fails():
     out = ProbeOutcome("n1", "storage", True, data={
         "probe": "storage", "schema": 1, "node": {}, "devices": devices, "errors": [],
         "figures": {"gpus": 4, "integrity_errors": 0, "direct": True}})
-    failures = judge(NODE, out, resolve_settings("storage", "quick", {})).failures
+    failures = judge(out).failures
     assert failures == ("stream 2 (GPU 2): read 0.600 GB/s, below 0.5 x 2.025 GB/s, the node's "
                         "median stream",
                         "stream 2 (GPU 2): write 0.600 GB/s, below 0.5 x 2.025 GB/s, the node's "

@@ -6,9 +6,22 @@ from __future__ import annotations
 
 import statistics
 
-from burnin.inventory import Node
+from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, implausible
+from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
-from burnin.reference import GPU_MODELS
+from burnin.schema import (
+    COUNT,
+    MESSAGES,
+    NULL_COUNT,
+    Bool,
+    Int,
+    List,
+    Num,
+    Obj,
+    Scalar,
+    Str,
+    document,
+)
 from burnin.verdict import Verdict
 
 # Clock event reasons that mean the GPU was slowed by a fault, not by policy: a
@@ -23,34 +36,49 @@ def _mean_clock(dev: dict) -> float | None:
     return statistics.fmean(clocks) if clocks else None
 
 
-def fleet_summary(fleet: dict[str, ProbeOutcome]) -> dict[str, dict]:
-    """Once per run: per device model, the median TFLOPS and mean SM clock of the run."""
+def fleet_summary(fleet: Fleet) -> dict[str, dict]:
+    """Once per run: per device model, the median over nodes of each node's median
+    TFLOPS and mean SM clock. Each node is one vote, and a node whose device count is
+    wrong or whose figures are beyond the model's peak does not vote: it cannot drag
+    the median and make its honest peers stragglers."""
     by_model: dict[str, dict[str, list]] = {}
-    for o in fleet.values():
-        if not o.ok:
-            continue
+    for name, o in fleet.voters():
+        mine: dict[str, dict[str, list]] = {}
         for dev in o.data["devices"]:
             if "error" in dev or not dev.get("tflops"):
                 continue
-            m = by_model.setdefault(dev.get("name", "?"), {"tflops": [], "clock": []})
+            if implausible(dev["tflops"], fleet.models.get(name)):
+                mine = {}
+                break
+            m = mine.setdefault(dev.get("name") or "?", {"tflops": [], "clock": []})
             m["tflops"].append(dev["tflops"])
             if _mean_clock(dev) is not None:
                 m["clock"].append(_mean_clock(dev))
-    return {name: {"tflops": statistics.median(v["tflops"]), "devices": len(v["tflops"]),
+        for model, v in mine.items():
+            m = by_model.setdefault(model, {"tflops": [], "clock": []})
+            m["tflops"].append(statistics.median(v["tflops"]))
+            if v["clock"]:
+                m["clock"].append(statistics.median(v["clock"]))
+    return {name: {"tflops": statistics.median(v["tflops"]), "nodes": len(v["tflops"]),
                    "clock": statistics.median(v["clock"]) if v["clock"] else None}
             for name, v in by_model.items()}
 
 
-def judge(node: Node, outcome: ProbeOutcome, summary: dict, settings: dict) -> Verdict:
+def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
+    summary, settings = j.fleet, j.settings
     if not outcome.ok:
         return Verdict(node.name, "burn", (outcome.reason,))
     failures = [f"probe error on {e}" for e in outcome.data["errors"]]
+    failures += count_problem(outcome.data["devices"], j)
     warnings: list[str] = []
     devices = [d for d in outcome.data["devices"] if "error" not in d]
+    for dev in devices:
+        odd = implausible(dev.get("tflops"), j.model)
+        if odd:
+            failures.append(f"{dev['device']} ({dev.get('name')}): {odd}")
     node_median = {name: statistics.median(d["tflops"] for d in devices if d.get("name") == name)
                    for name in {d.get("name") for d in devices}}
-    model = GPU_MODELS.get(node.gpu_model or "")
-    floor = settings.get("min_tflops") or (model.burn_tflops if model else None)
+    floor = settings.get("min_tflops") or (j.model.burn_tflops if j.model else None)
     for dev in devices:
         where = f"{dev['device']} ({dev.get('name')})"
         f, w = device_rules(dev, settings, floor, summary.get(dev.get("name"), {}),
@@ -72,9 +100,9 @@ def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
     if floor is not None and tflops < floor:
         fail.append(f"{tflops:.1f} TFLOPS, below the floor of {floor:g} TFLOPS")
     fraction = settings.get("peer_fraction", 0.9)
-    if fleet.get("devices", 0) >= 2 and tflops < fraction * fleet["tflops"]:
+    if fleet.get("nodes", 0) >= 2 and tflops < fraction * fleet["tflops"]:
         fail.append(f"straggler: {tflops:.3f} TFLOPS, below {fraction:g} x {fleet['tflops']:.3f}"
-                    f" TFLOPS, the median of the run's {fleet['devices']} devices of this model")
+                    f" TFLOPS, the median of the run's {fleet['nodes']} nodes with this model")
     elif node_devices >= 2 and node_median and tflops < fraction * node_median:
         fail.append(f"straggler: {tflops:.3f} TFLOPS, below {fraction:g} x {node_median:.3f} "
                     f"TFLOPS, the median of the node's {node_devices} devices")
@@ -87,7 +115,7 @@ def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
         cf = settings.get("clock_fraction", 0.9)
         if clock is not None and fleet.get("clock") and clock < cf * fleet["clock"]:
             fail.append(f"mean SM clock {clock:.0f} MHz, below {cf:g} x {fleet['clock']:.0f} MHz,"
-                        " the median of the run's devices of this model")
+                        " the median of the run's nodes with this model")
     return fail, warn
 
 
@@ -138,3 +166,71 @@ def telemetry_rules(tel: dict, settings: dict) -> tuple[list[str], list[str]]:
         elif d:
             warn.append(f"{d} {label} during the burn (limit {limit})")
     return fail, warn
+
+
+def figures(record: dict) -> list[Figure]:
+    out = []
+    for dev in record["data"]["devices"]:
+        device = str(dev.get("device"))
+        if dev.get("tflops") is not None:
+            out.append(Figure("device_tflops", (("check", "burn"), ("device", device)),
+                              dev["tflops"], "Sustained GEMM TFLOPS per device"))
+        temps = [t for t in ((dev.get("telemetry") or {}).get("series") or {})
+                 .get("temp_c", []) if t is not None]
+        if temps:
+            out.append(Figure("gpu_temperature_max_celsius", (("device", device),),
+                              max(temps), "Hottest GPU temperature during the burn"))
+    return out
+
+
+SERIES = List(Num(null=True), max=1_000_000)
+COUNTERS = Obj(ecc_corrected=NULL_COUNT, ecc_uncorrected=NULL_COUNT, retired_pages=NULL_COUNT,
+               remapped_rows=Obj(correctable=COUNT, uncorrectable=COUNT, pending=Bool(),
+                                 failed=Bool(), null=True),
+               pcie_replay=NULL_COUNT, nvlink_active_links=NULL_COUNT, nvlink_crc=NULL_COUNT,
+               nvlink_recovery=NULL_COUNT, null=True)
+TELEMETRY = Obj(uuid=Str(256, null=True), temp_slowdown_c=Num(null=True),
+                power_limit_w=Num(null=True), pcie_gen=Int(null=True),
+                pcie_max_gen=Int(null=True), pcie_width=Int(null=True),
+                pcie_max_width=Int(null=True), series=Obj(values=SERIES), before=COUNTERS,
+                after=COUNTERS, xid=List(Obj(t=Num(), xid=COUNT), max=10_000),
+                unsupported=MESSAGES, errors=MESSAGES)
+DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
+             tflops=Num(0, 1e5), tflops_series=List(List(Num(), min=2, max=2), max=1_000_000),
+             products=COUNT, verified=COUNT, mismatched_products=COUNT,
+             mismatched_elements=COUNT, telemetry=TELEMETRY, error=Str(4096))
+SCHEMA = document(DEVICE, Obj(cpu_telemetry=Obj(series=Obj(values=SERIES),
+                                                unsupported=MESSAGES),
+                              duration_s=Scalar(), sample_s=Scalar()))
+
+def evidence(record: dict) -> dict[str, object]:
+    data = record["data"]
+    series = {str(d.get("device")): d.get("telemetry") for d in data.get("devices", [])
+              if d.get("telemetry")}
+    cpu = data.get("figures", {}).get("cpu_telemetry")
+    if cpu:
+        series["cpu"] = cpu
+    return {"telemetry.json": series}
+
+
+CHECK = Check(
+    name="burn", evidence=evidence, doc="the node holds full load", judge=judge, schema=SCHEMA,
+    summarize=fleet_summary, figures=figures, max_output=16 << 20, settings={
+        "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
+        "duration_s": Setting("positive", {"quick": 60, "standard": 600, "extended": 3600}),
+        "n": Setting("int", None, "matrix size; default 8192 on GPU, 1024 on CPU"),
+        "dtype": Setting("dtype", None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
+        "sample_s": Setting("positive", 1.0, "telemetry and throughput interval"),
+        "verify_every": Setting("verify_every", "auto"),
+        "memory_fraction": Setting("positive", 0.5),
+        "buffers": Setting("int", 4),
+        "min_tflops": Setting("positive", None, "default: the gpu_model's floor"),
+        "peer_fraction": Setting("fraction", 0.9,
+                                 "fail below this share of the same model's median; "
+                                 "0 turns the rule off"),
+        "clock_fraction": Setting("fraction", 0.9,
+                                  "fail a mean SM clock below this share of peers'"),
+        "max_correctable_ecc": Setting("int", 100, "warn above 0, fail above this"),
+        "max_pcie_replays": Setting("int", 100, "warn above 0, fail above this"),
+        "max_nvlink_errors": Setting("int", 100, "CRC + recovery; warn above 0"),
+    })

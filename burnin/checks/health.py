@@ -1,35 +1,51 @@
 """The health check's judge: is the node what the inventory says, and are its GPUs sound?
 
 Fails the node when: the probe failed; torch is missing; the GPU count or model differs
-from the inventory; ECC is off; any uncorrectable ECC error since the driver loaded; a
-row remap is pending or has failed; retired pages are pending; a PCIe link is below its
-max width or generation (generation read under load); the driver or torch version
-differs from the majority of the run's nodes.
+from the inventory (with `gpus: auto`, the count differs from most nodes of its model);
+torch sees fewer GPUs than the node should have (a driver/CUDA mismatch, hidden devices:
+the node would otherwise be measured on its CPU); ECC is off; any uncorrectable ECC
+error since the driver loaded; a row remap is pending or has failed; retired pages are
+pending; a PCIe link is below its max width or generation (generation read under load);
+the driver or torch version differs from the majority of the run's nodes.
 """
 
 from __future__ import annotations
 
-from burnin.inventory import Node
+from burnin.checks.base import Check, Fleet, Judging, timeout
+from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
-from burnin.reference import GPU_MODELS, model_matches
+from burnin.schema import COUNT, MESSAGES, NULL_COUNT, Bool, Int, List, Obj, Scalar, Str, document
 from burnin.verdict import Verdict, majority
 
 
-def fleet_summary(fleet: dict[str, ProbeOutcome]) -> dict[str, tuple[object, str, int]]:
-    """Once per run: the majority driver and torch versions, as (value, why, nodes).
+def fleet_summary(fleet: Fleet) -> dict:
+    """Once per run: the majority driver and torch versions, as (value, why, nodes), and
+    per GPU model the majority GPU count; each node one vote.
 
-    value is None (and why says so) when no version leads outright.
+    value is None (and why says so) when no value leads outright.
     """
     out = {}
     for what, get in (("driver", _driver), ("torch", _torch_version)):
-        values = {name: get(o) for name, o in fleet.items() if o.ok and get(o) is not None}
+        values = {name: get(o) for name, o in fleet.outcomes.items()
+                  if o.ok and get(o) is not None}
         common, why = majority(values)
         out[what] = (common, why, len(values))
+    counts: dict[str, dict[str, int]] = {}
+    for name, o in fleet.outcomes.items():
+        if o.ok and _nvml(o):
+            model = fleet.models.get(name)
+            counts.setdefault(model.key if model else "", {})[name] = len(o.data["devices"])
+    out["gpus"] = {key: (*majority(values), len(values)) for key, values in counts.items()}
     return out
 
 
-def judge(node: Node, outcome: ProbeOutcome, summary: dict) -> Verdict:
+def _nvml(outcome: ProbeOutcome) -> bool:
+    return (outcome.data["figures"].get("gpu") or {}).get("nvml") == "present"
+
+
+def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     """Judge one node's health outcome against the run's fleet_summary()."""
+    summary = j.fleet
     if not outcome.ok:
         return Verdict(node.name, "health", (outcome.reason,))
     failures: list[str] = []
@@ -51,22 +67,54 @@ def judge(node: Node, outcome: ProbeOutcome, summary: dict) -> Verdict:
     else:
         if node.gpus is not None and len(devices) != node.gpus:
             failures.append(f"GPU count is {len(devices)}, inventory says {node.gpus}")
+        elif node.gpus is None:
+            failures += _count_against_peers(len(devices), j)
         for dev in devices:
-            failures += _device_faults(node, dev)
+            failures += _device_faults(node, dev, j.model)
             if dev.get("ecc_uncorrected_aggregate"):
                 warnings.append(f"{_gpu(dev)}: {dev['ecc_uncorrected_aggregate']} uncorrectable "
                                 "ECC errors over its lifetime (aggregate counter)")
 
+    failures += _torch_sees_too_few(node, outcome)
     failures += _odd_one_out(_driver(outcome), "driver", summary["driver"])
     failures += _odd_one_out(_torch_version(outcome), "torch", summary["torch"])
     return Verdict(node.name, "health", tuple(failures), tuple(warnings))
+
+
+def _count_against_peers(count: int, j: Judging) -> list[str]:
+    common, why, nodes = j.fleet["gpus"].get(j.model.key if j.model else "", (None, "", 0))
+    if nodes < 2:
+        return []
+    if common is None:
+        return [f"GPU count {count}: {why} among {nodes} nodes of this model"]
+    if count != common:
+        return [f"GPU count is {count}, most of the run's {nodes} nodes of this model "
+                f"have {common}"]
+    return []
+
+
+def _torch_sees_too_few(node: Node, outcome: ProbeOutcome) -> list[str]:
+    """A node that should have GPUs (the inventory says so, or NVML sees them) where torch
+    sees fewer: every GPU check would fail on it, or worse, run on its CPU."""
+    figures = outcome.data["figures"]
+    torch = figures.get("torch") or {}
+    if not torch.get("present"):
+        return []
+    nvml = len(outcome.data["devices"]) if _nvml(outcome) else 0
+    should = node.gpus if node.gpus is not None else nvml
+    seen = torch.get("device_count", 0)
+    if not should or seen >= should:
+        return []
+    who = "the inventory declares" if node.gpus is not None else "NVML reports"
+    why = torch.get("cuda_error") or "no error given"
+    return [f"torch sees {seen} of the {should} GPUs {who}: {why}"]
 
 
 def _gpu(dev: dict) -> str:
     return f"GPU {dev.get('index')} ({dev.get('uuid') or 'no UUID'})"
 
 
-def _device_faults(node: Node, dev: dict) -> list[str]:
+def _device_faults(node: Node, dev: dict, model) -> list[str]:
     gpu = _gpu(dev)
     out = []
     if dev.get("errors"):
@@ -78,8 +126,8 @@ def _device_faults(node: Node, dev: dict) -> list[str]:
         out += [f"{gpu}: NVML error ({cause}) reading {', '.join(whats)}"
                 for cause, whats in by_cause.items()]
     name = dev.get("name")
-    if node.gpu_model and name is not None and not model_matches(node.gpu_model, name):
-        expected = " or ".join(repr(n) for n in GPU_MODELS[node.gpu_model].nvml_names)
+    if model and name is not None and not model.matches(name):
+        expected = " or ".join(repr(n) for n in model.nvml_names)
         out.append(f"{gpu}: model is {name!r}, inventory says {node.gpu_model} ({expected})")
     if dev.get("ecc_mode_current") == 0:
         pending = " (enabled, pending a reset)" if dev.get("ecc_mode_pending") == 1 else ""
@@ -123,3 +171,38 @@ def _odd_one_out(mine, what: str, fleet: tuple[object, str, int]) -> list[str]:
     if mine != common:
         return [f"{what} version {mine}, the run's majority is {common}"]
     return []
+
+
+PCIE = Obj(gen=Int(null=True), max_gen=Int(null=True), width=Int(null=True),
+           max_width=Int(null=True), gen_under_load=Int(null=True))
+DEVICE = Obj(index=Int(0, 1023), name=Str(256, null=True), uuid=Str(256, null=True),
+             pci_bus_id=Str(64, null=True), ecc_mode_current=Int(null=True),
+             ecc_mode_pending=Int(null=True), ecc_uncorrected_volatile=NULL_COUNT,
+             ecc_uncorrected_aggregate=NULL_COUNT, retired_pages_pending=Bool(null=True),
+             remapped_rows=Obj(correctable=COUNT, uncorrectable=COUNT, pending=Bool(),
+                               failed=Bool()),
+             pcie=PCIE, unsupported=MESSAGES, errors=MESSAGES)
+SCHEMA = document(DEVICE, Obj(
+    torch=Obj(present=Bool(), version=Str(256), cuda=Str(64, null=True),
+              cuda_available=Bool(), device_count=Int(0, 1024), error=Str(4096),
+              cuda_error=Str(4096), devices=List(Obj(
+                  ordinal=Int(0, 1024, null=True), uuid=Str(256, null=True),
+                  name=Str(256), emulated=Bool()), max=64)),
+    gpu=Obj(nvml=Str(64), driver=Str(256, null=True), cuda_driver=Str(64, null=True),
+            reason=Str(4096)),
+    elapsed_s=Scalar()))
+
+def evidence(record: dict) -> dict[str, object]:
+    data = record["data"]
+    return {"facts.json": {
+        "node": data.get("node"), "gpu": data["figures"].get("gpu"),
+        "torch": data["figures"].get("torch"),
+        "devices": [{k: d.get(k) for k in ("index", "name", "uuid", "pci_bus_id")}
+                    for d in data.get("devices", [])]}}
+
+
+CHECK = Check(
+    name="health", doc="the node is what the inventory says", judge=judge, schema=SCHEMA,
+    facts=True,
+    settings={"timeout_s": timeout(60, 120, 300)}, summarize=fleet_summary,
+    evidence=evidence, max_output=1 << 20)

@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnin.inventory import Node
+from burnin.nodes import Node
 
 TRANSPORTS = {
     "local": "burnin.transports.local:LocalTransport",
@@ -20,6 +20,12 @@ TRANSPORTS = {
 }
 
 STDERR_TAIL_BYTES = 64 * 1024
+# The probe's lifeline: with `lifeline`, a transport writes the settings line, keeps the
+# probe's stdin open and writes a heartbeat byte every HEARTBEAT_S. A probe whose stdin
+# closes (the controller or its connection died) or that hears nothing for WATCHDOG_S
+# (a silent network) stops itself (probes/probelib.py: watch_controller).
+HEARTBEAT_S = 5.0
+WATCHDOG_S = 30.0
 
 
 class NodeUnreachable(Exception):
@@ -52,8 +58,10 @@ class Transport:
         raise NotImplementedError
 
     def run(self, argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
-            on_stderr=None) -> CommandResult:
-        """Run argv on the node; on_stderr(chunk) sees stderr as it arrives."""
+            on_stderr=None, lifeline: bool = False) -> CommandResult:
+        """Run argv on the node; on_stderr(chunk) sees stderr as it arrives. With
+        `lifeline`, stdin stays open after `stdin` with a heartbeat (see HEARTBEAT_S);
+        without, it closes after `stdin`."""
         raise NotImplementedError
 
     def close(self) -> None:

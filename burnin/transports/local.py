@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from burnin.transports import STDERR_TAIL_BYTES, CommandResult, Transport
+from burnin.transports import HEARTBEAT_S, STDERR_TAIL_BYTES, CommandResult, Transport
 
 KILL_GRACE_S = 2.0
 
@@ -25,12 +25,14 @@ class LocalTransport(Transport):
     def probe_command(self, probe: str) -> list[str]:
         return [self.python, str(self.probes_dir / f"{probe}.py")]
 
-    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None):
-        return run_bounded(argv, stdin, timeout_s, max_stdout, on_stderr=on_stderr)
+    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False):
+        return run_bounded(argv, stdin, timeout_s, max_stdout, on_stderr=on_stderr,
+                           lifeline=lifeline)
 
 
 def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
-                env: dict | None = None, on_stderr=None) -> CommandResult:
+                env: dict | None = None, on_stderr=None,
+                lifeline: bool = False) -> CommandResult:
     """Run argv in its own process group; bound its time and what is kept of its output.
 
     At the timeout, or when stdout passes max_stdout, the whole group gets SIGTERM and,
@@ -42,7 +44,9 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
                                 stderr=subprocess.PIPE, start_new_session=True, env=env)
     except OSError as e:
         return CommandResult(127, b"", f"cannot start {argv[0]}: {e}".encode(), 0.0)
-    feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin), daemon=True)
+    done = threading.Event()
+    feeder = threading.Thread(target=_feed, args=(proc.stdin, stdin, lifeline, done),
+                              daemon=True)
     feeder.start()
 
     out, err = bytearray(), bytearray()
@@ -79,6 +83,7 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(proc)
+    done.set()
     proc.stdout.close()
     proc.stderr.close()
     return CommandResult(
@@ -87,12 +92,21 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
         duration_s=time.monotonic() - start, timed_out=timed_out, overflow=overflow)
 
 
-def _feed(pipe, data: bytes) -> None:
+def _feed(pipe, data: bytes, lifeline: bool, done: threading.Event) -> None:
+    """Write the settings; with a lifeline, then a heartbeat until the command is done."""
     try:
-        pipe.write(data)
-        pipe.close()
-    except OSError:
-        pass  # the probe exited without reading its settings; its exit code says the rest
+        pipe.write(data + b"\n" if lifeline else data)
+        pipe.flush()
+        while lifeline and not done.wait(HEARTBEAT_S):
+            pipe.write(b"\n")
+            pipe.flush()
+    except (OSError, ValueError):
+        pass  # the probe exited without reading; its exit code says the rest
+    finally:
+        try:
+            pipe.close()
+        except (OSError, ValueError):
+            pass
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

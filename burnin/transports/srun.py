@@ -22,9 +22,9 @@ from burnin.transports import NodeUnreachable, Transport
 from burnin.transports.local import run_bounded
 
 BOOTSTRAP = r"""
-import json, os, shutil, signal, subprocess, sys, tempfile
-probe, workdir = sys.argv[1], sys.argv[2]
-envelope = json.loads(sys.stdin.buffer.read())
+import json, os, shutil, signal, subprocess, sys, tempfile, threading
+probe, workdir = sys.argv[1], os.path.expanduser(sys.argv[2])
+envelope = json.loads(sys.stdin.buffer.readline())
 os.makedirs(workdir, exist_ok=True)
 where = tempfile.mkdtemp(prefix="burnin-", dir=workdir)
 child = None
@@ -44,8 +44,25 @@ try:
             f.write(text)
     child = subprocess.Popen([sys.executable, os.path.join(where, probe + ".py")],
                              stdin=subprocess.PIPE, start_new_session=True)
-    child.communicate(envelope["stdin"].encode())
-    code = child.returncode
+    def relay():  # the settings, then the controller's heartbeat and its end: the lifeline
+        try:
+            child.stdin.write(envelope["stdin"].encode() + b"\n")
+            child.stdin.flush()
+            while envelope.get("lifeline"):
+                chunk = os.read(0, 4096)
+                if not chunk:
+                    break
+                child.stdin.write(chunk)
+                child.stdin.flush()
+        except OSError:
+            pass
+        finally:
+            try:
+                child.stdin.close()
+            except OSError:
+                pass
+    threading.Thread(target=relay, daemon=True).start()
+    code = child.wait()
 finally:
     shutil.rmtree(where, ignore_errors=True)
 sys.exit(code if code >= 0 else 128 - code)
@@ -104,11 +121,14 @@ class SrunTransport(Transport):
             argv.append(f"--reservation={self._reservation}")
         return [*argv, *srun.extra_args, self.python, "-c", BOOTSTRAP, probe, self.node.workdir]
 
-    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None):
+    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False):
         if self._files is None:
             self._files = {p.name: p.read_text() for p in sorted(self.probes_dir.glob("*.py"))}
-        envelope = json.dumps({"files": self._files, "stdin": stdin.decode()}).encode()
-        result = run_bounded(argv, envelope, timeout_s, max_stdout, on_stderr=on_stderr)
+        envelope = json.dumps({"files": self._files, "stdin": stdin.decode(),
+                               "lifeline": lifeline}).encode()
+        # The envelope is one line; with a lifeline the heartbeat follows and is relayed.
+        result = run_bounded(argv, envelope, timeout_s, max_stdout, on_stderr=on_stderr,
+                             lifeline=True)
         if result.exit_code and any(r in result.stderr_tail for r in REFUSALS):
             said = [ln.strip() for ln in result.stderr_tail.decode(errors="replace").splitlines()
                     if ln.startswith("srun:")]

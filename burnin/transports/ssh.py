@@ -20,7 +20,13 @@ from pathlib import Path
 
 import paramiko
 
-from burnin.transports import STDERR_TAIL_BYTES, CommandResult, NodeUnreachable, Transport
+from burnin.transports import (
+    HEARTBEAT_S,
+    STDERR_TAIL_BYTES,
+    CommandResult,
+    NodeUnreachable,
+    Transport,
+)
 
 PID_MARK = b"BURNIN_PID "
 KILL_GRACE_S = 2
@@ -145,7 +151,7 @@ class SshTransport(Transport):
 
     # --- commands -----------------------------------------------------------------
 
-    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None):
+    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False):
         client = self._connect()
         # sshd makes the remote shell a session leader, so its PID is the probe's process
         # group, which a second channel kills at the timeout. The shell waits for the probe
@@ -158,7 +164,7 @@ class SshTransport(Transport):
         except Exception as e:
             self._client = None
             raise NodeUnreachable(f"cannot start a command on {self.where}: {e}") from None
-        threading.Thread(target=_feed, args=(chan, stdin), daemon=True).start()
+        threading.Thread(target=_feed, args=(chan, stdin, lifeline), daemon=True).start()
         out, err = bytearray(), bytearray()
         timed_out = overflow = False
         deadline = start + timeout_s
@@ -229,9 +235,15 @@ class SshTransport(Transport):
         client.close()
 
 
-def _feed(chan: paramiko.Channel, data: bytes) -> None:
+def _feed(chan: paramiko.Channel, data: bytes, lifeline: bool) -> None:
+    """Write the settings; with a lifeline, then a heartbeat until the channel closes.
+    If the controller dies, sshd closes the probe's stdin and the probe stops itself."""
     try:
-        chan.sendall(data)
+        chan.sendall(data + b"\n" if lifeline else data)
+        while lifeline and not chan.closed and not chan.exit_status_ready():
+            chan.status_event.wait(HEARTBEAT_S)
+            if not chan.exit_status_ready():
+                chan.sendall(b"\n")
         chan.shutdown_write()
     except Exception:
         pass  # the probe exited without reading; its exit status says the rest

@@ -1,5 +1,6 @@
-"""Inter-node all-reduce on the controller: one group over the nodes that passed the
-single-node checks, then, when the group is slow, localisation by pairs.
+"""The inter-node all-reduce, a group check the controller executes: one group over the
+nodes that passed the single-node checks, then, when the group is slow, localisation by
+pairs.
 
 Every node of a group starts its probe at once with its share of the ranks; the first
 node is the rendezvous master. A node whose probe cannot run, or never joins within the
@@ -15,35 +16,41 @@ import random
 import statistics
 import threading
 
-from burnin.checks.allreduce import judged
-from burnin.inventory import Node
-from burnin.probe import ProbeOutcome, run_probe
+from burnin.checks.allreduce import CHECK as INTRA
+from burnin.checks.allreduce import SIZE, judged
+from burnin.checks.base import Check, Figure, Judging, timeout
+from burnin.nodes import Node
+from burnin.probe import ProbeOutcome
+from burnin.schema import COUNT, Bool, List, Num, Obj, Str, document
+from burnin.verdict import Verdict
 
-CHECK = "allreduce_internode"
-
-
-def ranks_of(node: Node) -> int:
-    return node.gpus if node.gpus else 1
+NAME = "allreduce_internode"
 
 
 def run_group(run, nodes: list[Node], settings: dict) -> dict[str, ProbeOutcome]:
-    """One all-reduce group over `nodes`, all started at once."""
+    """One all-reduce group over `nodes`, all started at once: one rank per device, each
+    node's count the controller's (the inventory's, or its health facts'), never a
+    guess, so that every node agrees on the world size and its ranks."""
     port = random.randrange(30000, 60000)
-    world = sum(ranks_of(n) for n in nodes)
+    ranks = {n.name: run.devices(n) for n in nodes}  # in this thread: it holds the run
+    gpus = {n.name: run.gpus(n) for n in nodes}
+    world = sum(ranks.values())
     offsets, first = {}, 0
     for n in nodes:
         offsets[n.name] = first
-        first += ranks_of(n)
+        first += ranks[n.name]
     out: dict[str, ProbeOutcome] = {}
 
     def one(node: Node) -> None:
         payload = {"check": "allreduce", "node": node.name, "run_id": run.run_id,
-                   "gpus": node.gpus, "settings": settings,
+                   "gpus": gpus[node.name], "cpu_devices": node.cpu_devices,
+                   "settings": settings,
                    "group": {"world": world, "rank_offset": offsets[node.name],
+                             "ranks_here": ranks[node.name],
                              "master_addr": nodes[0].address, "master_port": port,
                              "nodes": [n.name for n in nodes]}}
         try:
-            out[node.name] = run_probe(run.transport(node), "allreduce", payload,
+            out[node.name] = run.probe(node, INTRA, payload,
                                        float(settings["timeout_s"]))
         except Exception as e:  # contained: this node's failure, reported as such
             out[node.name] = ProbeOutcome(node.name, "allreduce", False,
@@ -90,15 +97,18 @@ def absent(outcomes: dict[str, ProbeOutcome], members: list[Node]) -> dict[str, 
 
 def internode(run) -> dict[str, ProbeOutcome]:
     """The allreduce_internode outcome of every selected node."""
-    from burnin.judging import failed_single_node_checks  # judging imports run, run us
     settings = run.settings("allreduce")
-    failed = failed_single_node_checks(run)
+    failed = run.failed_single_node_checks()
     result: dict[str, ProbeOutcome] = {}
     for n in run.nodes:
         if n.name in failed:
             result[n.name] = _outcome(n.name, excluded="not in the inter-node run: failed "
                                                        + ", ".join(failed[n.name]))
-    members = [n for n in run.nodes if n.name not in failed]
+    for n in run.nodes:
+        if n.name not in result and run.devices(n) is None:
+            result[n.name] = _outcome(n.name, excluded="not in the inter-node run: its device "
+                                                       "count is unknown (no health facts)")
+    members = [n for n in run.nodes if n.name not in result]
     if len(members) < 2:
         for n in members:
             result[n.name] = _outcome(n.name, excluded="fewer than two nodes passed the "
@@ -109,7 +119,7 @@ def internode(run) -> dict[str, ProbeOutcome]:
     if group is None:  # name who never joined, and run again without them
         culprits = absent(outcomes, members)
         for name, reason in culprits.items():
-            result[name] = ProbeOutcome(name, CHECK, False,
+            result[name] = ProbeOutcome(name, NAME, False,
                                         f"did not join the inter-node all-reduce: {reason}")
         members = [n for n in members if n.name not in culprits]
         if culprits and len(members) >= 2:
@@ -189,6 +199,50 @@ def localise(run, members: list[Node], settings: dict, floor: float | None):
 
 
 def _outcome(name: str, **figures) -> ProbeOutcome:
-    return ProbeOutcome(name, CHECK, True, data={"probe": "allreduce", "schema": 1,
+    return ProbeOutcome(name, NAME, True, data={"probe": "allreduce", "schema": 1,
                                                  "node": {}, "devices": [], "errors": [],
                                                  "figures": figures})
+
+
+def excluded(outcome: ProbeOutcome) -> str:
+    """Why a node took no part in the inter-node run ('' when it did)."""
+    return outcome.data.get("figures", {}).get("excluded", "") if outcome.ok else ""
+
+
+def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
+    if not outcome.ok:
+        return Verdict(node.name, NAME, (outcome.reason,))
+    fig = outcome.data["figures"]
+    failures = list(outcome.data["errors"])
+    if fig.get("wrong_elements"):
+        failures.append(f"{fig['wrong_elements']} wrong elements in this node's all-reduce "
+                        "results, expected exact sums")
+    group = fig.get("group", {})
+    pairs = ", ".join(f"{'+'.join(p['nodes'])} {p['busbw_gbps']:.3f}" for p in fig.get("pairs", []))
+    mib = f"{group.get('bytes', 0) / (1 << 20):g} MiB"
+    if fig.get("slow_with_good_partner"):
+        failures.append(f"localised as the slow node: {fig['verdict']}; its pairs (GB/s): "
+                        f"{pairs}; group busbw {group.get('busbw_gbps', 0):.3f} GB/s at "
+                        f"{mib} over {len(group.get('nodes', []))} nodes")
+    elif fig.get("group_failure"):
+        failures.append(fig["group_failure"])
+    return Verdict(node.name, NAME, tuple(failures))
+
+
+def figures(record: dict) -> list[Figure]:
+    g = record["data"]["figures"].get("group")
+    if not g:
+        return []
+    return [Figure("allreduce_busbw_gbps", (("scope", "inter"), ("bytes", str(g["bytes"]))),
+                   g["busbw_gbps"], "All-reduce busbw at the judged size, GB/s")]
+
+
+PAIR = Obj(nodes=List(Str(256), max=2), busbw_gbps=Num(0, 1e5), retest=Bool())
+# The controller writes these records itself, from the members' validated documents.
+SCHEMA = document(Obj(), Obj(group=Obj(nodes=List(Str(256), max=1 << 20), busbw_gbps=Num(0),
+                                       bytes=COUNT, sweep=List(SIZE, max=64)),
+                             pairs=List(PAIR, max=1 << 20), wrong_elements=COUNT))
+
+CHECK = Check(name=NAME, doc="nodes talk to each other at full speed; the slow one is named",
+              judge=judge, schema=SCHEMA, figures=figures, execute=internode, probe="allreduce",
+              settings={"timeout_s": timeout(300, 600, 1200)})

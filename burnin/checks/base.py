@@ -1,0 +1,145 @@
+"""What a check is: one object holding everything the rest of burnin needs to know about
+it. The run executes it, the suites judge with it, reports and metrics draw its figures,
+admission asks whether it applies to a node; nobody else branches on a check's name.
+
+A new check is one probe (probes/<name>.py), one module here defining `CHECK`, one suite
+file (suites/test_<name>.py) and one row in burnin/checks/__init__.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from burnin.nodes import Node
+from burnin.probe import ProbeOutcome
+from burnin.reference import GpuModel
+from burnin.schema import Obj
+from burnin.verdict import Verdict
+
+PROFILES = ("quick", "standard", "extended")
+DEFAULT_PROFILE = "standard"
+DEFAULT_MAX_OUTPUT = 4 << 20  # bytes of JSON a probe may print; parsed, it grows ~20x
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its kind (an inventory validation kind) and default per profile."""
+
+    kind: str
+    default: dict[str, object] | object = None
+    doc: str = ""
+
+    def value_for(self, profile: str) -> object:
+        if isinstance(self.default, dict):
+            return self.default[profile]
+        return self.default
+
+
+def timeout(quick: float, standard: float, extended: float) -> Setting:
+    return Setting("positive", {"quick": quick, "standard": standard, "extended": extended},
+                   "seconds before the probe's process group is killed")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A key figure of a probe record, for metrics.prom, summary.html and burnin compare."""
+
+    metric: str            # Prometheus name, without the burnin_ prefix
+    labels: tuple          # ((name, value), ...) besides cluster and node
+    value: float
+    help: str
+
+
+@dataclass(frozen=True)
+class Fleet:
+    """A check's outcomes on every node of the run, with what the controller knows of each
+    node: its device count and model. Fleet figures count each node once (a node cannot
+    outvote its peers by claiming more devices) and only nodes whose report is credible."""
+
+    outcomes: dict[str, ProbeOutcome]
+    devices: dict[str, int | None] = field(default_factory=dict)  # what each must report
+    models: dict[str, GpuModel | None] = field(default_factory=dict)
+
+    def voters(self):
+        """(node, outcome) of every node that ran and reported the devices it must have."""
+        for name, o in self.outcomes.items():
+            want = self.devices.get(name)
+            if o.ok and (want is None or len(o.data["devices"]) == want):
+                yield name, o
+
+
+def count_problem(devices: list, j: Judging) -> list[str]:
+    """A node must report exactly the devices it has: the inventory's, or what its health
+    facts showed. More is a node claiming weight it does not have; fewer hides a device."""
+    if j.devices is None or len(devices) == j.devices:
+        return []
+    return [f"the probe reported {len(devices)} device(s), expected {j.devices} (the "
+            "inventory's count, or what the node's health facts showed)"]
+
+
+def implausible(tflops, model: GpuModel | None) -> str:
+    """Why a TFLOPS figure cannot be real (beyond the model's datasheet peak), or ''."""
+    if model is None or model.peak_tflops is None or not isinstance(tflops, (int, float)):
+        return ""
+    if tflops > 1.05 * model.peak_tflops:
+        return (f"implausible: {tflops:.1f} TFLOPS is beyond the {model.key}'s peak of "
+                f"{model.peak_tflops:g} TFLOPS")
+    return ""
+
+
+@dataclass(frozen=True)
+class Judging:
+    """What a judge needs beyond the node and its outcome."""
+
+    settings: dict                  # this node's settings for the check
+    fleet: object = None            # the check's fleet summary, computed once per run
+    model: GpuModel | None = None   # reference figures of the node's gpu_model
+    devices: int | None = None      # devices the node must report (inventory or health)
+    gpus: int | None = None         # of which GPUs: 0 on a CPU-only node; None: unknown
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    doc: str                        # what it proves, one line
+    judge: Callable[[Node, ProbeOutcome, Judging], Verdict]
+    schema: Obj                     # the probe document's declared shape
+    settings: dict[str, Setting] = field(default_factory=dict)
+    probe: str = ""                 # probes/<probe>.py; '' = the check's name
+    summarize: Callable[[Fleet], object] | None = None
+    figures: Callable[[dict], list[Figure]] | None = None
+    # Extra files for a failed node's evidence folder: {file name: JSON-able content}.
+    evidence: Callable[[dict], dict[str, object]] | None = None
+    gpu_only: bool = False          # does not apply to a CPU-only node
+    # The check whose probe reports the node's facts (health): a `gpus: auto` node's
+    # device count is learned from it before any other check runs on the node.
+    facts: bool = False
+    # A group check runs over every node that passed the single-node checks, after them,
+    # and applies only where a node has peers (the inter-node all-reduce).
+    execute: Callable[[object], dict[str, ProbeOutcome]] | None = None
+    max_output: int = DEFAULT_MAX_OUTPUT
+
+    @property
+    def probe_name(self) -> str:
+        return self.probe or self.name
+
+    @property
+    def group(self) -> bool:
+        return self.execute is not None
+
+    def applies(self, gpus: int | None, nodes: int) -> bool:
+        """Whether the check applies to a node with `gpus` GPUs (None: unknown, which
+        counts as GPUs: fail closed) in a run of `nodes` nodes."""
+        if self.group and nodes < 2:
+            return False
+        return not (self.gpu_only and gpus == 0)
+
+    def resolve(self, profile: str, *overrides: dict) -> dict:
+        """The settings the check runs with: profile defaults, then each override."""
+        values = {key: s.value_for(profile) for key, s in self.settings.items()}
+        for o in overrides:
+            values.update(o or {})
+        if values.get("timeout_s") is None:
+            values["timeout_s"] = 2 * values.get("duration_s", 0) + 300
+        return values

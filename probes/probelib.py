@@ -1,0 +1,266 @@
+"""What every probe shares: the protocol (settings in, one JSON document out), the
+controller lifeline (a probe never runs on alone), and the node's devices.
+
+Runs ON a node: Python's standard library only; torch and pynvml are imported lazily,
+so the health probe works where they are missing. Imports nothing of burnin.
+
+Devices: a probe tests exactly the devices the node must have. `gpus` in the payload is
+the inventory's count (or the count the controller learned); absent, it is what NVML
+reports, so a GPU node whose GPUs torch cannot see fails, by hand too. A node that should
+have GPUs is never measured on its CPU: `gpus: 0` is the only way to test a CPU. Torch's
+devices are paired with NVML's by UUID, never by index.
+
+FOR THE PROJECT'S TESTS ONLY: BURNIN_EMULATE_CUDA="i,j,..." makes torch "see" NVML's
+devices i, j, ... (in that order) as cuda:0, cuda:1, ..., each computing on the CPU. With
+NVML emulated below nvidia-ml-py, every GPU path of the probes (counts, pairing, per-device
+workers, telemetry) then runs on a machine without a GPU. Never set it on a fleet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+# Before torch starts CUDA: torch's cuda:i is the i-th GPU in PCI bus order, as NVML's
+# index i is. Pairing is by UUID all the same; this keeps logs and indexes consistent.
+os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+# cuBLAS reads this when CUDA starts: deterministic GEMMs (sdc, burn).
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+SCHEMA = 1
+EMULATE_ENV = "BURNIN_EMULATE_CUDA"
+LOST_GRACE_S = 5.0
+
+
+def log(probe: str, msg: str) -> None:
+    print(f"[{probe}] {msg}", file=sys.stderr, flush=True)
+
+
+def read_payload() -> dict:
+    """The controller's settings: one JSON line on stdin. The controller keeps stdin open
+    after it (see watch_controller); by hand, `echo '{}' | probe` or a multi-line file on
+    stdin work too, and a terminal means no settings."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return {}
+    line = sys.stdin.readline()
+    if not line.strip():
+        return {}
+    try:
+        payload = json.loads(line)
+    except json.JSONDecodeError:
+        payload = json.loads(line + sys.stdin.read())  # pretty-printed, by hand
+    if not isinstance(payload, dict):
+        raise ValueError("settings on stdin must be a JSON object")
+    return payload
+
+
+def emit(probe: str, node: dict, devices: list, figures: dict, errors: list) -> None:
+    """Print the probe's one JSON document on stdout."""
+    json.dump({"probe": probe, "schema": SCHEMA, "node": node, "devices": devices,
+               "figures": figures, "errors": errors}, sys.stdout)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+
+
+# --- the controller lifeline -------------------------------------------------------------
+
+def watch_controller(payload: dict, probe: str) -> None:
+    """Stop this probe within seconds of losing its controller, when the controller asks
+    for it (payload `watchdog_s`): stdin reaching its end means the controller, or the
+    connection to it, is gone; no heartbeat byte for watchdog_s means a silent network.
+    The probe's whole process group gets SIGTERM (its own handlers clean up), and
+    SIGKILL if it is still there after a grace."""
+    limit = payload.get("watchdog_s")
+    if not limit or sys.stdin is None:
+        return
+
+    def watch() -> None:
+        fd = sys.stdin.fileno()
+        while True:
+            ready, _, _ = select.select([fd], [], [], float(limit))
+            if not ready:
+                return _lost(probe, f"no heartbeat from the controller for {limit:g} s")
+            try:
+                if not os.read(fd, 4096):
+                    return _lost(probe, "the controller is gone (stdin closed)")
+            except OSError as e:
+                return _lost(probe, f"the controller is gone (stdin: {e.strerror})")
+
+    threading.Thread(target=watch, name="burnin-watchdog", daemon=True).start()
+
+
+def _lost(probe: str, why: str) -> None:
+    log(probe, f"{why}: stopping")
+    group = os.getpgrp()
+    try:
+        os.killpg(group, signal.SIGTERM)
+    except OSError:
+        os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(LOST_GRACE_S)  # still here: a handler is stuck; nothing may outlive us
+    try:
+        os.killpg(group, signal.SIGKILL)
+    finally:
+        os._exit(137)
+
+
+def die_with_parent() -> None:
+    """preexec_fn for a probe's own children (all-reduce ranks): the kernel kills them
+    when the probe dies, however it dies."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+# --- devices -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Device:
+    """One device a probe works on: a GPU as torch sees it, or a share of the CPU."""
+
+    index: int                      # this node's device number, 0..
+    kind: str                       # "cuda", "cpu", or "emulated" (tests: a GPU on the CPU)
+    name: str
+    ordinal: int | None = None      # torch's cuda ordinal
+    uuid: str | None = None         # NVML's form, "GPU-..."
+    pci_bus_id: str | None = None
+
+    @property
+    def label(self) -> str:
+        """How reports name it: cuda:i, or cpu / cpu:i for a CPU node of several."""
+        if self.kind == "cpu":
+            return "cpu" if self.index == 0 and self.ordinal is None else f"cpu:{self.index}"
+        return f"cuda:{self.index}"
+
+    @property
+    def gpu(self) -> bool:
+        return self.kind != "cpu"
+
+    def describe(self) -> dict:
+        out = {"device": self.label, "name": self.name}
+        if self.uuid:
+            out["uuid"] = self.uuid
+        if self.pci_bus_id:
+            out["pci_bus_id"] = self.pci_bus_id
+        return out
+
+
+def node_devices(payload: dict) -> tuple[list[Device], str]:
+    """(devices, '') for the devices this node must be tested on, or ([], why) when it
+    should have GPUs that torch does not see: then nothing is measured."""
+    expected = payload.get("gpus")
+    if expected == 0:
+        return cpu_devices(int(payload.get("cpu_devices") or 1)), ""
+    seen, torch_error = cuda_devices()
+    if expected is None:
+        nvml = nvml_count()
+        expected = nvml if nvml is not None else len(seen)
+        if expected == 0:
+            return cpu_devices(int(payload.get("cpu_devices") or 1)), ""
+    if len(seen) < expected:
+        why = f": {torch_error}" if torch_error else ""
+        return [], (f"the node should have {expected} GPU{'s' * (expected != 1)}, torch sees "
+                    f"{len(seen)}{why}; nothing is measured on the CPU instead")
+    return seen[:expected], ""
+
+
+def cpu_devices(count: int) -> list[Device]:
+    name = cpu_model()
+    if count == 1:
+        return [Device(0, "cpu", name)]
+    return [Device(i, "cpu", name, ordinal=i) for i in range(count)]
+
+
+def cuda_devices() -> tuple[list[Device], str]:
+    """The GPUs torch sees, in torch's order, and torch's own error when it sees none."""
+    emulated = os.environ.get(EMULATE_ENV)
+    if emulated is not None:
+        return _emulated(emulated)
+    try:
+        import torch
+    except Exception as e:
+        return [], f"torch is not importable: {type(e).__name__}: {e}"
+    if not torch.cuda.is_available():
+        try:
+            torch.cuda.init()  # is_available() is silent; init() says why
+        except Exception as e:
+            return [], f"{type(e).__name__}: {e}"
+        return [], "torch.cuda.is_available() is False"
+    out = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        uuid = str(getattr(p, "uuid", "") or "")
+        out.append(Device(i, "cuda", p.name, ordinal=i, uuid=nvml_uuid(uuid) if uuid else None,
+                          pci_bus_id=_torch_bus_id(p)))
+    return out, ""
+
+
+def nvml_uuid(torch_uuid: str) -> str:
+    """torch prints a GPU's UUID bare; NVML prefixes it ('GPU-', or 'MIG-')."""
+    return torch_uuid if torch_uuid.startswith(("GPU-", "MIG-")) else f"GPU-{torch_uuid}"
+
+
+def _torch_bus_id(props) -> str | None:
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is None:
+        return None
+    return (f"{getattr(props, 'pci_domain_id', 0):08X}:{bus:02X}:"
+            f"{getattr(props, 'pci_device_id', 0):02X}.0")
+
+
+def _emulated(spec: str) -> tuple[list[Device], str]:
+    indexes = [int(x) for x in spec.split(",") if x.strip()]
+    if not indexes:
+        return [], f"no CUDA device visible ({EMULATE_ENV} is empty)"
+    import pynvml
+    pynvml.nvmlInit()
+    try:
+        out = []
+        for i, nv_index in enumerate(indexes):
+            h = pynvml.nvmlDeviceGetHandleByIndex(nv_index)
+            bus = pynvml.nvmlDeviceGetPciInfo(h).busId
+            out.append(Device(i, "emulated", _text(pynvml.nvmlDeviceGetName(h)), ordinal=i,
+                              uuid=_text(pynvml.nvmlDeviceGetUUID(h)), pci_bus_id=_text(bus)))
+        return out, ""
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def nvml_count() -> int | None:
+    """How many GPUs NVML reports, or None when NVML is absent or does not initialise."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "cpu"

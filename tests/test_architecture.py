@@ -1,0 +1,104 @@
+"""The shape of the code, asserted: burnin's import graph has no circle, probes never
+import burnin, and the check table is the one place a check is declared."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from burnin.checks import CHECKS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every burnin module `path` imports, at any depth of the file (a function-level
+    import closes a circle as surely as a top-level one)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("burnin")}
+        elif isinstance(node, ast.ImportFrom) and node.module and \
+                node.module.startswith("burnin") and node.level == 0:
+            # `from burnin.checks import health` imports the submodule burnin.checks.health
+            subs = {f"{node.module}.{a.name}" for a in node.names}
+            found = {m for m in subs if (REPO / (m.replace(".", "/") + ".py")).exists()}
+            out |= found or {node.module}
+    return out
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in (REPO / "burnin").rglob("*.py")}
+    return {name: {m for m in imports(p) if m in files} - {name} for name, p in files.items()}
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str]:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(g.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return []
+
+    for n in sorted(g):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return []
+
+
+def test_the_import_graph_has_no_circle():
+    g = graph()
+    assert "burnin.checks.base" in g and "burnin.run" in g
+    assert find_cycle(g) == []
+
+
+def test_the_cycle_finder_finds_a_planted_circle():
+    g = graph()
+    g["burnin.nodes"] = g["burnin.nodes"] | {"burnin.run"}  # nodes -> run -> ... -> nodes
+    cycle = find_cycle(g)
+    assert cycle and cycle[0] == cycle[-1] and "burnin.run" in cycle
+
+
+def test_probes_import_nothing_of_burnin():
+    for path in (REPO / "probes").glob("*.py"):
+        assert not imports(path), f"{path.name} imports burnin"
+
+
+def test_every_check_has_its_probe_suite_and_module_and_nothing_else_has_one():
+    suites = {p.stem[len("test_"):] for p in (REPO / "suites").glob("test_*.py")}
+    assert suites == set(CHECKS)
+    for name, check in CHECKS.items():
+        assert (REPO / "probes" / f"{check.probe_name}.py").exists(), name
+        assert (REPO / "burnin" / "checks" / f"{name}.py").exists(), name
+
+
+def test_no_module_outside_the_table_branches_on_a_check_name():
+    names = set(CHECKS)
+    offenders = []
+    for path in (REPO / "burnin").rglob("*.py"):
+        if "checks" in path.relative_to(REPO / "burnin").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                consts = [c.value for c in (node.left, *node.comparators)
+                          if isinstance(c, ast.Constant)]
+                if any(v in names for v in consts):
+                    offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert offenders == []
