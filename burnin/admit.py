@@ -1,18 +1,45 @@
 """Admission: which nodes a JUnit report lets into production. Fail closed: a node is
-admitted only when every required check has exactly one passed testcase for it."""
+admitted only when every required check has exactly one passed testcase for it.
+
+Required by default: every check of burnin's table that applies to the node (from the
+node's GPU count and the run's size recorded in the report), or the inventory's
+admission.require; never "whatever the report happens to hold", so a `-k health` run
+admits nobody. Only a complete report burnin wrote is read: pytest's own --junitxml, a
+hand-made file or an interrupted run's report is bad input."""
 
 from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from burnin.checks import CHECKS, applicable
 
 OUTCOME_TAGS = ("failure", "error", "skipped")
 
 
 class ReportError(Exception):
     """The report cannot be trusted at all: every node stays out (exit 2)."""
+
+
+@dataclass
+class Report:
+    """A burnin junit.xml: per node its testcases and its testsuite's properties."""
+
+    cases: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    properties: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def required(self, node: str) -> list[str]:
+        """What the report itself says a node must pass: the inventory's admission.require
+        when it set one, else every check that applies to the node (a GPU count the run
+        never learned counts as GPUs: fail closed)."""
+        props = self.properties.get(node, {})
+        if props.get("admission_require"):
+            return props["admission_require"].split(",")
+        gpus = props.get("gpus", "unknown")
+        nodes = int(props.get("nodes_in_run") or 0) or len(self.cases)
+        return applicable(int(gpus) if gpus.isdigit() else None, nodes)
 
 
 @dataclass(frozen=True)
@@ -22,8 +49,9 @@ class Decision:
     reasons: tuple[str, ...] = ()
 
 
-def read_junit(path: Path) -> dict[str, list[tuple[str, str, str]]]:
-    """{node: [(check, outcome, message)]} from a burnin junit.xml."""
+def read_junit(path: Path, strict: bool = True) -> Report:
+    """A burnin junit.xml's testcases and properties; ReportError for anything else (with
+    strict=False, a report of an interrupted run is read too: for re-rendering it)."""
     try:
         root = ET.parse(path).getroot()
     except FileNotFoundError:
@@ -37,11 +65,16 @@ def read_junit(path: Path) -> dict[str, list[tuple[str, str, str]]]:
     suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
     if not suites:
         raise ReportError(f"{path}: no <testsuite>, so no node to admit")
-    nodes: dict[str, list[tuple[str, str, str]]] = {}
+    report = Report()
+    nodes = report.cases
     for suite in suites:
         name = suite.get("name")
         if not name:
             raise ReportError(f"{path}: a <testsuite> without a name (the node)")
+        props = {p.get("name"): p.get("value") or "" for p in suite.iter("property")}
+        if strict:
+            _trusted(path, name, props)
+        report.properties.setdefault(name, props)
         cases = nodes.setdefault(name, [])
         for case in suite.findall("testcase"):
             check = case.get("name")
@@ -56,13 +89,30 @@ def read_junit(path: Path) -> dict[str, list[tuple[str, str, str]]]:
             cases.append((check, outcome, message))
     if not any(nodes.values()):
         raise ReportError(f"{path}: no <testcase> at all, so no check passed")
-    return nodes
+    if len({p.get("run_id") for p in report.properties.values()}) > 1:
+        raise ReportError(f"{path}: testsuites of different runs in one report")
+    return report
 
 
-def decide(nodes: dict[str, list[tuple[str, str, str]]], required: list[str] | None = None,
-           inventory_nodes: list[str] | None = None) -> list[Decision]:
-    """One decision per node of the report (and of the inventory, when given)."""
-    checks = required or sorted({c for cases in nodes.values() for c, _, _ in cases})
+def _trusted(path: Path, node: str, props: dict[str, str]) -> None:
+    if not props.get("burnin_report"):
+        raise ReportError(f"{path}: not a report burnin wrote (node {node}'s testsuite has "
+                          "no burnin_report property; pytest's own --junitxml is not the "
+                          "admission contract: use reports/<run-id>/junit.xml)")
+    if not props.get("run_id"):
+        raise ReportError(f"{path}: node {node}'s testsuite has no run_id")
+    if props.get("complete") != "true":
+        raise ReportError(f"{path}: run {props['run_id']} did not complete (interrupted, exit "
+                          f"status {props.get('exit_status', '?')}); run it again")
+
+
+def decide(report: Report, required: list[str] | None = None,
+           inventory_nodes: list[str] | None = None,
+           inventory_require: list[str] | None = None) -> list[Decision]:
+    """One decision per node of the report (and of the inventory, when given). Required:
+    `required` when given (--require), else the inventory's admission.require, else what
+    the report says applies to each node (Report.required)."""
+    nodes = report.cases
     names = list(nodes)
     if inventory_nodes is not None:
         names = list(inventory_nodes) + [n for n in nodes if n not in set(inventory_nodes)]
@@ -75,10 +125,12 @@ def decide(nodes: dict[str, list[tuple[str, str, str]]], required: list[str] | N
             decisions.append(Decision(name, False, ("no testsuite in the report",)))
             continue
         reasons = []
+        checks = required or inventory_require or report.required(name)
         for check in checks:
             found = [(o, m) for c, o, m in nodes[name] if c == check]
             if not found:
-                reasons.append(f"{check}: no testcase")
+                reasons.append(f"{check}: no testcase" + ("" if check in CHECKS else
+                                                          " (not a check burnin knows)"))
             elif len(found) > 1:
                 reasons.append(f"{check}: {len(found)} testcases, expected one")
             elif found[0][0] != "passed":

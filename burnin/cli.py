@@ -13,6 +13,7 @@ from pathlib import Path
 
 from burnin import actions
 from burnin.admit import ReportError, decide, read_junit, write_admitted
+from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
 from burnin.ledger import Ledger, ledger_path
 from burnin.reports import publish
@@ -41,18 +42,25 @@ def _admit(args) -> int:
     path = Path(args.junit)
     required = [c.strip() for c in args.require.split(",") if c.strip()] if args.require \
         else None
+    unknown = [c for c in required or () if c not in CHECKS]
+    if unknown:
+        print(f"burnin admit: --require names unknown checks: {', '.join(unknown)}; "
+              f"expected some of: {', '.join(CHECKS)}; no node is admitted", file=sys.stderr)
+        return 2
     try:
-        nodes = read_junit(path)
-        inventory_nodes = None
+        report = read_junit(path)
+        inventory_nodes = inventory_require = None
         if args.inventory:
-            inventory_nodes = [n.name for n in load_inventory(args.inventory).nodes]
+            inv = load_inventory(args.inventory)
+            inventory_nodes = [n.name for n in inv.nodes]
+            inventory_require = list(inv.require) if inv.require else None
     except ReportError as e:
         print(f"burnin admit: {e}; no node is admitted", file=sys.stderr)
         return 2
     except InventoryError as e:
         print(f"burnin admit: invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    decisions = decide(nodes, required, inventory_nodes)
+    decisions = decide(report, required, inventory_nodes, inventory_require)
     admitted = [d.node for d in decisions if d.admitted]
     rejected = {d.node: list(d.reasons) for d in decisions if not d.admitted}
     out_file = Path(args.admitted_file) if args.admitted_file else path.parent / "admitted.txt"
@@ -132,12 +140,12 @@ def _when(t: float) -> str:
 def _report(args) -> int:
     run_dir = Path(args.dir)
     try:
-        nodes = read_junit(run_dir / "junit.xml")
+        report = read_junit(run_dir / "junit.xml", strict=False)
     except ReportError as e:
         print(f"burnin report: {e}", file=sys.stderr)
         return 2
     cluster = _junit_property(run_dir / "junit.xml", "cluster") or "?"
-    verdicts = {n: {c: (o, m) for c, o, m in cases} for n, cases in nodes.items()}
+    verdicts = {n: {c: (o, m) for c, o, m in cases} for n, cases in report.cases.items()}
     publish(run_dir, cluster, run_dir.resolve().name, verdicts)
     print(f"wrote {run_dir / 'summary.html'}, {run_dir / 'metrics.prom'}")
     return 0
@@ -193,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
     admit.add_argument("junit")
     admit.add_argument("--inventory", help="also reject inventory nodes the report lacks")
     admit.add_argument("--require", metavar="CHECK,...",
-                       help="checks every node must pass (default: every check reported)")
+                       help="checks every node must pass (default: every check of the suite "
+                            "that applies to the node, or the inventory's admission.require)")
     admit.add_argument("--json", action="store_true", help="machine-readable output")
     admit.add_argument("--admitted-file", metavar="PATH",
                        help="where to write the admitted nodes (default: beside the report)")

@@ -7,12 +7,15 @@ the `node` fixture), so it never gets in the way of other test suites.
 
 from __future__ import annotations
 
+import signal
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 
-from burnin.checks import CHECK_ORDER, CHECKS, DEFAULT_PROFILE, PROFILES
+from burnin import __version__
+from burnin.checks import CHECK_ORDER, CHECKS, DEFAULT_PROFILE, PROFILES, applicable
 from burnin.gate import GateReport, settle, split_by_quarantine
 from burnin.inventory import InventoryError, load_inventory, select_nodes
 from burnin.ledger import Ledger, ledger_path
@@ -22,6 +25,7 @@ from burnin.reports import CaseResult, point_latest, publish, verdicts_of, write
 from burnin.run import DEFAULT_FANOUT, Run, new_run_id
 
 STATE = pytest.StashKey["BurninState"]()
+REPORT_FORMAT = "1"  # junit.xml's burnin_report property: burnin wrote this report
 DEFAULT_INVENTORY = "inventories/localhost.yaml"
 
 
@@ -57,6 +61,8 @@ class BurninState:
         self.ledger: Ledger | None = None
         self.held: list[Node] = []  # left out of this run: in quarantine
         self.gate: GateReport | None = None
+        self.requested: set[str] = set()  # the checks this session was asked to run
+        self._sigterm = None
 
     @property
     def reports_dir(self) -> Path:
@@ -114,6 +120,20 @@ class BurninState:
 
     def pytest_sessionstart(self) -> None:
         self._attach_progress()
+        # A pipeline cancelling its job sends SIGTERM: stop as Ctrl-C stops, within
+        # seconds, killing every probe, rather than die leaving them to burn on.
+        if threading.current_thread() is threading.main_thread():
+            self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
+
+    def pytest_unconfigure(self) -> None:
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
+            self._sigterm = None
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        # Under xdist the controller collects nothing: the workers say what they have.
+        self.requested |= {check_of_id(i) for i in ids if check_of_id(i) in CHECKS}
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_configure_node(self, node) -> None:
@@ -134,7 +154,11 @@ class BurninState:
                        report.duration)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED or (
+            self._run is not None and self._run.cancel.is_set())
         if self._run is not None:
+            if interrupted:
+                self._run.cancel.set()  # whatever still runs is killed, nothing new starts
             self._run.close()
         if self.worker:
             return
@@ -142,13 +166,14 @@ class BurninState:
         if revalidate and self._run is not None and not self._run.nodes:
             session.exitstatus = pytest.ExitCode.OK  # nothing in quarantine: nothing to do
             return
-        if not self.cases:
+        if not self.cases and not self.requested and not interrupted:
             return
         run = self.run()  # under xdist the controller collects nothing: load it now
         if run is None:
             return
-        self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases, revalidate,
-                           act=not self.config.getoption("no_quarantine"))
+        if not interrupted:  # nobody is quarantined for a run that was stopped
+            self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases, revalidate,
+                               act=not self.config.getoption("no_quarantine"))
         checks = sorted({c for _, c in self.cases})
         for node in self.held:
             entry = self.ledger.get(node.name)
@@ -159,10 +184,30 @@ class BurninState:
                                                             why[:4000], why)
         run.run_dir.mkdir(parents=True, exist_ok=True)
         write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
-                    [(n.name, n.address) for n in run.nodes + self.held], self.cases)
+                    [(n.name, n.address) for n in run.nodes + self.held], self.cases,
+                    self._report_properties(run, interrupted, session.exitstatus),
+                    {n.name: self._node_properties(run, n) for n in run.nodes + self.held})
         publish(run.run_dir, run.inventory.cluster, run.run_id, verdicts_of(self.cases),
                 chart_floors(run))
         point_latest(run.reports_dir, run.run_id)
+
+    def _report_properties(self, run: Run, interrupted: bool, status) -> dict[str, str]:
+        """What `burnin admit` needs to trust the report: that burnin wrote it, that the run
+        completed, and what it was asked to run."""
+        requested = self.requested or {c for _, c in self.cases}
+        props = {"burnin_report": REPORT_FORMAT, "burnin_version": __version__,
+                 "profile": run.profile, "complete": "false" if interrupted else "true",
+                 "exit_status": str(int(status)), "nodes_in_run": str(len(run.nodes)),
+                 "requested_checks": ",".join(c for c in CHECK_ORDER if c in requested)}
+        if run.inventory.require:
+            props["admission_require"] = ",".join(run.inventory.require)
+        return props
+
+    @staticmethod
+    def _node_properties(run: Run, node: Node) -> dict[str, str]:
+        gpus = run.known_gpus(node)
+        return {"gpus": "unknown" if gpus is None else str(gpus),
+                "applicable_checks": ",".join(applicable(gpus, len(run.nodes)))}
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.worker or not self.cases or self._run is None:
@@ -235,6 +280,16 @@ def check_of(item: pytest.Item) -> str:
     return name[5:] if name.startswith("test_") else name
 
 
+def check_of_id(nodeid: str) -> str:
+    """check_of() from a test id, 'suites/test_sdc.py::test_sdc[n1]' -> 'sdc'."""
+    name = nodeid.rpartition("::")[2].partition("[")[0]
+    return name[5:] if name.startswith("test_") else name
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE]
     if state.error:
@@ -252,6 +307,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=gone)
             items[:] = [i for i in items if i not in gone]
     burnin = [i for i in items if "node" in getattr(i, "fixturenames", ())]
+    state.requested |= {check_of(i) for i in burnin if check_of(i) in CHECKS}
     for item in burnin:
         item.user_properties += [("burnin_node", item.callspec.params["node"].name),
                                  ("burnin_check", check_of(item))]

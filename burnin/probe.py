@@ -52,7 +52,7 @@ MAX_PROGRESS_LINE = 4096
 
 def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float,
               max_output: int = DEFAULT_MAX_OUTPUT, on_progress=None,
-              schema=None, lifeline: bool = False) -> ProbeOutcome:
+              schema=None, lifeline: bool = False, cancel=None) -> ProbeOutcome:
     """Run `probe` through `transport`; never raises for anything the node does.
 
     on_progress(dict) receives each 'BURNIN_PROGRESS {json}' line the probe writes to
@@ -66,7 +66,7 @@ def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float
     try:
         argv = transport.probe_command(probe)
         result = transport.run(argv, json.dumps(settings).encode(), timeout_s, max_output,
-                               on_stderr=on_stderr, lifeline=lifeline)
+                               on_stderr=on_stderr, lifeline=lifeline, cancel=cancel)
     except NodeUnreachable as e:
         return ProbeOutcome(node, probe, ok=False, reason=str(e))
     return judge_output(node, probe, result, timeout_s, max_output, schema)
@@ -84,6 +84,8 @@ def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
         return ProbeOutcome(node, probe, False, reason, {}, result.duration_s,
                             result.exit_code, stderr)
 
+    if result.cancelled:
+        return failed(f"probe {probe} stopped: the run was interrupted")
     if result.timed_out:
         return failed(f"probe {probe} killed at its timeout of {timeout_s:g} s")
     if result.overflow:

@@ -52,9 +52,13 @@ def _first_line(text: str) -> str:
 
 
 def write_junit(path: Path, cluster: str, run_id: str, nodes: list[tuple[str, str]],
-                cases: dict[tuple[str, str], CaseResult]) -> None:
+                cases: dict[tuple[str, str], CaseResult], run_properties: dict | None = None,
+                node_properties: dict[str, dict] | None = None) -> None:
     """Write junit.xml: a testsuite for every (name, address) in `nodes`, even one with
-    no testcase, so that `burnin admit` sees a node whose checks did not run."""
+    no testcase, so that `burnin admit` sees a node whose checks did not run. Each
+    testsuite carries the run's properties (burnin wrote it, complete or not, what was
+    requested) and its node's (GPU count, the checks that apply to it)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     by_node: dict[str, list[CaseResult]] = {}
     for (node, _), case in cases.items():
         by_node.setdefault(node, []).append(case)
@@ -71,8 +75,10 @@ def write_junit(path: Path, cluster: str, run_id: str, nodes: list[tuple[str, st
             elif case.outcome == "skipped":
                 tc.add_skipped_info(message=case.message, output=case.output)
             tcs.append(tc)
+        props = {"cluster": cluster, "run_id": run_id, **(run_properties or {}),
+                 **(node_properties or {}).get(name, {})}
         suites.append(TestSuite(name, tcs, hostname=address, id=name, package=cluster,
-                                properties={"cluster": cluster, "run_id": run_id}))
+                                timestamp=stamp, properties=props))
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(to_xml_report_string(suites, prettyprint=True, encoding="utf-8"),
                    encoding="utf-8")

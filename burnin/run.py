@@ -15,7 +15,7 @@ import os
 import resource
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -30,6 +30,7 @@ from burnin.verdict import Verdict
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
 DEFAULT_FANOUT = 256
+CANCEL_WAIT_S = 20.0  # an interrupted run waits this long for its probes to be killed
 
 
 def raise_open_files_limit(connections: int) -> None:
@@ -50,17 +51,31 @@ def new_run_id() -> str:
     return f"{stamp}-{os.urandom(3).hex()}"
 
 
-def fan_out(items: Iterable, fn: Callable, limit: int) -> list:
+def fan_out(items: Iterable, fn: Callable, limit: int,
+            cancel: threading.Event | None = None) -> list:
     """fn(item) for every item, at most `limit` at once; results in item order.
 
     fn must not raise: one item's failure belongs in its own result, never in another's.
+    Interrupted (Ctrl-C, or SIGTERM turned into one), it sets `cancel`, which every
+    transport honours by killing its command, starts nothing new, waits a bounded time
+    for the running ones to end, and re-raises: the run stops within seconds.
     """
     items = list(items)
     if not items:
         return []
-    with ThreadPoolExecutor(max_workers=max(1, min(limit, len(items))),
-                            thread_name_prefix="burnin-fanout") as pool:
-        return list(pool.map(fn, items))
+    pool = ThreadPoolExecutor(max_workers=max(1, min(limit, len(items))),
+                              thread_name_prefix="burnin-fanout")
+    futures = [pool.submit(fn, item) for item in items]
+    try:
+        results = [f.result() for f in futures]
+    except BaseException:
+        if cancel is not None:
+            cancel.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        wait(futures, timeout=CANCEL_WAIT_S)
+        raise
+    pool.shutdown(wait=True)
+    return results
 
 
 @dataclass
@@ -80,6 +95,8 @@ class Run:
     # while its own are being made.
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _flock_depth: int = 0
+    # Set when the run is interrupted: every probe's command is killed, nothing new starts.
+    cancel: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self):
         raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
@@ -141,6 +158,12 @@ class Run:
         if gpu.get("nvml") == "present":
             return len(o.data["devices"])
         return (o.data["figures"].get("torch") or {}).get("device_count") or 0
+
+    def known_gpus(self, node: Node) -> int | None:
+        """gpus(), but only from what is known already: never runs a probe (reports)."""
+        if node.gpus is not None or self.has_outcomes(FACTS):
+            return self.gpus(node)
+        return None
 
     def devices(self, node: Node) -> int | None:
         """The devices every probe must report for `node`: its GPUs, or on a CPU-only node
@@ -222,7 +245,7 @@ class Run:
         if self.progress:
             self.progress.begin(check)
         try:
-            outcomes = fan_out(self.nodes, one, self.fanout)
+            outcomes = fan_out(self.nodes, one, self.fanout, self.cancel)
         finally:
             if self.progress:
                 self.progress.end()
@@ -233,14 +256,22 @@ class Run:
         """Run the check's probe on one node; whatever happens is this node's outcome."""
         try:
             transport = self.transport(node)
+            if self.cancel.is_set():
+                return ProbeOutcome(node.name, check.probe_name, False,
+                                    "not started: the run was interrupted")
             return run_probe(transport, check.probe_name, payload, timeout_s,
                              max_output=check.max_output, on_progress=on_progress,
-                             schema=check.schema, lifeline=True)
+                             schema=check.schema, lifeline=True, cancel=self.cancel)
         except NodeUnreachable as e:
             return ProbeOutcome(node.name, check.probe_name, False, str(e))
         except Exception as e:  # a controller bug must fail this node, not the run
             return ProbeOutcome(node.name, check.probe_name, False, f"controller error "
                                 f"running {check.name}: {type(e).__name__}: {e}")
+
+    def at_once(self, items: list, fn: Callable) -> list:
+        """fn(item) for every item, all at once (a group that must start together), and
+        cancellable like any fan-out."""
+        return fan_out(items, fn, len(items), self.cancel)
 
     def transport(self, node: Node) -> Transport:
         """The node's transport for this run, made on first use and kept (one connection)."""

@@ -18,8 +18,17 @@ def junit(*suites: str) -> str:
     return "<?xml version='1.0'?>\n<testsuites>" + "".join(suites) + "</testsuites>"
 
 
-def suite(node: str, *cases: str) -> str:
-    return f'<testsuite name="{node}">' + "".join(cases) + "</testsuite>"
+# What burnin writes on every testsuite; these reports' inventory required health and
+# sdc (admission.require), so the cases below need only those two checks.
+PROPS = {"cluster": "c", "run_id": "r1", "burnin_report": "1", "complete": "true",
+         "nodes_in_run": "2", "gpus": "0", "admission_require": "health,sdc"}
+
+
+def suite(node: str, *cases: str, **props: str) -> str:
+    merged = {k: v for k, v in {**PROPS, **props}.items() if v is not None}
+    properties = "".join(f'<property name="{k}" value="{v}"/>' for k, v in merged.items())
+    return (f'<testsuite name="{node}"><properties>{properties}</properties>' + "".join(cases)
+            + "</testsuite>")
 
 
 def ok(check: str) -> str:
@@ -31,6 +40,11 @@ def bad(check: str, tag: str, message: str = "why") -> str:
 
 
 GOOD = junit(suite("n1", ok("health"), ok("sdc")), suite("n2", ok("health"), ok("sdc")))
+EVERY = ("health", "sdc", "burn", "storage", "allreduce", "allreduce_internode")
+HEALTH_ONLY = junit(*(suite(n, ok("health"), admission_require=None) for n in ("n1", "n2")))
+FULL = junit(*(suite(n, *map(ok, EVERY), admission_require=None) for n in ("n1", "n2")))
+PYTEST_OWN = junit('<testsuite name="pytest"><testcase classname="suites.test_health" '
+                   'name="test_health[n1]"/></testsuite>')
 
 # (id, report text, extra args, exit code, {rejected node: reason fragment})
 DOCTORED = [
@@ -57,6 +71,28 @@ DOCTORED = [
      {"n1": "burn: no testcase", "n2": "burn: no testcase"}),
     ("require-subset", junit(suite("n1", ok("health"), bad("sdc", "failure")),
                              suite("n2", ok("health"))), ["--require", "health"], 0, {}),
+    # The gate's defaults: the full suite that applies, whatever the run was asked to run.
+    ("partial-run-admits-nobody", HEALTH_ONLY, [], 1,
+     {"n1": "sdc: no testcase", "n2": "allreduce_internode: no testcase"}),
+    ("partial-run-with-require-health", HEALTH_ONLY, ["--require", "health"], 0, {}),
+    ("full-suite-on-cpu-nodes", FULL, [], 0, {}),
+    ("a-lone-node-needs-no-internode", junit(suite("n1", *map(ok, EVERY[:-1]), nodes_in_run="1",
+                                                   admission_require=None)), [], 0, {}),
+    ("unknown-gpu-count-requires-everything", junit(
+        suite("n1", *map(ok, EVERY), gpus="unknown", admission_require=None),
+        suite("n2", *map(ok, EVERY), admission_require=None)), [], 0, {}),
+    ("inventory-require-wins-over-the-table", HEALTH_ONLY, ["--inventory", "{inv_require}"], 0,
+     {}),
+    # Only a complete report burnin wrote is the admission contract.
+    ("pytest-own-junitxml", PYTEST_OWN, [], 2, {}),
+    ("no-burnin-properties", junit('<testsuite name="n1"><testcase name="health"/>'
+                                   '</testsuite>'), [], 2, {}),
+    ("interrupted-run", junit(suite("n1", ok("health"), ok("sdc"), complete="false"),
+                              suite("n2", ok("health"), ok("sdc"), complete="false")), [], 2, {}),
+    ("no-run-id", junit(suite("n1", ok("health"), ok("sdc"), run_id=None)), [], 2, {}),
+    ("mixed-runs", junit(suite("n1", ok("health"), ok("sdc")),
+                         suite("n2", ok("health"), ok("sdc"), run_id="r2")), [], 2, {}),
+    ("unknown-required-check", GOOD, ["--require", "health,helth"], 2, {}),
     ("truncated-xml", GOOD[:-40], [], 2, {}),
     ("empty-file", "", [], 2, {}),
     ("not-junit", "<html><body/></html>", [], 2, {}),
@@ -78,7 +114,12 @@ def test_doctored_reports(tmp_path, text, args, code, rejected):
     report.write_text(text)
     inv = tmp_path / "inv.yaml"
     inv.write_text("version: 1\nnodes:\n  - name: n[1-3]\n")
-    res = admit(report, *[a.replace("{inv}", str(inv)) for a in args], "--json")
+    inv_require = tmp_path / "inv-require.yaml"
+    inv_require.write_text("version: 1\nnodes:\n  - name: n[1-2]\n"
+                           "admission: {require: [health]}\n")
+    args = [a.replace("{inv}", str(inv)).replace("{inv_require}", str(inv_require))
+            for a in args]
+    res = admit(report, *args, "--json")
     assert res.returncode == code, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
     if code == 2:

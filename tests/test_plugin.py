@@ -9,6 +9,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from suiterun import CHECKS, SUITES, junit_cases, run_suite, script
 
+import burnin
+
 
 def inventory(pytester: pytest.Pytester, body: str, name: str = "inv.yaml") -> str:
     path = pytester.path / name
@@ -49,7 +51,11 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     assert suite.get("hostname") == "127.0.0.1"  # the node's address
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     run_id = (reports / "latest").readlink().name
-    assert props == {"cluster": "trio", "run_id": run_id}
+    every = ",".join(CHECKS)
+    assert props == {"cluster": "trio", "run_id": run_id, "burnin_report": "1",
+                     "burnin_version": burnin.__version__, "profile": "standard",
+                     "complete": "true", "exit_status": "0", "nodes_in_run": "3",
+                     "requested_checks": every, "gpus": "0", "applicable_checks": every}
     records = [json.loads(ln) for ln in (reports / run_id / "results.jsonl").read_text()
                .splitlines()]
     assert sorted((r["check"], r["node"]) for r in records) == [

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import statistics
-import threading
+from dataclasses import dataclass
 
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.allreduce import SIZE, judged
@@ -27,14 +27,21 @@ from burnin.verdict import Verdict
 NAME = "allreduce_internode"
 
 
-def run_group(run, nodes: list[Node], settings: dict) -> dict[str, ProbeOutcome]:
+@dataclass(frozen=True)
+class Facts:
+    """Each member's ranks (one per device) and GPUs, learned once, before any thread."""
+
+    ranks: dict[str, int]
+    gpus: dict[str, int | None]
+
+
+def run_group(run, nodes: list[Node], settings: dict, facts: Facts) -> dict[str, ProbeOutcome]:
     """One all-reduce group over `nodes`, all started at once: one rank per device, each
     node's count the controller's (the inventory's, or its health facts'), never a
     guess, so that every node agrees on the world size and its ranks."""
     port = random.randrange(30000, 60000)
-    ranks = {n.name: run.devices(n) for n in nodes}  # in this thread: it holds the run
-    gpus = {n.name: run.gpus(n) for n in nodes}
-    world = sum(ranks.values())
+    ranks, gpus = facts.ranks, facts.gpus
+    world = sum(ranks[n.name] for n in nodes)
     offsets, first = {}, 0
     for n in nodes:
         offsets[n.name] = first
@@ -56,11 +63,7 @@ def run_group(run, nodes: list[Node], settings: dict) -> dict[str, ProbeOutcome]
             out[node.name] = ProbeOutcome(node.name, "allreduce", False,
                                           f"cannot start the probe: {type(e).__name__}: {e}")
 
-    threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run.at_once(nodes, one)
     return out
 
 
@@ -109,12 +112,13 @@ def internode(run) -> dict[str, ProbeOutcome]:
             result[n.name] = _outcome(n.name, excluded="not in the inter-node run: its device "
                                                        "count is unknown (no health facts)")
     members = [n for n in run.nodes if n.name not in result]
+    facts = Facts({n.name: run.devices(n) for n in members}, {n.name: run.gpus(n) for n in members})
     if len(members) < 2:
         for n in members:
             result[n.name] = _outcome(n.name, excluded="fewer than two nodes passed the "
                                                        "single-node checks: no inter-node run")
         return result
-    outcomes = run_group(run, members, settings)
+    outcomes = run_group(run, members, settings, facts)
     group = group_figures(outcomes)
     if group is None:  # name who never joined, and run again without them
         culprits = absent(outcomes, members)
@@ -123,7 +127,7 @@ def internode(run) -> dict[str, ProbeOutcome]:
                                         f"did not join the inter-node all-reduce: {reason}")
         members = [n for n in members if n.name not in culprits]
         if culprits and len(members) >= 2:
-            outcomes = run_group(run, members, settings)
+            outcomes = run_group(run, members, settings, facts)
             group = group_figures(outcomes)
     if group is None:
         why = "; ".join(f"{n}: {o.reason or '; '.join(o.data['errors'])}"
@@ -140,7 +144,7 @@ def internode(run) -> dict[str, ProbeOutcome]:
     # pairs are the only yardstick: compare them whenever there are peers to compare.
     if (floor is not None and group["busbw_gbps"] < floor) or (
             floor is None and fraction > 0 and len(members) >= 3):
-        pairs, named = localise(run, members, settings, floor)
+        pairs, named = localise(run, members, settings, floor, facts)
     wrong = {name: sum(d.get("wrong_elements", 0) for d in o.data["devices"])
              for name, o in outcomes.items()}
     for n in members:
@@ -155,23 +159,14 @@ def internode(run) -> dict[str, ProbeOutcome]:
     return result
 
 
-def localise(run, members: list[Node], settings: dict, floor: float | None):
+def localise(run, members: list[Node], settings: dict, floor: float | None, facts: Facts):
     """(every pair's figure, {node: why it is named})."""
     def measure(pairs: list[tuple[Node, Node]]) -> list[dict]:
-        figures: list[dict] = []
-        lock = threading.Lock()
-
-        def one(a: Node, b: Node) -> None:
-            g = group_figures(run_group(run, [a, b], settings))
-            with lock:
-                figures.append({"nodes": [a.name, b.name],
-                                "busbw_gbps": g["busbw_gbps"] if g else 0.0})
-        threads = [threading.Thread(target=one, args=p) for p in pairs]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return figures
+        def one(pair: tuple[Node, Node]) -> dict:
+            a, b = pair
+            g = group_figures(run_group(run, [a, b], settings, facts))
+            return {"nodes": [a.name, b.name], "busbw_gbps": g["busbw_gbps"] if g else 0.0}
+        return run.at_once(pairs, one)
 
     n = len(members)
     rounds = [[(members[i], members[i + 1]) for i in range(0, n - 1, 2)],

@@ -8,6 +8,7 @@ NodeUnreachable only when the node cannot be reached at all.
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ class CommandResult:
     duration_s: float
     timed_out: bool = False
     overflow: bool = False  # stdout passed its bound and the command was killed
+    cancelled: bool = False  # the run was interrupted and the command killed
 
 
 class Transport:
@@ -58,10 +60,13 @@ class Transport:
         raise NotImplementedError
 
     def run(self, argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
-            on_stderr=None, lifeline: bool = False) -> CommandResult:
+            on_stderr=None, lifeline: bool = False,
+            cancel: threading.Event | None = None) -> CommandResult:
         """Run argv on the node; on_stderr(chunk) sees stderr as it arrives. With
         `lifeline`, stdin stays open after `stdin` with a heartbeat (see HEARTBEAT_S);
-        without, it closes after `stdin`."""
+        without, it closes after `stdin`. When `cancel` is set (the run was interrupted),
+        the command's whole process group is killed within seconds and the result says
+        cancelled."""
         raise NotImplementedError
 
     def close(self) -> None:

@@ -25,14 +25,15 @@ class LocalTransport(Transport):
     def probe_command(self, probe: str) -> list[str]:
         return [self.python, str(self.probes_dir / f"{probe}.py")]
 
-    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False):
+    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
+            cancel=None):
         return run_bounded(argv, stdin, timeout_s, max_stdout, on_stderr=on_stderr,
-                           lifeline=lifeline)
+                           lifeline=lifeline, cancel=cancel)
 
 
 def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
-                env: dict | None = None, on_stderr=None,
-                lifeline: bool = False) -> CommandResult:
+                env: dict | None = None, on_stderr=None, lifeline: bool = False,
+                cancel: threading.Event | None = None) -> CommandResult:
     """Run argv in its own process group; bound its time and what is kept of its output.
 
     At the timeout, or when stdout passes max_stdout, the whole group gets SIGTERM and,
@@ -50,7 +51,7 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
     feeder.start()
 
     out, err = bytearray(), bytearray()
-    timed_out = overflow = False
+    timed_out = overflow = cancelled = False
     deadline = start + timeout_s
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
@@ -59,6 +60,9 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
             left = deadline - time.monotonic()
             if left <= 0:
                 timed_out = True
+                break
+            if cancel is not None and cancel.is_set():
+                cancelled = True
                 break
             for key, _ in sel.select(timeout=min(left, 1.0)):
                 chunk = os.read(key.fd, 1 << 16)
@@ -74,7 +78,7 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
             if len(out) > max_stdout:
                 overflow = True
                 break
-    if timed_out or overflow:
+    if timed_out or overflow or cancelled:
         _kill_group(proc)
     else:
         # Output closed; the process may linger a moment, or hang after closing its pipes.
@@ -87,9 +91,10 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
     proc.stdout.close()
     proc.stderr.close()
     return CommandResult(
-        exit_code=None if timed_out or overflow else proc.returncode,
+        exit_code=None if timed_out or overflow or cancelled else proc.returncode,
         stdout=bytes(out[:max_stdout]), stderr_tail=bytes(err[-STDERR_TAIL_BYTES:]),
-        duration_s=time.monotonic() - start, timed_out=timed_out, overflow=overflow)
+        duration_s=time.monotonic() - start, timed_out=timed_out, overflow=overflow,
+        cancelled=cancelled)
 
 
 def _feed(pipe, data: bytes, lifeline: bool, done: threading.Event) -> None:

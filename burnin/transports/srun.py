@@ -121,14 +121,15 @@ class SrunTransport(Transport):
             argv.append(f"--reservation={self._reservation}")
         return [*argv, *srun.extra_args, self.python, "-c", BOOTSTRAP, probe, self.node.workdir]
 
-    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False):
+    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
+            cancel=None):
         if self._files is None:
             self._files = {p.name: p.read_text() for p in sorted(self.probes_dir.glob("*.py"))}
         envelope = json.dumps({"files": self._files, "stdin": stdin.decode(),
                                "lifeline": lifeline}).encode()
         # The envelope is one line; with a lifeline the heartbeat follows and is relayed.
         result = run_bounded(argv, envelope, timeout_s, max_stdout, on_stderr=on_stderr,
-                             lifeline=True)
+                             lifeline=True, cancel=cancel)
         if result.exit_code and any(r in result.stderr_tail for r in REFUSALS):
             said = [ln.strip() for ln in result.stderr_tail.decode(errors="replace").splitlines()
                     if ln.startswith("srun:")]

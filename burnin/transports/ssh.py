@@ -151,7 +151,8 @@ class SshTransport(Transport):
 
     # --- commands -----------------------------------------------------------------
 
-    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False):
+    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
+            cancel=None):
         client = self._connect()
         # sshd makes the remote shell a session leader, so its PID is the probe's process
         # group, which a second channel kills at the timeout. The shell waits for the probe
@@ -166,7 +167,7 @@ class SshTransport(Transport):
             raise NodeUnreachable(f"cannot start a command on {self.where}: {e}") from None
         threading.Thread(target=_feed, args=(chan, stdin, lifeline), daemon=True).start()
         out, err = bytearray(), bytearray()
-        timed_out = overflow = False
+        timed_out = overflow = cancelled = False
         deadline = start + timeout_s
         try:
             while not (chan.exit_status_ready() and chan.eof_received
@@ -174,6 +175,9 @@ class SshTransport(Transport):
                 left = deadline - time.monotonic()
                 if left <= 0:
                     timed_out = True
+                    break
+                if cancel is not None and cancel.is_set():
+                    cancelled = True
                     break
                 select.select([chan], [], [], min(left, 1.0))
                 while chan.recv_ready():
@@ -191,7 +195,7 @@ class SshTransport(Transport):
                 if chan.closed or not client.get_transport().is_active():
                     break
             pid, err = _split_pid(bytes(err))
-            if timed_out or overflow:
+            if timed_out or overflow or cancelled:
                 self._kill_group(pid)
             elif chan.recv_exit_status() == -1:
                 # Closed with no exit status: sshd or the link went away under the probe.
@@ -199,9 +203,11 @@ class SshTransport(Transport):
                 raise NodeUnreachable(f"connection to {self.where} lost after "
                                       f"{time.monotonic() - start:.0f} s while the probe ran")
             return CommandResult(
-                exit_code=None if timed_out or overflow else chan.recv_exit_status(),
+                exit_code=None if timed_out or overflow or cancelled
+                else chan.recv_exit_status(),
                 stdout=bytes(out[:max_stdout]), stderr_tail=err[-STDERR_TAIL_BYTES:],
-                duration_s=time.monotonic() - start, timed_out=timed_out, overflow=overflow)
+                duration_s=time.monotonic() - start, timed_out=timed_out, overflow=overflow,
+                cancelled=cancelled)
         finally:
             chan.close()
 
