@@ -80,21 +80,31 @@ class GpuTelemetry:
         out["pcie_replay"] = self._read(d, "pcie_replay", nv.nvmlDeviceGetPcieReplayCounter)
         crc = recovery = 0
         links = 0
+        failed = None
         for link in range(NVLINK_LINKS):
             try:
                 if not nv.nvmlDeviceGetNvLinkState(d["handle"], link):
                     continue
-                crc += nv.nvmlDeviceGetNvLinkErrorCounter(d["handle"], link,
-                                                          nv.NVML_NVLINK_ERROR_DL_CRC_FLIT)
-                recovery += nv.nvmlDeviceGetNvLinkErrorCounter(
+                link_crc = nv.nvmlDeviceGetNvLinkErrorCounter(d["handle"], link,
+                                                              nv.NVML_NVLINK_ERROR_DL_CRC_FLIT)
+                link_recovery = nv.nvmlDeviceGetNvLinkErrorCounter(
                     d["handle"], link, nv.NVML_NVLINK_ERROR_DL_RECOVERY)
-                links += 1
-            except nv.NVMLError:
-                continue
+            except nv.NVMLError as e:
+                # Not supported, or a link this GPU lacks: absence. Anything else (a lost
+                # GPU, a driver error) is a fault, to be reported, not taken for absence.
+                if getattr(e, "value", None) in (nv.NVML_ERROR_NOT_SUPPORTED,
+                                                 nv.NVML_ERROR_INVALID_ARGUMENT):
+                    continue
+                failed = e
+                break
+            crc, recovery, links = crc + link_crc, recovery + link_recovery, links + 1
         out["nvlink_active_links"] = links
-        out["nvlink_crc"] = crc if links else None
-        out["nvlink_recovery"] = recovery if links else None
-        if not links:
+        out["nvlink_crc"] = crc if links and failed is None else None
+        out["nvlink_recovery"] = recovery if links and failed is None else None
+        if failed is not None:
+            if len(d["errors"]) < 20:
+                d["errors"].append(f"nvlink: {failed}")
+        elif not links:
             d["unsupported"].add("nvlink")
         return out
 

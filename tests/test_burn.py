@@ -177,6 +177,28 @@ def test_nvml_sampler_records_series_counters_xid_and_unsupported(nvml_in_proces
     assert telemetry_rules(b, SETTINGS)[0] == ["XID 79 at 1 s into the burn"]
 
 
+def test_failing_nvlink_calls_are_errors_not_unsupported(nvml_in_process):
+    """NVLink is unsupported only where NVML says so (or the GPU has fewer links); a call
+    that fails otherwise (a lost GPU, a driver error) is an error, never silently 'no
+    NVLink'."""
+    telemetry = import_telemetry()
+    nv = nvml_in_process(devices=[
+        {"uuid": "GPU-a", "errors": {"nvlink": "GPU_IS_LOST"}},
+        {"uuid": "GPU-b", "nvlink": {"links": 0}},
+        {"uuid": "GPU-c", "nvlink": {"links": 12, "down": [3],
+                                     "errors": {"crc_flit": {"5": 4}, "recovery": {"5": 2}}}},
+    ])
+    nv.nvmlInit()
+    tel = telemetry.GpuTelemetry(nv, ["GPU-a", "GPU-b", "GPU-c"])
+    a, b, c = tel.devices
+    assert "nvlink" not in a["unsupported"] and a["before"]["nvlink_crc"] is None
+    assert a["errors"] == ["nvlink: GPU is lost"]
+    assert "nvlink" in b["unsupported"] and b["errors"] == []
+    assert (c["before"]["nvlink_active_links"], c["before"]["nvlink_crc"],
+            c["before"]["nvlink_recovery"]) == (11, 4, 2)
+    assert "nvlink" not in c["unsupported"] and c["errors"] == []
+
+
 def throttle(pidfile: Path, stop: threading.Event) -> None:
     """Slow a probe down for real, below it: stop and continue it, 80% stopped."""
     deadline = time.monotonic() + 60
