@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import nvmlemu
 import pytest
+from suiterun import junit_cases, run_suite
 
 from burnin.checks.health import fleet_summary, judge
 from burnin.inventory import Node
@@ -116,6 +118,27 @@ def test_real_probe_on_this_machine_without_gpu():
     assert out.data["node"]["cpu_count"] == os.cpu_count()
     assert out.data["figures"]["torch"]["present"] is True
     assert judged(node, out, {"here": out}).passed
+
+
+def test_gpu_nodes_over_ssh_get_the_emulator_through_their_python(pytester, make_hosts,
+                                                                 tmp_path):
+    """SSH passes no environment to a node: each host's `python:` is a wrapper that puts
+    the emulator in front of pynvml, so two GPU nodes are judged over the real transport."""
+    hosts = make_hosts(2)
+    good, bad = hosts.hosts
+    nodes = {}
+    for host, devices in ((good, [gpu(0), gpu(1)]),
+                          (bad, [gpu(0), gpu(1, remapped_rows={"pending": 1})])):
+        scenario = nvmlemu.write_scenario(tmp_path / f"{host.name}.json", {"devices": devices})
+        nodes[host.name] = {"python": nvmlemu.python_wrapper(tmp_path / f"py-{host.name}",
+                                                             scenario)}
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes, gpus="auto",
+                                gpu_model="H100-SXM5-80GB")
+    result, reports = run_suite(pytester, inv, "-k", "health")
+    cases = junit_cases(reports)
+    assert cases[good.name]["health"] == ("passed", "")
+    outcome_, message = cases[bad.name]["health"]
+    assert outcome_ == "failure" and "GPU 1 (GPU-1): row remap pending" in message
 
 
 def outcome(name: str, driver: str | None = "550.54.15", torch: str = "2.13.0") -> ProbeOutcome:
