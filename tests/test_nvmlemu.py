@@ -366,3 +366,10 @@ def test_a_python_wrapper_carries_the_emulator_where_no_environment_goes(tmp_pat
     out = subprocess.run([python, "-c", PROBE], capture_output=True, text=True, check=True,
                          env=env)
     assert json.loads(out.stdout)["name"] == "NVIDIA L40S"
+
+
+def test_nothing_that_ships_imports_the_emulator():
+    repo = nvmlemu.SITE_DIR.parents[2]
+    shipped = [*repo.glob("burnin/**/*.py"), *repo.glob("probes/*.py"), *repo.glob("suites/*.py")]
+    assert len(shipped) > 10
+    assert [str(p) for p in shipped if "nvmlemu" in p.read_text()] == []
