@@ -100,8 +100,11 @@ class GpuTelemetry:
                 if nv.nvmlDeviceGetNvLinkState(h, link):
                     active.append(link)
             except nv.NVMLError as e:
+                # Not supported, or a link this GPU lacks: absence. Anything else (a lost
+                # GPU, a driver error) is a fault to report, never taken for absence.
                 if _code(e) not in (nv.NVML_ERROR_NOT_SUPPORTED, nv.NVML_ERROR_INVALID_ARGUMENT):
-                    self._note(d, f"nvlink_state link {link}: {e}")
+                    self._note(d, f"nvlink: {e}")
+                    return len(active), None, None
         if not active:
             d["unsupported"].add("nvlink")
             return 0, None, None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from contextlib import ExitStack
 
+import nvmlemu
 import paramiko  # noqa: F401  (see below)
 import pytest
 import slurmcluster
@@ -52,6 +53,44 @@ def make_slurm(make_hosts, monkeypatch):
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
             return cluster
         yield make
+
+
+@pytest.fixture
+def nvml(tmp_path, monkeypatch):
+    """nvml(**scenario) -> Path: the node's GPUs as tests/nvmlemu describes them, for every
+    Python subprocess the test starts afterwards (probes run with `transport: local`): their
+    `import pynvml` is the real module, with the emulator in place of libnvidia-ml.so.1.
+    Returns the scenario file; nvmlemu.python_wrapper(path, it) makes a `python:` for a node
+    that gets no environment (SSH test hosts)."""
+    path = tmp_path / "nvml-scenario.json"
+
+    def describe(cuda: str = "all", **scenario):
+        # cuda: which of the GPUs torch "sees", each computing on the CPU (nvmlemu.visible);
+        # by default every GPU NVML can name, as on a healthy GPU node.
+        nvmlemu.write_scenario(path, scenario)
+        monkeypatch.setenv("PYTHONPATH",
+                           nvmlemu.pythonpath_with_site(os.environ.get("PYTHONPATH")))
+        monkeypatch.setenv(nvmlemu.SCENARIO_ENV, str(path))
+        monkeypatch.setenv(nvmlemu.CUDA_ENV, nvmlemu.visible(scenario, cuda))
+        return path
+    return describe
+
+
+@pytest.fixture
+def nvml_in_process():
+    """nvml_in_process(**scenario) -> pynvml: the real module, answering from the scenario in
+    this process (call its nvmlInit as a probe would); put back as it was after the test,
+    which fails if the emulator itself broke on a call."""
+    with ExitStack() as stack:
+        emulators = []
+
+        def install(**scenario):
+            emulators.append(stack.enter_context(nvmlemu.installed(scenario)))
+            return emulators[-1].pynvml
+        yield install
+        broken = [e for emu in emulators for e in emu.internal_errors]
+        if broken:
+            pytest.fail("the NVML emulator failed inside a call:\n" + "\n".join(broken))
 
 
 FINDINGS = pytest.StashKey[list]()

@@ -1,10 +1,10 @@
 """The burn check: reject rules against recorded telemetry series, the NVML sampler
-against a fake of the calls it makes, and a straggler made slow for real."""
+through the real pynvml and the NVML emulator (tests/nvmlemu), and a straggler made slow
+for real."""
 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import signal
@@ -148,28 +148,26 @@ def test_straggler_inside_one_node():
     assert failure.startswith("cuda:2 ") and "straggler: 500.000 TFLOPS" in failure
 
 
-def load_fake_nvml(spec: dict, tmp_path: Path, monkeypatch):
-    path = tmp_path / "nvml.json"
-    path.write_text(json.dumps(spec))
-    monkeypatch.setenv("BURNIN_FAKE_NVML", str(path))
-    loader = importlib.util.spec_from_file_location(
-        "fake_pynvml", Path(__file__).parent / "fake_nvml" / "pynvml.py")
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    return module
-
-
-def test_nvml_sampler_records_series_counters_xid_and_unsupported(tmp_path, monkeypatch):
+def import_telemetry():
     sys.path.insert(0, str(REPO / "probes"))
     try:
         import telemetry
     finally:
         sys.path.remove(str(REPO / "probes"))
-    nv = load_fake_nvml({"driver": "550", "cuda": 12040, "devices": [
-        {"name": H100, "uuid": "GPU-a", "bus": "0:1", "temp": [60, 75, 88],
-         "reasons": [0, 4, 8], "ecc_corrected": [0, 0, 0, 4], "nvlink_crc": [0, 0, 0, 2]},
-        {"name": H100, "uuid": "GPU-b", "bus": "0:2", "unsupported": ["replay", "nvlink"]},
-    ], "xid": [{"at_s": 1.0, "device": 1, "xid": 79}]}, tmp_path, monkeypatch)
+    return telemetry
+
+
+def test_nvml_sampler_records_series_counters_xid_and_unsupported(nvml_in_process):
+    telemetry = import_telemetry()
+    nv = nvml_in_process(devices=[
+        {"name": H100, "uuid": "GPU-a", "temperature": {"gpu": [60, 75, 88], "slowdown": 87},
+         "power": {"usage_mw": 650000, "enforced_limit_mw": 700000},
+         "clock_event_reasons": [0, 4, 8], "ecc_errors": {"corrected_volatile": [0, 0, 0, 4]},
+         "nvlink": {"links": 18, "errors": {"crc_flit": {"0": [0, 0, 0, 2]}}}},
+        {"name": H100, "uuid": "GPU-b",
+         "unsupported": ["nvmlDeviceGetPcieReplayCounter", "nvlink"]},
+    ], xid_events=[{"at_s": 1.0, "device": 1, "xid": 79}])
+    nv.nvmlInit()
     tel = telemetry.GpuTelemetry(nv, ["GPU-a", "GPU-b"], interval_s=0.25)
     tel.start()
     time.sleep(3.3)
@@ -183,12 +181,35 @@ def test_nvml_sampler_records_series_counters_xid_and_unsupported(tmp_path, monk
     assert a["xid"] == [] and [x["xid"] for x in b["xid"]] == [79]
     assert b["unsupported"] == ["nvlink", "pcie_replay"]
     assert b["after"]["pcie_replay"] is None, "unsupported is recorded as such, not as 0"
+    assert a["errors"] == [] and b["errors"] == []
     failures, warnings = telemetry_rules(a, SETTINGS)
     assert any("hw_slowdown" in f for f in failures)
     assert any("temperature reached 88 C" in f for f in failures)
     assert any("4 correctable ECC" in w for w in warnings)
     assert any("2 NVLink CRC" in w for w in warnings)
     assert telemetry_rules(b, SETTINGS)[0] == ["XID 79 at 1 s into the burn"]
+
+
+def test_failing_nvlink_calls_are_errors_not_unsupported(nvml_in_process):
+    """NVLink is unsupported only where NVML says so (or the GPU has fewer links); a call
+    that fails otherwise (a lost GPU, a driver error) is an error, never silently 'no
+    NVLink'."""
+    telemetry = import_telemetry()
+    nv = nvml_in_process(devices=[
+        {"uuid": "GPU-a", "errors": {"nvlink": "GPU_IS_LOST"}},
+        {"uuid": "GPU-b", "nvlink": {"links": 0}},
+        {"uuid": "GPU-c", "nvlink": {"links": 12, "down": [3],
+                                     "errors": {"crc_flit": {"5": 4}, "recovery": {"5": 2}}}},
+    ])
+    nv.nvmlInit()
+    tel = telemetry.GpuTelemetry(nv, ["GPU-a", "GPU-b", "GPU-c"])
+    a, b, c = tel.devices
+    assert "nvlink" not in a["unsupported"] and a["before"]["nvlink_crc"] is None
+    assert a["errors"] == ["nvlink: GPU is lost"]
+    assert "nvlink" in b["unsupported"] and b["errors"] == []
+    assert (c["before"]["nvlink_active_links"], c["before"]["nvlink_crc"],
+            c["before"]["nvlink_recovery"]) == (11, 4, 2)
+    assert "nvlink" not in c["unsupported"] and c["errors"] == []
 
 
 def throttle(pidfile: Path, stop: threading.Event) -> None:

@@ -1,12 +1,14 @@
-"""The health probe's NVML path against a fake pynvml, and the health judge's rules."""
+"""The health probe's NVML path through the real pynvml and the NVML emulator
+(tests/nvmlemu), and the health judge's rules."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+import nvmlemu
 import pytest
+from suiterun import junit_cases, run_suite
 
 from burnin.checks import Fleet, Judging
 from burnin.checks.health import fleet_summary, judge
@@ -16,50 +18,32 @@ from burnin.reference import GPU_MODELS
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
-FAKE_NVML = Path(__file__).resolve().parent / "fake_nvml"
 H100 = "NVIDIA H100 80GB HBM3"
 
 
 def gpu(i: int, **over) -> dict:
-    return {"name": H100, "uuid": f"GPU-{i}", "bus": f"0000:{i:02x}:00.0", **over}
+    return {"name": H100, "uuid": f"GPU-{i}", "pci_bus_id": f"0000:{i:02x}:00.0", **over}
 
 
 # One node, one fault per GPU: the judge must name each GPU with its own fault.
 FAULTY = [
     (gpu(0), None),
-    (gpu(1, ecc=[0, 0]), "GPU 1 (GPU-1): ECC is off, expected on"),
-    (gpu(2, ecc_volatile=3), "GPU 2 (GPU-2): 3 uncorrectable ECC errors since the driver"),
-    (gpu(3, remap=[0, 1, 1, 0]), "GPU 3 (GPU-3): row remap pending"),
-    (gpu(4, remap=[0, 0, 0, 1]), "GPU 4 (GPU-4): row remap failed"),
-    (gpu(5, retired_pending=1), "GPU 5 (GPU-5): retired pages pending"),
-    (gpu(6, pcie=[5, 5, 8, 16]), "GPU 6 (GPU-6): PCIe link width x8, max x16"),
-    (gpu(7, pcie=[3, 5, 16, 16]), "GPU 7 (GPU-7): PCIe link gen 3 under load, max gen 5"),
+    (gpu(1, ecc_mode={"current": 0, "pending": 0}), "GPU 1 (GPU-1): ECC is off, expected on"),
+    (gpu(2, ecc_errors={"uncorrected_volatile": 3}),
+     "GPU 2 (GPU-2): 3 uncorrectable ECC errors since the driver"),
+    (gpu(3, remapped_rows={"uncorrectable": 1, "pending": 1}), "GPU 3 (GPU-3): row remap pending"),
+    (gpu(4, remapped_rows={"failed": 1}), "GPU 4 (GPU-4): row remap failed"),
+    (gpu(5, retired_pages={"pending": 1}), "GPU 5 (GPU-5): retired pages pending"),
+    (gpu(6, pcie={"width": 8}), "GPU 6 (GPU-6): PCIe link width x8, max x16"),
+    (gpu(7, pcie={"gen": 3}), "GPU 7 (GPU-7): PCIe link gen 3 under load, max gen 5"),
     (gpu(8, name="NVIDIA A100-SXM4-80GB"),
      "GPU 8 (GPU-8): model is 'NVIDIA A100-SXM4-80GB', inventory says H100-SXM5-80GB"),
-    (gpu(9, errors={"ecc": 15}),
+    (gpu(9, errors={"ecc_mode": "GPU_IS_LOST", "ecc_errors": "GPU_IS_LOST"}),
      "GPU 9 (GPU-9): NVML error (GPU is lost) reading ecc_mode, ecc_uncorrected"),
-    (gpu(10, ecc=[0, 1]), "GPU 10 (GPU-10): ECC is off (enabled, pending a reset)"),
+    (gpu(10, ecc_mode={"current": 0, "pending": 1}),
+     "GPU 10 (GPU-10): ECC is off (enabled, pending a reset)"),
+    (gpu(11, lost=True), "GPU 11 (no UUID): NVML error (GPU is lost) reading handle"),
 ]
-
-
-@pytest.fixture
-def fake_nvml(tmp_path, monkeypatch):
-    """Make the probe subprocess import the fake pynvml described by the returned setter."""
-    spec_path = tmp_path / "nvml.json"
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(FAKE_NVML), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    monkeypatch.setenv("BURNIN_FAKE_NVML", str(spec_path))
-
-    def set_spec(**spec):
-        spec.setdefault("driver", "550.54.15")
-        spec.setdefault("cuda", 12040)
-        spec.setdefault("devices", [])
-        spec_path.write_text(json.dumps(spec))
-        # torch "sees" every GPU NVML reports (each computing on the CPU): a GPU node
-        # whose torch saw none would rightly fail health.
-        visible = ",".join(map(str, range(len(spec["devices"]))))
-        monkeypatch.setenv("BURNIN_EMULATE_CUDA", visible if not spec.get("init_error") else "")
-    return set_spec
 
 
 def judged(node: Node, outcome: ProbeOutcome, fleet: dict[str, ProbeOutcome]):
@@ -80,22 +64,29 @@ def h100_node(gpus=8, name="n1") -> Node:
                 gpu_model="H100-SXM5-80GB")
 
 
-def test_probe_reads_every_fault_and_judge_names_each_gpu(fake_nvml):
-    fake_nvml(devices=[d for d, _ in FAULTY])
+def test_probe_reads_every_fault_and_judge_names_each_gpu(nvml):
+    nvml(devices=[d for d, _ in FAULTY])
     node = h100_node(gpus=len(FAULTY))
     out = probe(node)
-    assert [d["uuid"] for d in out.data["devices"]] == [f"GPU-{i}" for i in range(len(FAULTY))]
+    reachable = len(FAULTY) - 1  # the lost one has no UUID to give
+    assert [d.get("uuid") for d in out.data["devices"]] == [
+        *(f"GPU-{i}" for i in range(reachable)), None]
+    # NVML gives the bus id in its own form, whatever form the scenario used
+    assert out.data["devices"][3]["pci_bus_id"] == "00000000:03:00.0"
     assert out.data["figures"]["gpu"]["driver"] == "550.54.15"
     assert out.data["figures"]["gpu"]["cuda_driver"] == "12.4"
     verdict = judged(node, out, {node.name: out})
     for _, message in FAULTY[1:]:
         assert sum(message in f for f in verdict.failures) == 1, (message, verdict.failures)
     assert not any("GPU 0 " in f for f in verdict.failures)
-    assert len(verdict.failures) == len(FAULTY) - 1
+    # ... and the lost GPU is one torch cannot use either: the node fails that way too.
+    assert f"torch sees 11 of the {len(FAULTY)} GPUs the inventory declares" in verdict.failures
+    assert len(verdict.failures) == len(FAULTY)
 
 
-def test_healthy_gpus_pass_and_unsupported_readings_are_not_faults(fake_nvml):
-    fake_nvml(devices=[gpu(0), gpu(1, unsupported=["retired", "remap"], ecc_aggregate=2)])
+def test_healthy_gpus_pass_and_unsupported_readings_are_not_faults(nvml):
+    nvml(devices=[gpu(0), gpu(1, unsupported=["retired_pages", "remapped_rows"],
+                            ecc_errors={"uncorrected_aggregate": 2})])
     node = h100_node(gpus=2)
     out = probe(node)
     dev1 = out.data["devices"][1]
@@ -106,18 +97,20 @@ def test_healthy_gpus_pass_and_unsupported_readings_are_not_faults(fake_nvml):
     assert any("lifetime" in w for w in verdict.warnings)
 
 
-def test_gpu_count_differs_from_inventory(fake_nvml):
-    fake_nvml(devices=[gpu(0), gpu(1)])
+def test_gpu_count_differs_from_inventory(nvml):
+    nvml(devices=[gpu(0), gpu(1)])
     node = h100_node(gpus=8)
     out = probe(node)
     assert "GPU count is 2, inventory says 8" in judged(node, out, {"n1": out}).failures
 
 
-def test_no_nvml_fails_only_a_node_that_should_have_gpus(fake_nvml):
-    fake_nvml(init_error=12)
+@pytest.mark.parametrize("code,text", [("LIBRARY_NOT_FOUND", "NVML Shared Library Not Found"),
+                                       ("DRIVER_NOT_LOADED", "Driver Not Loaded")])
+def test_no_nvml_fails_only_a_node_that_should_have_gpus(nvml, code, text):
+    nvml(init_error=code, devices=[gpu(0)])
     out = probe(h100_node())
     assert out.data["figures"]["gpu"]["nvml"] == "absent"
-    assert "NVML Shared Library Not Found" in out.data["figures"]["gpu"]["reason"]
+    assert f"NVML did not initialise: {text}" in out.data["figures"]["gpu"]["reason"]
     failures = judged(h100_node(gpus=8), out, {"n1": out}).failures
     assert failures and "inventory says 8 GPUs, but NVML is absent" in failures[0]
     for gpus in (0, None):  # a CPU node, or gpus: auto
@@ -125,12 +118,33 @@ def test_no_nvml_fails_only_a_node_that_should_have_gpus(fake_nvml):
 
 
 def test_real_probe_on_this_machine_without_gpu():
-    # No fake: whatever this machine is, the probe measures and the CPU node passes.
+    # No emulator: whatever this machine is, the probe measures and the CPU node passes.
     node = Node(name="here", address="here", transport="local", gpus=None)
     out = probe(node)
     assert out.data["node"]["cpu_count"] == os.cpu_count()
     assert out.data["figures"]["torch"]["present"] is True
     assert judged(node, out, {"here": out}).passed
+
+
+def test_gpu_nodes_over_ssh_get_the_emulator_through_their_python(pytester, make_hosts,
+                                                                 tmp_path):
+    """SSH passes no environment to a node: each host's `python:` is a wrapper that puts
+    the emulator in front of pynvml, so two GPU nodes are judged over the real transport."""
+    hosts = make_hosts(2)
+    good, bad = hosts.hosts
+    nodes = {}
+    for host, devices in ((good, [gpu(0), gpu(1)]),
+                          (bad, [gpu(0), gpu(1, remapped_rows={"pending": 1})])):
+        scenario = nvmlemu.write_scenario(tmp_path / f"{host.name}.json", {"devices": devices})
+        nodes[host.name] = {"python": nvmlemu.python_wrapper(tmp_path / f"py-{host.name}",
+                                                             scenario)}
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes, gpus="auto",
+                                gpu_model="H100-SXM5-80GB")
+    result, reports = run_suite(pytester, inv, "-k", "health")
+    cases = junit_cases(reports)
+    assert cases[good.name]["health"] == ("passed", "")
+    outcome_, message = cases[bad.name]["health"]
+    assert outcome_ == "failure" and "GPU 1 (GPU-1): row remap pending" in message
 
 
 def outcome(name: str, driver: str | None = "550.54.15", torch: str = "2.13.0") -> ProbeOutcome:

@@ -106,8 +106,8 @@ def _torch_sees_too_few(node: Node, outcome: ProbeOutcome) -> list[str]:
     if not should or seen >= should:
         return []
     who = "the inventory declares" if node.gpus is not None else "NVML reports"
-    why = torch.get("cuda_error") or "no error given"
-    return [f"torch sees {seen} of the {should} GPUs {who}: {why}"]
+    why = f": {torch['cuda_error']}" if torch.get("cuda_error") else ""
+    return [f"torch sees {seen} of the {should} GPUs {who}{why}"]
 
 
 def _gpu(dev: dict) -> str:
