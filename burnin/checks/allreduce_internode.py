@@ -149,7 +149,8 @@ def internode(run) -> dict[str, ProbeOutcome]:
              for name, o in outcomes.items()}
     for n in members:
         mine = [p for p in pairs if n.name in p["nodes"]]
-        fig = {"group": group, "pairs": mine, "wrong_elements": wrong.get(n.name, 0)}
+        fig = {"group": group, "pairs": mine, "wrong_elements": wrong.get(n.name, 0),
+               "ranks": sorted(d["rank"] for d in outcomes[n.name].data["devices"])}
         if n.name in named:
             fig.update(slow_with_good_partner=True, verdict=named[n.name])
         elif floor is not None and group["busbw_gbps"] < floor and not named:
@@ -236,7 +237,8 @@ PAIR = Obj(nodes=List(Str(256), max=2), busbw_gbps=Num(0, 1e5), retest=Bool())
 # The controller writes these records itself, from the members' validated documents.
 SCHEMA = document(Obj(), Obj(group=Obj(nodes=List(Str(256), max=1 << 20), busbw_gbps=Num(0),
                                        bytes=COUNT, sweep=List(SIZE, max=64)),
-                             pairs=List(PAIR, max=1 << 20), wrong_elements=COUNT))
+                             pairs=List(PAIR, max=1 << 20), wrong_elements=COUNT,
+                             ranks=List(COUNT, max=1024)))
 
 CHECK = Check(name=NAME, doc="nodes talk to each other at full speed; the slow one is named",
               judge=judge, schema=SCHEMA, figures=figures, execute=internode, probe="allreduce",
