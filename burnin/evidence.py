@@ -12,14 +12,18 @@ from burnin.checks import CHECKS
 
 def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
                  records: list[dict]) -> Path:
-    folder = run_dir / "nodes" / node
+    folder = (run_dir / "nodes" / node).resolve()
+    if folder.parent != (run_dir / "nodes").resolve():  # '../x', 'a/b': never a path
+        raise ValueError(f"node name {node!r} is not a file name")
     folder.mkdir(parents=True, exist_ok=True)
     lines = [f"{check}: {outcome}" + (f": {message}" if message else "")
              for check, (outcome, message) in sorted(verdicts.items())]
     (folder / "verdicts.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for r in records:
-        (folder / f"{r['check']}.json").write_text(json.dumps(r, indent=1), encoding="utf-8")
         spec = CHECKS.get(r.get("check", ""))
+        if spec is None:
+            continue  # its name would become a file name: only checks burnin knows
+        (folder / f"{spec.name}.json").write_text(json.dumps(r, indent=1), encoding="utf-8")
         if not r.get("ok") or spec is None or spec.evidence is None:
             continue
         try:

@@ -62,6 +62,7 @@ class BurninState:
         self.held: list[Node] = []  # left out of this run: in quarantine
         self.gate: GateReport | None = None
         self.requested: set[str] = set()  # the checks this session was asked to run
+        self.report_problems: list[str] = []  # parts of the report that could not be made
         self._sigterm = None
 
     @property
@@ -187,9 +188,11 @@ class BurninState:
                     [(n.name, n.address) for n in run.nodes + self.held], self.cases,
                     self._report_properties(run, interrupted, session.exitstatus),
                     {n.name: self._node_properties(run, n) for n in run.nodes + self.held})
-        publish(run.run_dir, run.inventory.cluster, run.run_id, verdicts_of(self.cases),
-                chart_floors(run))
+        # The admission contract first, and `latest` on it: whatever happens to the
+        # pictures afterwards, a pipeline never reads a stale run's verdicts.
         point_latest(run.reports_dir, run.run_id)
+        self.report_problems = publish(run.run_dir, run.inventory.cluster, run.run_id,
+                                       verdicts_of(self.cases), chart_floors(run))
 
     def _report_properties(self, run: Run, interrupted: bool, status) -> dict[str, str]:
         """What `burnin admit` needs to trust the report: that burnin wrote it, that the run
@@ -243,6 +246,8 @@ class BurninState:
                                   f"{run.inventory.quarantine.release_after}")
             for a in g.actions:
                 tr.write_line(f"{a.action} on {a.node}: {a.message}", red=not a.ok)
+        for problem in self.report_problems:
+            tr.write_line(f"report: {problem}", red=True)
         tr.write_line(f"report: {run.run_dir / 'junit.xml'}")
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from burnin.schema import Num, Obj, Str
 from burnin.transports import WATCHDOG_S, CommandResult, NodeUnreachable, Transport
+from burnin.verdict import clean
 
 SCHEMA_VERSION = 1
 DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024
@@ -138,10 +140,17 @@ def shape_problem(probe: str, data) -> str:
 
 def _last_line(text: str) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else ""
+    return clean(lines[-1][:300]) if lines else ""
+
+
+PROGRESS = Obj(device=Str(64), elapsed_s=Num(0, 1e7), tflops=Num(0, 1e6),
+               temp_c=Num(-300, 1000, null=True), required=("device",))
 
 
 def _progress_lines(callback):
+    """stderr chunks -> callback(info) for each well-formed progress line. A node's
+    stderr is untrusted: a line that is not a small object of the declared figures
+    (a string where a number belongs, 3,000 nested brackets) is dropped, never raised."""
     pending = bytearray()
 
     def feed(chunk: bytes) -> None:
@@ -149,13 +158,14 @@ def _progress_lines(callback):
         while b"\n" in pending:
             line, _, rest = bytes(pending).partition(b"\n")
             pending[:] = rest
-            if line.startswith(PROGRESS_MARK) and len(line) < MAX_PROGRESS_LINE:
-                try:
-                    info = json.loads(line[len(PROGRESS_MARK):])
-                except ValueError:
-                    continue
-                if isinstance(info, dict):
-                    callback(info)
+            if not line.startswith(PROGRESS_MARK) or len(line) >= MAX_PROGRESS_LINE:
+                continue
+            try:
+                info = json.loads(line[len(PROGRESS_MARK):])
+            except (ValueError, RecursionError):
+                continue
+            if not PROGRESS.problem(info, ""):
+                callback(info)
         if len(pending) > MAX_PROGRESS_LINE:
             pending.clear()
     return feed

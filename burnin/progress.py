@@ -8,6 +8,8 @@ import statistics
 import threading
 from collections.abc import Callable
 
+from burnin.verdict import clean
+
 
 class Progress:
     def __init__(self, write: Callable[[str], None], tty: bool, every_s: float | None = None,
@@ -30,8 +32,9 @@ class Progress:
         self.thread.start()
 
     def update(self, node: str, info: dict) -> None:
+        """A progress line's figures (already shape-checked by the probe runner)."""
         with self.lock:
-            self.state.setdefault(node, {})[str(info.get("device", "?"))] = info
+            self.state.setdefault(node, {})[clean(str(info.get("device", "?")))] = info
 
     def end(self) -> None:
         self.stop.set()

@@ -98,26 +98,65 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
 
 
 def publish(run_dir: Path, cluster: str, run_id: str,
-            verdicts: dict[str, dict[str, tuple[str, str]]], floors: dict | None = None) -> None:
+            verdicts: dict[str, dict[str, tuple[str, str]]],
+            floors: dict | None = None) -> list[str]:
     """summary.html, metrics.prom and an evidence folder per failed node, from the run's
-    verdicts and its results.jsonl."""
+    verdicts and its results.jsonl. Each is made on its own: one that fails (a node's
+    record of an unexpected shape, a full disk) is named in the returned problems and the
+    others are still made; nothing here can stop a run or its junit.xml."""
     from burnin import evidence, html, metrics
     from burnin.figures import read_records
 
-    records = read_records(run_dir / "results.jsonl") if (run_dir / "results.jsonl").exists() \
-        else []
+    problems: list[str] = []
+
+    def attempt(what: str, fn) -> None:
+        try:
+            fn()
+        except Exception as e:  # a report part degrades; the verdicts are already written
+            problems.append(f"{what} could not be made: {type(e).__name__}: {e}")
+
+    records: list[dict] = []
+    if (run_dir / "results.jsonl").exists():
+        attempt("results.jsonl", lambda: records.extend(read_records(run_dir / "results.jsonl")))
     by_node: dict[str, list[dict]] = {}
     for r in records:
-        by_node.setdefault(r["node"], []).append(r)
+        by_node.setdefault(str(r.get("node")), []).append(r)
     for node, v in verdicts.items():
         if any(outcome in ("failure", "error") for outcome, _ in v.values()):
-            evidence.write_bundle(run_dir, node, v, by_node.get(node, []))
-    page = html.render(cluster, run_id, verdicts, records, floors)
-    tmp = run_dir / ".summary.html.tmp"
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, run_dir / "summary.html")
-    metrics.write(run_dir / "metrics.prom",
-                  metrics.render(cluster, run_id, time.time(), verdicts, records))
+            attempt(f"the evidence folder of {node}",
+                    lambda node=node, v=v: evidence.write_bundle(run_dir, node, v,
+                                                                 by_node.get(node, [])))
+
+    def page() -> None:
+        _replace(run_dir / "summary.html", html.render(cluster, run_id, verdicts, records,
+                                                       floors))
+    attempt("summary.html", page)
+    if any(p.startswith("summary.html") for p in problems):
+        attempt("a plain summary.html", lambda: _replace(
+            run_dir / "summary.html", html_fallback(cluster, run_id, verdicts, problems)))
+    attempt("metrics.prom", lambda: metrics.write(
+        run_dir / "metrics.prom", metrics.render(cluster, run_id, time.time(), verdicts,
+                                                 records)))
+    return problems
+
+
+def _replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def html_fallback(cluster: str, run_id: str, verdicts: dict, problems: list[str]) -> str:
+    """The page when the full one could not be drawn: what failed, and every verdict."""
+    from html import escape
+    rows = "".join(f"<tr><td>{escape(n)}</td><td>{escape(c)}</td><td>{escape(o)}</td>"
+                   f"<td>{escape(m)}</td></tr>" for n, v in sorted(verdicts.items())
+                   for c, (o, m) in sorted(v.items()))
+    notes = "".join(f"<li>{escape(p)}</li>" for p in problems)
+    return (f"<!doctype html><meta charset='utf-8'><title>burnin {escape(cluster)} "
+            f"{escape(run_id)}</title><h1>burnin run {escape(run_id)}</h1><p>The full "
+            f"summary could not be drawn:</p><ul>{notes}</ul><table><tr><th>node</th>"
+            f"<th>check</th><th>outcome</th><th>message</th></tr>{rows}</table>")
 
 
 def verdicts_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, tuple]]:

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
+
+# Control characters other than newline and tab: ESC sequences would drive the operator's
+# terminal, NUL and BEL corrupt logs and XML. Shown escaped, as Python writes them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean(text: str) -> str:
+    """`text` from a node, safe to show: control characters escaped."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 @dataclass(frozen=True)
@@ -12,6 +22,11 @@ class Verdict:
     check: str
     failures: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        # Failure texts quote what nodes said; they are shown, stored and reported.
+        object.__setattr__(self, "failures", tuple(clean(str(f)) for f in self.failures))
+        object.__setattr__(self, "warnings", tuple(clean(str(w)) for w in self.warnings))
 
     @property
     def passed(self) -> bool:

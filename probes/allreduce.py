@@ -244,7 +244,8 @@ def main() -> int:
             hello(group, payload.get("node", ""),
                   float(settings.get("rendezvous_timeout_s", 60)), ready=False)
         log(problem)
-        probelib.emit(PROBE, node, [], {**figures, "joined": False}, [problem])
+        probelib.emit(PROBE, node, [], {**figures, "joined": False, "unable": True},
+                      [problem])
         return 0
     env_common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
                   "MASTER_ADDR": group.get("master_addr", "127.0.0.1"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 
 import pytest
 from suiterun import junit_cases, run_suite
@@ -57,6 +58,49 @@ def test_a_host_that_never_joins_is_named_and_the_rest_go_on(pytester, make_host
     cases = junit_cases(reports)
     outcome, message = cases["h3"]["allreduce_internode"]
     assert outcome == "failure"
-    assert "did not join the inter-node all-reduce" in message and "hello" in message
+    # Named on the controller's own evidence: it failed with a partner seen to work.
+    assert "did not take part in the inter-node all-reduce: could not complete an " \
+           "all-reduce with known-good" in message, message
     assert cases["h1"]["allreduce_internode"] == ("passed", "")
     assert cases["h2"]["allreduce_internode"] == ("passed", "")
+
+
+LIAR = """#!{python}
+# A node whose probe output lies (planted below the controller): runs the real probe,
+# then edits its JSON document before the controller reads it.
+import json, subprocess, sys
+done = subprocess.run([{python!r}, *sys.argv[1:]], stdout=subprocess.PIPE)
+doc = json.loads(done.stdout)
+{edit}
+print(json.dumps(doc))
+sys.exit(done.returncode)
+"""
+
+
+def liar(path, edit: str) -> str:
+    path.write_text(LIAR.format(python=sys.executable, edit=edit))
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("hosts_count", [2, 3])
+def test_a_master_that_blames_a_peer_frames_nobody(pytester, make_hosts, hosts_count):
+    """h1, the rendezvous master, says h2 never joined. With three nodes the pairs show
+    h1 is the one that cannot complete with a known-good partner; with two nobody can be
+    singled out, and neither is blamed on the other's word."""
+    hosts = make_hosts(hosts_count)
+    lie = ("if doc['figures'].get('mode') == 'inter-node':\n"
+           "    doc['errors'].append('did not join the rendezvous: h2')")
+    nodes = {"h1": {"python": liar(pytester.path / "liar", lie)}}
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes,
+                                checks={"allreduce": SETTINGS})
+    result, reports = run_suite(pytester, inv, "-k", "allreduce_internode")
+    cases = {n: c["allreduce_internode"] for n, c in junit_cases(reports).items()}
+    if hosts_count == 3:
+        assert cases["h1"][0] == "failure" and "known-good" in cases["h1"][1], cases
+        assert cases["h2"] == cases["h3"] == ("passed", ""), cases
+    else:
+        for name in ("h1", "h2"):
+            outcome, message = cases[name]
+            assert outcome == "failure" and "no node could be singled out" in message, cases
+            assert "did not take part" not in message

@@ -91,6 +91,7 @@ SIZE = Obj(bytes=Int(1), iters=Int(1), time_us=Num(0), algbw_gbps=Num(0, 1e5),
 RANK = Obj(rank=Int(0, 1 << 20), host=Str(256), device=Str(64), wrong_elements=COUNT)
 SCHEMA = document(RANK, Obj(world=Int(1, 1 << 20), ranks_here=Int(0, 1024),
                             first_rank=Int(0, 1 << 20), mode=Str(64), joined=Bool(),
+                            unable=Bool(),
                             sweep=List(SIZE, max=64), backend=Str(64)))
 
 SETTINGS = {

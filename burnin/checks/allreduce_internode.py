@@ -1,101 +1,24 @@
 """The inter-node all-reduce, a group check the controller executes: one group over the
-nodes that passed the single-node checks, then, when the group is slow, localisation by
-pairs.
+nodes that passed the single-node checks, then, when the group is slow or does not
+complete, localisation by pairs (burnin/checks/groups.py).
 
-Every node of a group starts its probe at once with its share of the ranks; the first
-node is the rendezvous master. A node whose probe cannot run, or never joins within the
-rendezvous timeout, is named and the group is run again without it. Localisation: every
-node is paired with others (n/2 pairs at a time, two rounds), nodes in a fast pair are
-known-good, and each remaining suspect is re-paired with a known-good node: a node is
-named only when it is slow with a good partner. Every pair's figure is recorded.
+A node is blamed only on what the controller itself observes: its probe did not run or
+finish, it said it could not take part itself, or it fails with a partner the controller
+saw complete a pair. What one node says about another (the rendezvous master's "did not
+join: n3") is never evidence: in a two-node group either side could blame the other.
 """
 
 from __future__ import annotations
 
-import random
-import statistics
-from dataclasses import dataclass
-
-from burnin.checks.allreduce import CHECK as INTRA
-from burnin.checks.allreduce import SIZE, judged
+from burnin.checks.allreduce import SIZE
 from burnin.checks.base import Check, Figure, Judging, timeout
+from burnin.checks.groups import Facts, group_figures, localise, observed, run_group
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, List, Num, Obj, Str, document
 from burnin.verdict import Verdict
 
 NAME = "allreduce_internode"
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Each member's ranks (one per device) and GPUs, learned once, before any thread."""
-
-    ranks: dict[str, int]
-    gpus: dict[str, int | None]
-
-
-def run_group(run, nodes: list[Node], settings: dict, facts: Facts) -> dict[str, ProbeOutcome]:
-    """One all-reduce group over `nodes`, all started at once: one rank per device, each
-    node's count the controller's (the inventory's, or its health facts'), never a
-    guess, so that every node agrees on the world size and its ranks."""
-    port = random.randrange(30000, 60000)
-    ranks, gpus = facts.ranks, facts.gpus
-    world = sum(ranks[n.name] for n in nodes)
-    offsets, first = {}, 0
-    for n in nodes:
-        offsets[n.name] = first
-        first += ranks[n.name]
-    out: dict[str, ProbeOutcome] = {}
-
-    def one(node: Node) -> None:
-        payload = {"check": "allreduce", "node": node.name, "run_id": run.run_id,
-                   "gpus": gpus[node.name], "cpu_devices": node.cpu_devices,
-                   "settings": settings,
-                   "group": {"world": world, "rank_offset": offsets[node.name],
-                             "ranks_here": ranks[node.name],
-                             "master_addr": nodes[0].address, "master_port": port,
-                             "nodes": [n.name for n in nodes]}}
-        try:
-            out[node.name] = run.probe(node, INTRA, payload,
-                                       float(settings["timeout_s"]))
-        except Exception as e:  # contained: this node's failure, reported as such
-            out[node.name] = ProbeOutcome(node.name, "allreduce", False,
-                                          f"cannot start the probe: {type(e).__name__}: {e}")
-
-    run.at_once(nodes, one)
-    return out
-
-
-def group_figures(outcomes: dict[str, ProbeOutcome]) -> dict | None:
-    """Rank 0's sweep and the judged size, when the whole group completed."""
-    if not all(o.ok and not o.data["errors"] for o in outcomes.values()):
-        return None
-    for o in outcomes.values():
-        sweep = o.data["figures"].get("sweep")
-        if sweep:
-            top = judged(sweep)
-            return {"nodes": list(outcomes), "sweep": sweep, "bytes": top["bytes"],
-                    "busbw_gbps": top["busbw_gbps"]}
-    return None
-
-
-def absent(outcomes: dict[str, ProbeOutcome], members: list[Node]) -> dict[str, str]:
-    """Who kept the group from forming, and why: probes that could not run, nodes the
-    master saw no hello from, or the master itself when no other node could reach it."""
-    culprits = {n: o.reason for n, o in outcomes.items() if not o.ok}
-    master = outcomes.get(members[0].name)
-    for e in (master.data["errors"] if master and master.ok else []):
-        if e.startswith("did not join the rendezvous: "):
-            for name in e.split(": ", 1)[1].split(", "):
-                culprits.setdefault(name, "no hello reached the rendezvous master within "
-                                          "the rendezvous timeout")
-    others = [o for n, o in outcomes.items() if n != members[0].name]
-    if others and all(o.ok and any(e.startswith("cannot reach the rendezvous master")
-                                   for e in o.data["errors"]) for o in others):
-        culprits.setdefault(members[0].name, "no other node could reach it as the "
-                                             "rendezvous master")
-    return culprits
 
 
 def internode(run) -> dict[str, ProbeOutcome]:
@@ -107,50 +30,58 @@ def internode(run) -> dict[str, ProbeOutcome]:
         if n.name in failed:
             result[n.name] = _outcome(n.name, excluded="not in the inter-node run: failed "
                                                        + ", ".join(failed[n.name]))
-    for n in run.nodes:
-        if n.name not in result and run.devices(n) is None:
+        elif run.devices(n) is None:
             result[n.name] = _outcome(n.name, excluded="not in the inter-node run: its device "
                                                        "count is unknown (no health facts)")
     members = [n for n in run.nodes if n.name not in result]
-    facts = Facts({n.name: run.devices(n) for n in members}, {n.name: run.gpus(n) for n in members})
     if len(members) < 2:
         for n in members:
             result[n.name] = _outcome(n.name, excluded="fewer than two nodes passed the "
                                                        "single-node checks: no inter-node run")
         return result
-    outcomes = run_group(run, members, settings, facts)
-    group = group_figures(outcomes)
-    if group is None:  # name who never joined, and run again without them
-        culprits = absent(outcomes, members)
-        for name, reason in culprits.items():
-            result[name] = ProbeOutcome(name, NAME, False,
-                                        f"did not join the inter-node all-reduce: {reason}")
+    facts = Facts({n.name: run.devices(n) for n in members},
+                  {n.name: run.gpus(n) for n in members})
+    group, outcomes, pairs = None, {}, []
+    while len(members) >= 2:
+        outcomes = run_group(run, members, settings, facts)
+        group = group_figures(outcomes, members, facts)
+        if group is not None:
+            break
+        culprits = observed(outcomes)
+        if not culprits:  # nobody failed where the controller could see it: try pairs
+            tried, culprits = localise(run, members, settings, None, facts, complete=True)
+            pairs += tried
+        for name, why in culprits.items():
+            result[name] = _outcome(name, pairs=[p for p in pairs if name in p["nodes"]],
+                                    group_failure="did not take part in the inter-node "
+                                                  f"all-reduce: {why}")
+        if not culprits:
+            break
         members = [n for n in members if n.name not in culprits]
-        if culprits and len(members) >= 2:
-            outcomes = run_group(run, members, settings, facts)
-            group = group_figures(outcomes)
     if group is None:
-        why = "; ".join(f"{n}: {o.reason or '; '.join(o.data['errors'])}"
-                        for n, o in outcomes.items() if not o.ok or o.data["errors"])
+        said = "; ".join(f"{n} said: {'; '.join(o.data['errors'])}" if o.ok else
+                         f"{n}: {o.reason}" for n, o in outcomes.items()
+                         if not o.ok or o.data["errors"])
         for n in members:
             result.setdefault(n.name, _outcome(
-                n.name, group_failure=f"the inter-node all-reduce did not complete: {why}"))
+                n.name, pairs=[p for p in pairs if n.name in p["nodes"]],
+                group_failure="the inter-node all-reduce did not complete, and no node could "
+                              f"be singled out with a known-good partner ({said or 'no error'})"))
         return result
     floor = settings.get("min_internode_busbw_gbps")
     fraction = settings.get("pair_fraction", 0.5)
     named: dict[str, str] = {}
-    pairs: list[dict] = []
     # With a floor, localise when the group is below it; with none (CPU fleets), the
     # pairs are the only yardstick: compare them whenever there are peers to compare.
     if (floor is not None and group["busbw_gbps"] < floor) or (
             floor is None and fraction > 0 and len(members) >= 3):
-        pairs, named = localise(run, members, settings, floor, facts)
-    wrong = {name: sum(d.get("wrong_elements", 0) for d in o.data["devices"])
-             for name, o in outcomes.items()}
+        tried, named = localise(run, members, settings, floor, facts)
+        pairs += tried
     for n in members:
-        mine = [p for p in pairs if n.name in p["nodes"]]
-        fig = {"group": group, "pairs": mine, "wrong_elements": wrong.get(n.name, 0),
-               "ranks": sorted(d["rank"] for d in outcomes[n.name].data["devices"])}
+        devices = outcomes[n.name].data["devices"]
+        fig = {"group": group, "pairs": [p for p in pairs if n.name in p["nodes"]],
+               "wrong_elements": sum(d.get("wrong_elements", 0) for d in devices),
+               "ranks": sorted(d["rank"] for d in devices)}
         if n.name in named:
             fig.update(slow_with_good_partner=True, verdict=named[n.name])
         elif floor is not None and group["busbw_gbps"] < floor and not named:
@@ -158,40 +89,6 @@ def internode(run) -> dict[str, ProbeOutcome]:
                                     f"floor of {floor:g} GB/s, and no single node was localised")
         result[n.name] = _outcome(n.name, **fig)
     return result
-
-
-def localise(run, members: list[Node], settings: dict, floor: float | None, facts: Facts):
-    """(every pair's figure, {node: why it is named})."""
-    def measure(pairs: list[tuple[Node, Node]]) -> list[dict]:
-        def one(pair: tuple[Node, Node]) -> dict:
-            a, b = pair
-            g = group_figures(run_group(run, [a, b], settings, facts))
-            return {"nodes": [a.name, b.name], "busbw_gbps": g["busbw_gbps"] if g else 0.0}
-        return run.at_once(pairs, one)
-
-    n = len(members)
-    rounds = [[(members[i], members[i + 1]) for i in range(0, n - 1, 2)],
-              [(members[i], members[(i + 1) % n]) for i in range(1, n, 2)]]
-    if n % 2:  # the odd one out meets the first node in the first round
-        rounds[0].append((members[-1], members[0]))
-    figures = [f for r in rounds for f in measure(r)]
-    threshold = floor if floor is not None else settings.get("pair_fraction", 0.5) * \
-        statistics.median(f["busbw_gbps"] for f in figures)
-    good = {x for f in figures if f["busbw_gbps"] >= threshold for x in f["nodes"]}
-    suspects = [m for m in members if m.name not in good]
-    named = {}
-    partners = [m for m in members if m.name in good]
-    if partners:
-        retest = [(s, partners[i % len(partners)]) for i, s in enumerate(suspects)]
-        for i in range(0, len(retest), max(1, len(partners))):  # a partner in one pair at once
-            for f in measure(retest[i:i + len(partners)]):
-                f["retest"] = True
-                figures.append(f)
-                if f["busbw_gbps"] < threshold:
-                    named[f["nodes"][0]] = (f"{f['busbw_gbps']:.3f} GB/s paired with "
-                                            f"known-good {f['nodes'][1]}, below "
-                                            f"{threshold:.3f} GB/s")
-    return figures, named
 
 
 def _outcome(name: str, **figures) -> ProbeOutcome:
@@ -233,7 +130,8 @@ def figures(record: dict) -> list[Figure]:
                    g["busbw_gbps"], "All-reduce busbw at the judged size, GB/s")]
 
 
-PAIR = Obj(nodes=List(Str(256), max=2), busbw_gbps=Num(0, 1e5), retest=Bool())
+PAIR = Obj(nodes=List(Str(256), max=2), busbw_gbps=Num(0, 1e5), retest=Bool(),
+           completed=Bool())
 # The controller writes these records itself, from the members' validated documents.
 SCHEMA = document(Obj(), Obj(group=Obj(nodes=List(Str(256), max=1 << 20), busbw_gbps=Num(0),
                                        bytes=COUNT, sweep=List(SIZE, max=64)),

@@ -1,0 +1,140 @@
+"""Running all-reduce groups across nodes, and finding the node that spoils one, on
+evidence the controller can see for itself.
+
+Every node of a group starts its probe at once with its share of the ranks (one per
+device, each count the controller's own: the inventory's or the node's health facts);
+the first node is the rendezvous master. A group's figures are rank 0's, taken from the
+first node's document only, and only when every member ran, reported no error, and
+reported the layout the controller gave it. Localisation pairs nodes (n/2 pairs at a
+time, two rounds); nodes in a good pair are known-good, and each remaining suspect is
+re-paired with a known-good node: a node is named only when it fails with a good partner.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+
+from burnin.checks.allreduce import CHECK as INTRA
+from burnin.checks.allreduce import judged
+from burnin.nodes import Node
+from burnin.probe import ProbeOutcome
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Each member's ranks (one per device) and GPUs, learned once, before any thread."""
+
+    ranks: dict[str, int]
+    gpus: dict[str, int | None]
+
+
+def layout(nodes: list[Node], facts: Facts) -> tuple[int, dict[str, int]]:
+    """(world size, each node's first rank)."""
+    offsets, first = {}, 0
+    for n in nodes:
+        offsets[n.name] = first
+        first += facts.ranks[n.name]
+    return first, offsets
+
+
+def run_group(run, nodes: list[Node], settings: dict, facts: Facts) -> dict[str, ProbeOutcome]:
+    """One all-reduce group over `nodes`, all started at once."""
+    port = random.randrange(30000, 60000)
+    world, offsets = layout(nodes, facts)
+    out: dict[str, ProbeOutcome] = {}
+
+    def one(node: Node) -> None:
+        payload = {"check": "allreduce", "node": node.name, "run_id": run.run_id,
+                   "gpus": facts.gpus[node.name], "cpu_devices": node.cpu_devices,
+                   "settings": settings,
+                   "group": {"world": world, "rank_offset": offsets[node.name],
+                             "ranks_here": facts.ranks[node.name],
+                             "master_addr": nodes[0].address, "master_port": port,
+                             "nodes": [n.name for n in nodes]}}
+        out[node.name] = run.probe(node, INTRA, payload, float(settings["timeout_s"]))
+
+    run.at_once(nodes, one)
+    return out
+
+
+def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
+                  facts: Facts) -> dict | None:
+    """Rank 0's sweep and the judged size, when the whole group completed as laid out.
+    A sweep any other member reports is ignored: only the first node hosts rank 0."""
+    world, offsets = layout(nodes, facts)
+    for n in nodes:
+        o = outcomes.get(n.name)
+        if o is None or not o.ok or o.data["errors"]:
+            return None
+        fig = o.data["figures"]
+        if (fig.get("world"), fig.get("first_rank"), fig.get("ranks_here")) != (
+                world, offsets[n.name], facts.ranks[n.name]):
+            return None
+    sweep = outcomes[nodes[0].name].data["figures"].get("sweep")
+    if not sweep:
+        return None
+    top = judged(sweep)
+    return {"nodes": [n.name for n in nodes], "sweep": sweep, "bytes": top["bytes"],
+            "busbw_gbps": top["busbw_gbps"]}
+
+
+def observed(outcomes: dict[str, ProbeOutcome]) -> dict[str, str]:
+    """The members the controller itself saw fail: a probe that did not run, did not
+    finish or printed no valid document, and a node that said it could not take part
+    (its own words about itself can only hurt itself). Never what a node says of another."""
+    out = {n: o.reason for n, o in outcomes.items() if not o.ok}
+    for n, o in outcomes.items():
+        if o.ok and o.data["figures"].get("unable"):
+            out.setdefault(n, "; ".join(o.data["errors"]) or "it could not take part")
+    return out
+
+
+def localise(run, members: list[Node], settings: dict, floor: float | None, facts: Facts,
+             complete: bool = False):
+    """(every pair's figure, {node: why it is named}). With `complete`, a pair is good
+    when it completes at all (a group that did not form); else when its busbw reaches the
+    floor, or with no floor pair_fraction of the median pair."""
+    def measure(pairs: list[tuple[Node, Node]]) -> list[dict]:
+        def one(pair: tuple[Node, Node]) -> dict:
+            a, b = pair
+            g = group_figures(run_group(run, [a, b], settings, facts), [a, b], facts)
+            return {"nodes": [a.name, b.name], "busbw_gbps": g["busbw_gbps"] if g else 0.0,
+                    "completed": g is not None}
+        return run.at_once(pairs, one)
+
+    n = len(members)
+    rounds = [[(members[i], members[i + 1]) for i in range(0, n - 1, 2)],
+              [(members[i], members[(i + 1) % n]) for i in range(1, n, 2)]]
+    if n % 2:  # the odd one out meets the first node in the first round
+        rounds[0].append((members[-1], members[0]))
+    figures = [f for r in rounds for f in measure([p for p in r if p[0] != p[1]])]
+    if complete:
+        def good_pair(f):
+            return f["completed"]
+    else:
+        threshold = floor if floor is not None else settings.get("pair_fraction", 0.5) * \
+            statistics.median(f["busbw_gbps"] for f in figures)
+
+        def good_pair(f):
+            return f["completed"] and f["busbw_gbps"] >= threshold
+    good = {x for f in figures if good_pair(f) for x in f["nodes"]}
+    suspects = [m for m in members if m.name not in good]
+    named = {}
+    partners = [m for m in members if m.name in good]
+    if partners:
+        retest = [(s, partners[i % len(partners)]) for i, s in enumerate(suspects)]
+        for i in range(0, len(retest), max(1, len(partners))):  # a partner in one pair at once
+            for f in measure(retest[i:i + len(partners)]):
+                f["retest"] = True
+                figures.append(f)
+                if good_pair(f):
+                    continue
+                partner = f["nodes"][1]
+                named[f["nodes"][0]] = (
+                    f"could not complete an all-reduce with known-good {partner}"
+                    if not f["completed"] else
+                    f"{f['busbw_gbps']:.3f} GB/s paired with known-good {partner}, below "
+                    f"{threshold:.3f} GB/s")
+    return figures, named
