@@ -1,0 +1,161 @@
+"""Probe output is hostile input: nodes whose output lies, planted below the controller (a
+node `python` that runs the real probe and edits what it prints). Each fails exactly the
+planted node; honest peers pass; the run finishes with its reports and `latest` moved;
+nothing is printed as a traceback."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from suiterun import junit_cases, run_suite
+
+from burnin.inventory import InventoryError, load_inventory
+from burnin.ledger import Ledger
+
+LIAR = """#!{python}
+# A lying node: runs the real probe (stdin, the controller's lifeline, passes through),
+# then edits its JSON document, and what it writes to stderr, before the controller reads.
+import json, subprocess, sys
+done = subprocess.run([{python!r}, *sys.argv[1:]], stdout=subprocess.PIPE)
+doc = json.loads(done.stdout)
+probe = doc["probe"]
+{edit}
+print(json.dumps(doc))
+sys.exit(done.returncode)
+"""
+TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2},
+        "burn": {"duration_s": 1, "n": 64, "sample_s": 0.25, "peer_fraction": 0.5,
+                 "clock_fraction": 0},
+        "allreduce": {"max_bytes": 65536, "seconds_per_size": 0.02, "peer_fraction": 0,
+                      "pair_fraction": 0}}
+
+
+def liar(path: Path, edit: str) -> str:
+    path.write_text(LIAR.format(python=sys.executable, edit=textwrap.dedent(edit)))
+    path.chmod(0o755)
+    return str(path)
+
+
+def three_nodes(pytester, edit: str, **extra) -> Path:
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(json.dumps({
+        "version": 1, "defaults": {"transport": "local", "gpus": 0}, "checks": TINY,
+        "quarantine": {"ledger": str(pytester.path / "ledger.db")},
+        "nodes": [{"name": "n1"}, {"name": "n2"},
+                  {"name": "n3", "python": liar(pytester.path / "liar", edit)}], **extra}))
+    return inv
+
+
+def assert_clean_run(result, reports: Path) -> None:
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "INTERNALERROR" not in text
+    run_dir = (reports / "latest").resolve()
+    for part in ("junit.xml", "summary.html", "metrics.prom"):
+        assert (run_dir / part).stat().st_size > 0, part
+
+
+@pytest.mark.parametrize("check,edit,why", [
+    ("burn", "if probe == 'burn': doc['devices'][0]['tflops'] = 'fast'",
+     "malformed probe output: devices[0].tflops: expected a number from 0 to 100000, "
+     "got string 'fast'"),
+    ("health", "if probe == 'health': doc['figures']['gpu'] = "
+               "{'nvml': 'present', 'driver': ['550', '535']}",
+     "malformed probe output: figures.gpu.driver: expected a string, got a list"),
+    ("sdc", "if probe == 'sdc': doc['devices'][0]['known']['events'] = 'none'",
+     "malformed probe output: devices[0].known.events: expected a list, got string"),
+], ids=["string-tflops", "list-driver", "string-events"])
+def test_a_malformed_figure_fails_only_its_node(pytester, check, edit, why):
+    result, reports = run_suite(pytester, three_nodes(pytester, edit), "-k", check)
+    cases = junit_cases(reports)
+    assert cases["n1"][check] == cases["n2"][check] == ("passed", ""), cases
+    outcome, message = cases["n3"][check]
+    assert outcome == "failure" and why in message, message
+    assert_clean_run(result, reports)
+    result.assert_outcomes(passed=2, failed=1)
+
+
+def test_a_node_claiming_20_devices_at_5000_tflops_cannot_poison_the_fleet(pytester):
+    """It fails (wrong count, beyond any plausible figure, a foreign digest); its honest
+    peers are not made stragglers or the odd digest out by its twenty votes."""
+    edit = """
+        if probe == 'burn':
+            dev = dict(doc['devices'][0], tflops=5000.0)
+            doc['devices'] = [dict(dev, device=f'cpu:{i}') for i in range(20)]
+        if probe == 'sdc':
+            dev = doc['devices'][0]
+            dev['known']['digest'] = 'f' * 64
+            doc['devices'] = [dict(dev, device=f'cpu:{i}') for i in range(20)]
+    """
+    result, reports = run_suite(pytester, three_nodes(pytester, edit), "-k", "sdc or burn")
+    cases = junit_cases(reports)
+    for node in ("n1", "n2"):
+        assert cases[node] == {"sdc": ("passed", ""), "burn": ("passed", "")}, cases[node]
+    for check in ("sdc", "burn"):
+        outcome, message = cases["n3"][check]
+        assert outcome == "failure"
+        assert "the probe reported 20 device(s), expected 1" in message, message
+    assert "differs from" in cases["n3"]["sdc"][1]
+    assert_clean_run(result, reports)
+
+
+def test_a_bad_progress_line_is_dropped_and_each_probe_runs_once(pytester):
+    # A string figure and 3,000 nested brackets on stderr, where progress lines travel.
+    edit = """
+        if probe == 'burn':
+            sys.stderr.write('BURNIN_PROGRESS {"device": "cpu", "tflops": "fast"}\\n')
+            sys.stderr.write('BURNIN_PROGRESS ' + '[' * 3000 + '\\n')
+            sys.stderr.flush()
+    """
+    result, reports = run_suite(pytester, three_nodes(pytester, edit), "-k", "burn")
+    result.assert_outcomes(passed=3)
+    lines = (reports / "latest" / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 3, "every probe ran exactly once: outcomes were kept"
+    assert_clean_run(result, reports)
+
+
+def test_control_characters_from_a_node_reach_no_terminal_ledger_or_report(pytester):
+    edit = """
+        if probe == 'health':
+            doc['errors'].append('GPU \\x1b[2J\\x1b[31mfine\\x07\\x00 really')
+    """
+    result, reports = run_suite(pytester, three_nodes(pytester, edit), "-k", "health")
+    shown = result.stdout.str()
+    assert "\x1b[2J" not in shown and "\x07" not in shown
+    assert "GPU \\x1b[2J\\x1b[31mfine\\x07\\x00 really" in shown
+    junit = (reports / "latest" / "junit.xml").read_text()
+    assert "\x1b" not in junit and "\x00" not in junit
+    reasons = Ledger(pytester.path / "ledger.db").get("n3").reasons
+    assert all("\x1b" not in r and "\x07" not in r for r in reasons)
+    assert_clean_run(result, reports)
+
+
+def test_a_node_name_that_is_a_path_is_refused(tmp_path):
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nnodes:\n  - name: ../../x\n")
+    with pytest.raises(InventoryError, match="is not a valid node name"):
+        load_inventory(inv)
+
+
+def test_a_report_part_that_cannot_be_drawn_degrades_and_latest_still_moves(pytester):
+    # The page renderer breaking (a bug, a record of a shape it did not expect) must not
+    # stop the run: junit.xml is written and latest moved first.
+    pytester.makepyfile(breakpage="""
+        import burnin.html
+        def broken(*args, **kwargs):
+            raise ValueError("cannot draw this")
+        burnin.html.render = broken
+    """)
+    pytester.syspathinsert()
+    inv = three_nodes(pytester, "pass")
+    result, reports = run_suite(pytester, inv, "-k", "health", "-p", "breakpage")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["*report: summary.html could not be made: ValueError: "
+                                 "cannot draw this*"])
+    run_dir = (reports / "latest").resolve()
+    page = (run_dir / "summary.html").read_text()
+    assert "The full summary could not be drawn" in page and "n3" in page
+    assert (run_dir / "metrics.prom").read_text().count("burnin_check_passed{") == 3
