@@ -88,6 +88,9 @@ def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
 
     if result.cancelled:
         return failed(f"probe {probe} stopped: the run was interrupted")
+    if result.unkilled:
+        return failed(f"probe {probe} passed its timeout of {timeout_s:g} s and could not be "
+                      f"killed: {result.unkilled}")
     if result.timed_out:
         return failed(f"probe {probe} killed at its timeout of {timeout_s:g} s")
     if result.overflow:

@@ -278,7 +278,7 @@ class Run:
         # Called from fan-out threads, each for its own node: no two touch one key.
         t = self._transports.get(node.name)
         if t is None:
-            t = self._transports[node.name] = transport_for(node, self.probes_dir)
+            t = self._transports[node.name] = transport_for(node, self.probes_dir, self.run_id)
         return t
 
     def close(self) -> None:

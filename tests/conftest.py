@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from contextlib import ExitStack
 
 import nvmlemu
@@ -15,6 +16,14 @@ from testhosts import TestHosts, missing_requirements
 # compiled core cannot be loaded twice in one process: imported again after such a run,
 # paramiko finds 'AES in CTR mode is not supported'. Importing it here, once for the
 # session, keeps it loaded across every inner run.
+
+
+def pytest_configure(config):
+    # Runs take a lock per node under the node's workdir (default ~/.cache/burnin): a
+    # session of tests gets a home of its own, so that it never meets the developer's real
+    # runs, nor another test session on this machine, over a node both call 'n1'.
+    if not hasattr(config, "workerinput"):
+        os.environ["HOME"] = tempfile.mkdtemp(prefix="burnin-tests-home-")
 
 
 @pytest.fixture

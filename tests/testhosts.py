@@ -33,8 +33,9 @@ import yaml
 REQUIRED_TOOLS = ("ip", "nsenter", "unshare", "ssh-keygen", "/usr/sbin/sshd")
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 
-# Inside the host's private namespaces: its name, its /etc/hosts, an empty .bashrc
-# (root's may run slow shell init on every command), then sshd in the foreground.
+# Inside the host's private namespaces: its name, its /etc/hosts, a .bashrc of its own
+# (empty: root's may run slow shell init on every command; a test may make it chatty, as
+# HPC login shells loading modules are), then sshd in the foreground.
 HOST_INIT = ('hostname "$1" && mount --bind "$2" /etc/hosts && '
              '{ [ ! -e "$3/.bashrc" ] || mount --bind "$4" "$3/.bashrc"; } && '
              'exec /usr/sbin/sshd -D -e -f "$5"')
@@ -84,7 +85,6 @@ class TestHosts:
         self.client_key = self.workdir / "id_ed25519"
         self.known_hosts = self.workdir / "known_hosts"
         self.hosts_file = self.workdir / "hosts"
-        self.empty_bashrc = self.workdir / "bashrc"
 
     def __enter__(self) -> TestHosts:
         try:
@@ -106,7 +106,6 @@ class TestHosts:
             raise RuntimeError(problem)
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        self.empty_bashrc.write_text("")
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "burnin-tests",
            "-f", str(self.client_key))
         sh("ip", "link", "add", self.bridge, "type", "bridge")
@@ -152,12 +151,18 @@ class TestHosts:
         self.known_hosts.write_text("".join(f"{h.host_key_line}\n" for h in self.hosts
                                             if h not in skip))
 
+    def bashrc(self, h: Host) -> Path:
+        """The host's root .bashrc: write to it to change what its login shells do."""
+        return h.dir / "bashrc"
+
     def start_sshd(self, h: Host, wait: bool = True) -> None:
         home = os.path.expanduser("~root")
+        if not self.bashrc(h).exists():
+            self.bashrc(h).write_text("")
         h.sshd = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{h.netns}", "--", "unshare", "--uts", "--mount",
              "--propagation", "private", "--", "sh", "-c", HOST_INIT, "sh", h.name,
-             str(self.hosts_file), home, str(self.empty_bashrc), str(h.dir / "sshd_config")],
+             str(self.hosts_file), home, str(self.bashrc(h)), str(h.dir / "sshd_config")],
             stdout=subprocess.DEVNULL, stderr=open(h.dir / "sshd.log", "ab"))
         if wait:
             self.wait_listening(h)

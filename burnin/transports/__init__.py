@@ -42,14 +42,16 @@ class CommandResult:
     timed_out: bool = False
     overflow: bool = False  # stdout passed its bound and the command was killed
     cancelled: bool = False  # the run was interrupted and the command killed
+    unkilled: str = ""  # killed at a timeout, overflow or cancel failed: why
 
 
 class Transport:
     """Runs commands on one node. One instance per node per run, closed at the end."""
 
-    def __init__(self, node: Node, probes_dir: Path):
+    def __init__(self, node: Node, probes_dir: Path, run_id: str = "unnamed"):
         self.node = node
         self.probes_dir = probes_dir
+        self.run_id = run_id
 
     @property
     def python(self) -> str:
@@ -73,10 +75,10 @@ class Transport:
         """Release connections and remove what was staged; never raises."""
 
 
-def transport_for(node: Node, probes_dir: Path) -> Transport:
-    """The transport `node.transport` names, for that node."""
+def transport_for(node: Node, probes_dir: Path, run_id: str = "unnamed") -> Transport:
+    """The transport `node.transport` names, for that node, in run `run_id`."""
     target = TRANSPORTS.get(node.transport)
     if target is None:
         raise NodeUnreachable(f"transport {node.transport!r} is not available in this burnin")
     module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(node, probes_dir)
+    return getattr(importlib.import_module(module), cls)(node, probes_dir, run_id)

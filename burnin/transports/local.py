@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 
-from burnin.transports import HEARTBEAT_S, STDERR_TAIL_BYTES, CommandResult, Transport
+from burnin.transports import (
+    HEARTBEAT_S,
+    STDERR_TAIL_BYTES,
+    CommandResult,
+    NodeUnreachable,
+    Transport,
+)
 
 KILL_GRACE_S = 2.0
 
 
 class LocalTransport(Transport):
+    def __init__(self, node, probes_dir, run_id="unnamed"):
+        super().__init__(node, probes_dir, run_id)
+        self._lock_fd: int | None = None
+
     @property
     def python(self) -> str:
         # On the controller's own machine the interpreter running pytest is the one
@@ -23,12 +35,44 @@ class LocalTransport(Transport):
         return self.node.python or sys.executable
 
     def probe_command(self, probe: str) -> list[str]:
+        if self._lock_fd is None:
+            self._lock_fd = hold(os.path.expanduser(self.node.workdir), self.node.name,
+                                 self.run_id)
         return [self.python, str(self.probes_dir / f"{probe}.py")]
+
+    def close(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            os.close(fd)  # releases the lock
 
     def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
             cancel=None):
         return run_bounded(argv, stdin, timeout_s, max_stdout, on_stderr=on_stderr,
                            lifeline=lifeline, cancel=cancel)
+
+
+def hold(workdir: str, name: str, run_id: str) -> int:
+    """Take node `name` for this run: a lock file in workdir, held (flock) while the fd is
+    open. Another run holding it fails the node "busy" with who holds it and since when;
+    this same run (another xdist worker) goes on."""
+    try:
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(workdir, f".lock-{name}"),
+                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        raise NodeUnreachable(f"cannot take the node's lock in {workdir}: {e}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        who = os.read(fd, 512).decode(errors="replace").strip() or "another run"
+        if who.startswith(f"run {run_id} "):
+            return fd
+        os.close(fd)
+        raise NodeUnreachable(f"busy: under test by {who}") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"run {run_id} since {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on "
+                 f"{socket.gethostname()}".encode())
+    return fd
 
 
 def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,

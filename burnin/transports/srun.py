@@ -74,8 +74,8 @@ RESERVATION_MINUTES = 24 * 60
 
 
 class SrunTransport(Transport):
-    def __init__(self, node, probes_dir):
-        super().__init__(node, probes_dir)
+    def __init__(self, node, probes_dir, run_id="unnamed"):
+        super().__init__(node, probes_dir, run_id)
         self._prepared = False
         self._reservation: str | None = None
         self._drain_reason = ""

@@ -1,0 +1,161 @@
+"""The SSH transport on real test hosts, where a node or its neighbours misbehave: a
+staging directory someone else could swap, a login shell that talks, a link that dies
+silently, a kill that cannot reach the node, and two runs after the same node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from suiterun import SUITES, junit_cases, run_suite, script
+
+from burnin.inventory import load_inventory
+from burnin.probe import run_probe
+from burnin.run import PROBES_DIR
+from burnin.transports import NodeUnreachable
+from burnin.transports.ssh import SshTransport
+from burnin.transports.sshconnect import DEAD_LINK_S
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def transport(hosts, tmp_path: Path, **defaults) -> SshTransport:
+    node = load_inventory(hosts.write_inventory(tmp_path / "inv.yaml", **defaults)).nodes[0]
+    return SshTransport(node, PROBES_DIR, "r1")
+
+
+@pytest.mark.parametrize("plant,why", [
+    ("foreign", "is owned by uid 4242, not by the login user (uid 0)"),
+    ("symlink", "is a symbolic link"),
+    ("writable", "is writable by group or others (mode 777)"),
+    ("foreign-parent", "is owned by uid 4242, neither root nor the login user"),
+])
+def test_a_staging_directory_another_user_could_swap_is_refused(make_hosts, tmp_path, plant,
+                                                                 why):
+    hosts = make_hosts(1)
+    parent = tmp_path / "stage"
+    parent.mkdir()
+    workdir = parent / "burnin"
+    if plant == "foreign":
+        workdir.mkdir(mode=0o700)
+        os.chown(workdir, 4242, 4242)  # another local user made it first
+    elif plant == "symlink":
+        (tmp_path / "elsewhere").mkdir()
+        workdir.symlink_to(tmp_path / "elsewhere")
+    elif plant == "writable":
+        workdir.mkdir()
+        workdir.chmod(0o777)
+    else:
+        os.chown(parent, 4242, 4242)  # they could rename our workdir away and replace it
+    t = transport(hosts, tmp_path, workdir=str(workdir))
+    try:
+        with pytest.raises(NodeUnreachable, match="refusing to stage probes in workdir") as e:
+            t.probe_command("health")
+        assert why in str(e.value)
+    finally:
+        t.close()
+    if plant == "symlink":
+        assert list((tmp_path / "elsewhere").iterdir()) == [], "nothing written through it"
+
+
+def test_a_chatty_login_shell_does_not_stop_a_hung_probe_being_killed(make_hosts, tmp_path):
+    hosts = make_hosts(1)
+    hosts.bashrc(hosts[0]).write_text("echo 'Lmod: loading cuda/12.4 nccl/2.21' >&2\n"
+                                      "echo 'Welcome to the cluster' >&2\n")
+    pidfile = tmp_path / "hang.pid"
+    hang = script(tmp_path / "hang.sh", f"sleep 600 & echo $! > {pidfile}; wait\n")
+    t = transport(hosts, tmp_path, python=hang)
+    try:
+        out = run_probe(t, "health", {}, timeout_s=5)
+    finally:
+        t.close()
+    assert not out.ok and "killed at its timeout of 5 s" in out.reason, out.reason
+    assert "Lmod: loading" in out.stderr_tail  # the banner came, and changed nothing
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists(), "the hung probe's child survived"
+
+
+def test_a_link_that_dies_silently_fails_its_node_within_the_bound(pytester, make_hosts,
+                                                                   tmp_path, finding):
+    hosts = make_hosts(2)
+    started = tmp_path / "started"
+    py = script(tmp_path / "py", f"touch {started}-$(hostname); exec {sys.executable} \"$@\"\n")
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", python=py, checks={
+        "sdc": {"duration_s": 20, "n": 64, "random_repeats": 2, "timeout_s": 900}})
+    cut = {}
+
+    def cut_h2():
+        deadline = time.monotonic() + 120
+        while not Path(f"{started}-h2").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)
+        hosts.link_down(hosts[1])  # no RST, no FIN: the link is simply gone
+        cut["at"] = time.monotonic()
+    cutter = threading.Thread(target=cut_h2, daemon=True)
+    cutter.start()
+    result, reports = run_suite(pytester, inv, "-k", "sdc")
+    cutter.join()
+    cases = junit_cases(reports)
+    assert cases["h1"]["sdc"] == ("passed", "")
+    outcome, message = cases["h2"]["sdc"]
+    assert outcome == "failure" and "lost after" in message, message
+    lost_after = float(message.split("lost after ")[1].split(" s")[0])
+    finding(f"dead link: h2's link cut mid-probe, node failed 'connection lost' after "
+            f"{lost_after:.0f} s of its probe (bound {DEAD_LINK_S} s after the cut)")
+    assert lost_after < 2 + 2 + DEAD_LINK_S + 20, "noticed at the probe's time-out, not the link's"
+
+
+def test_a_kill_that_cannot_reach_its_node_says_so(make_hosts, tmp_path):
+    hosts = make_hosts(1)
+    started = tmp_path / "started"
+    hang = script(tmp_path / "hang.sh", f"touch {started}; exec sleep 600\n")
+    t = transport(hosts, tmp_path, python=hang, ssh={"connect_timeout_s": 2})
+
+    def cut():
+        deadline = time.monotonic() + 60
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        hosts.link_down(hosts[0])
+    threading.Thread(target=cut, daemon=True).start()
+    try:
+        out = run_probe(t, "health", {}, timeout_s=6)
+    finally:
+        t.close()
+    assert not out.ok
+    assert "passed its timeout of 6 s and could not be killed" in out.reason, out.reason
+
+
+def test_a_second_run_against_nodes_under_test_fails_them_busy(pytester, make_hosts, tmp_path):
+    hosts = make_hosts(2)
+    first_inv = hosts.write_inventory(tmp_path / "first.yaml", checks={
+        "sdc": {"duration_s": 15, "n": 64, "random_repeats": 2}})
+    reports = tmp_path / "first-reports"
+    first = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory",
+                              str(first_inv), "--reports", str(reports), "-k", "sdc",
+                              "-p", "no:cacheprovider", "-q"], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        remote = Path(hosts.inventory()["defaults"]["workdir"])
+        deadline = time.monotonic() + 120
+        while len(list(remote.glob("burnin-*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        result, second = run_suite(pytester, hosts.write_inventory(pytester.path / "inv.yaml"),
+                                   "-k", "health", "--no-quarantine")
+        cases = junit_cases(second)
+        for h in hosts.hosts:
+            outcome, message = cases[h.name]["health"]
+            assert outcome == "failure" and message.startswith("busy: under test by run "), \
+                message
+            assert " since " in message
+    finally:
+        out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0, out.decode()[-3000:]
+    assert junit_cases(reports) == {h.name: {"sdc": ("passed", "")} for h in hosts.hosts}
