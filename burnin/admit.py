@@ -9,12 +9,12 @@ hand-made file or an interrupted run's report is bad input."""
 
 from __future__ import annotations
 
-import os
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from burnin.checks import CHECKS, applicable
+from burnin.files import write_atomically
 
 OUTCOME_TAGS = ("failure", "error", "skipped")
 
@@ -142,6 +142,4 @@ def decide(report: Report, required: list[str] | None = None,
 
 def write_admitted(path: Path, decisions: list[Decision]) -> None:
     """The admitted nodes, one per line, replaced in one step."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(f"{d.node}\n" for d in decisions if d.admitted), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, "".join(f"{d.node}\n" for d in decisions if d.admitted))

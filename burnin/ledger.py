@@ -8,11 +8,14 @@ it was before that transaction (SQLite's journal). History is append-only.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from burnin.files import private_dirs
 
 BUSY_TIMEOUT_S = 60
 SCHEMA = """
@@ -60,7 +63,9 @@ class Entry:
 class Ledger:
     def __init__(self, path: str | Path):
         self.path = Path(path).expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.path.parent)
+        if not self.path.exists():  # owner-only from its first byte: it holds evidence
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         self._init()
 
     def _connect(self) -> sqlite3.Connection:

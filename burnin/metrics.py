@@ -3,10 +3,10 @@ Metric names and labels are documented in README.md and stay stable."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from burnin.figures import key_figures
+from burnin.files import write_atomically
 
 
 def _labels(pairs) -> str:
@@ -40,6 +40,4 @@ def render(cluster: str, run_id: str, finished: float,
 
 
 def write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # the textfile collector never reads half a file
+    write_atomically(path, text)  # the textfile collector never reads half a file

@@ -183,7 +183,7 @@ class BurninState:
             for check in checks:
                 self.cases[(node.name, check)] = CaseResult(node.name, check, "skipped",
                                                             why[:4000], why)
-        run.run_dir.mkdir(parents=True, exist_ok=True)
+        run.make_run_dir()
         write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
                     [(n.name, n.address) for n in run.nodes + self.held], self.cases,
                     self._report_properties(run, interrupted, session.exitstatus),

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
+from burnin.files import write_atomically
+
 OUTCOMES = ("passed", "failed", "error", "skipped")
 
 
@@ -79,10 +81,9 @@ def write_junit(path: Path, cluster: str, run_id: str, nodes: list[tuple[str, st
                  **(node_properties or {}).get(name, {})}
         suites.append(TestSuite(name, tcs, hostname=address, id=name, package=cluster,
                                 timestamp=stamp, properties=props))
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(to_xml_report_string(suites, prettyprint=True, encoding="utf-8"),
-                   encoding="utf-8")
-    os.replace(tmp, path)
+    # The admission contract: on disk before a pipeline can see it.
+    write_atomically(path, to_xml_report_string(suites, prettyprint=True, encoding="utf-8"),
+                     durable=True)
 
 
 def point_latest(reports_dir: Path, run_id: str) -> None:
@@ -128,22 +129,16 @@ def publish(run_dir: Path, cluster: str, run_id: str,
                                                                  by_node.get(node, [])))
 
     def page() -> None:
-        _replace(run_dir / "summary.html", html.render(cluster, run_id, verdicts, records,
+        write_atomically(run_dir / "summary.html", html.render(cluster, run_id, verdicts, records,
                                                        floors))
     attempt("summary.html", page)
     if any(p.startswith("summary.html") for p in problems):
-        attempt("a plain summary.html", lambda: _replace(
+        attempt("a plain summary.html", lambda: write_atomically(
             run_dir / "summary.html", html_fallback(cluster, run_id, verdicts, problems)))
     attempt("metrics.prom", lambda: metrics.write(
         run_dir / "metrics.prom", metrics.render(cluster, run_id, time.time(), verdicts,
                                                  records)))
     return problems
-
-
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def html_fallback(cluster: str, run_id: str, verdicts: dict, problems: list[str]) -> str:

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
+from burnin.files import append_durably, private_dirs, write_atomically
 from burnin.nodes import Inventory, Node
 from burnin.probe import ProbeOutcome, run_probe
 from burnin.progress import Progress
@@ -105,6 +106,12 @@ class Run:
     def run_dir(self) -> Path:
         return self.reports_dir / self.run_id
 
+    def make_run_dir(self) -> Path:
+        """reports/<run-id>/, owner-only: reports hold node facts, failure evidence and
+        figures of the fleet that other local users have no business reading."""
+        private_dirs(self.run_dir)
+        return self.run_dir
+
     def settings(self, check: str, node: Node | None = None) -> dict:
         """The check's settings: profile defaults, the inventory's `checks:`, then the
         node group's own `checks:` when a node is given."""
@@ -185,8 +192,8 @@ class Run:
         return out
 
     def _shared(self, check: str) -> dict[str, ProbeOutcome]:
-        state = self.run_dir / ".probes"
-        state.mkdir(parents=True, exist_ok=True)
+        state = self.make_run_dir() / ".probes"
+        state.mkdir(mode=0o700, exist_ok=True)
         done = state / f"{check}.jsonl"
         with self._held_flock(state / "lock"):
             if done.exists():
@@ -194,8 +201,8 @@ class Run:
             outcomes = self.execute(check)
             lines = "".join(json.dumps(o.to_record(self.run_id)) + "\n"
                             for o in outcomes.values())
-            _append_durably(self.run_dir / "results.jsonl", lines)
-            _write_atomically(done, lines)
+            append_durably(self.run_dir / "results.jsonl", lines)
+            write_atomically(done, lines, durable=True)
             return outcomes
 
     def has_outcomes(self, check: str) -> bool:
@@ -302,19 +309,3 @@ def _read_outcomes(path: Path) -> dict[str, ProbeOutcome]:
         o = ProbeOutcome.from_record(json.loads(line))
         out[o.node] = o
     return out
-
-
-def _append_durably(path: Path, text: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

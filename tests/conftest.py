@@ -117,3 +117,16 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.section("findings")
         for line in lines:
             terminalreporter.write_line(line)
+    # A skipped test proved nothing: say so where nobody can miss it.
+    skipped = terminalreporter.stats.get("skipped", [])
+    if skipped:
+        why: dict[str, int] = {}
+        for report in skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(
+                report.longrepr)
+            why[reason] = why.get(reason, 0) + 1
+        terminalreporter.section("tests that did NOT run", sep="!", red=True, bold=True)
+        terminalreporter.write_line(f"{len(skipped)} test(s) were skipped and proved nothing:",
+                                    red=True, bold=True)
+        for reason, count in sorted(why.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"  {count} x {reason}", red=True)

@@ -159,3 +159,12 @@ def test_a_report_part_that_cannot_be_drawn_degrades_and_latest_still_moves(pyte
     page = (run_dir / "summary.html").read_text()
     assert "The full summary could not be drawn" in page and "n3" in page
     assert (run_dir / "metrics.prom").read_text().count("burnin_check_passed{") == 3
+
+
+def test_reports_and_the_ledger_are_readable_by_their_owner_only(pytester):
+    result, reports = run_suite(pytester, three_nodes(pytester, "pass"), "-k", "health")
+    result.assert_outcomes(passed=3)
+    run_dir = (reports / "latest").resolve()
+    assert reports.stat().st_mode & 0o777 == 0o700
+    assert run_dir.stat().st_mode & 0o777 == 0o700
+    assert (pytester.path / "ledger.db").stat().st_mode & 0o777 == 0o600

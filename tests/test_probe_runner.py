@@ -98,13 +98,17 @@ def test_timeout_kills_the_whole_process_group(tmp_path):
 
 
 def test_probe_that_ignores_sigterm_is_still_killed(tmp_path):
-    t = make_probe(tmp_path, """
-        import signal, time
+    pidfile = tmp_path / "pid"
+    t = make_probe(tmp_path, f"""
+        import os, signal, time
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open({str(pidfile)!r}, "w").write(str(os.getpid()))
         time.sleep(600)
         """)
-    out = run_probe(t, "p", {}, timeout_s=1)
+    out = run_probe(t, "p", {}, timeout_s=2)
     assert not out.ok and "timeout" in out.reason
+    # Gone: SIGTERM alone would have left it sleeping; only the SIGKILL escalation ends it.
+    assert not alive(int(pidfile.read_text())), "the probe survived its timeout"
 
 
 def test_probe_that_closes_stdout_and_hangs_is_timed_out(tmp_path):

@@ -161,7 +161,8 @@ FAULTY_TORCH = textwrap.dedent("""\
     """)
 
 
-def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester):
+@pytest.mark.parametrize("verify_every", [1, "auto"])
+def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester, verify_every):
     faulty = pytester.path / "faulty"
     faulty.mkdir()
     (faulty / "sitecustomize.py").write_text(FAULTY_TORCH)
@@ -172,7 +173,7 @@ def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester):
         version: 1
         defaults: {{transport: local, gpus: 0}}
         checks:
-          sdc: {{n: 128, duration_s: 1, verify_every: 1, random_repeats: 2}}
+          sdc: {{n: 128, duration_s: 1, verify_every: {verify_every}, random_repeats: 2}}
         nodes:
           - name: good[1-2]
           - name: bad

@@ -181,16 +181,21 @@ def test_fanout_runs_nodes_at_once_within_its_bound(make_hosts, tmp_path):
 def test_inventory_values_are_never_pasted_into_a_shell(make_hosts, tmp_path):
     hosts = make_hosts(1)
     marker = tmp_path / "pwned"
-    inv = hosts.write_inventory(tmp_path / "inv.yaml",
-                                python=f"{sys.executable}; touch {marker}")
+    python = f"{sys.executable}; touch {marker}"
+    workdir = f"{tmp_path}/w$(touch {marker}-w)"
+    inv = hosts.write_inventory(tmp_path / "inv.yaml", python=python, workdir=workdir)
     node = load_inventory(inv).nodes[0]
     t = SshTransport(node, PROBES_DIR)
     try:
         out = run_probe(t, "health", {}, timeout_s=30)
     finally:
         t.close()
-    assert not out.ok and not marker.exists()
-    assert yaml.safe_load(inv.read_text())["defaults"]["python"].endswith("pwned")
+    assert not marker.exists() and not Path(f"{marker}-w").exists()
+    # The interpreter was taken as one word, a path that does not exist ...
+    assert not out.ok and "could not start: interpreter or probe not found" in out.reason
+    assert f"{sys.executable}; touch {marker}: No such file" in out.reason, out.reason
+    # ... and the workdir as one name, made as it is written.
+    assert Path(workdir).is_dir()
 
 
 def test_ssh_agent_is_used_when_no_identity_file_is_given(make_hosts, tmp_path,

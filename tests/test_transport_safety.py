@@ -159,3 +159,24 @@ def test_a_second_run_against_nodes_under_test_fails_them_busy(pytester, make_ho
         out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out.decode()[-3000:]
     assert junit_cases(reports) == {h.name: {"sdc": ("passed", "")} for h in hosts.hosts}
+
+
+def test_nodes_behind_a_bastion_are_reached_through_it(pytester, make_hosts):
+    hosts = make_hosts(3)
+    bastion, *behind = hosts.hosts
+    for h in behind:
+        hosts.only_via(h, bastion)
+    jump = {"ssh": {"proxy_jump": f"root@{bastion.address}"}}
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes={h.name: jump for h in behind},
+                                ssh={"connect_timeout_s": 3})
+    result, reports = run_suite(pytester, inv, "-k", "health")
+    assert junit_cases(reports) == {h.name: {"health": ("passed", "")} for h in hosts.hosts}
+    records = (reports / "latest" / "results.jsonl").read_text()
+    assert '"hostname": "h2"' in records and '"hostname": "h3"' in records
+    # Without the jump they cannot be reached at all: the bastion is the only way in.
+    direct = hosts.write_inventory(pytester.path / "direct.yaml", ssh={"connect_timeout_s": 3})
+    result, reports = run_suite(pytester, direct, "-k", "health", "--no-quarantine")
+    cases = junit_cases(reports)
+    assert cases["h1"]["health"] == ("passed", "")
+    for h in behind:
+        assert "no answer from" in cases[h.name]["health"][1], cases[h.name]

@@ -211,6 +211,15 @@ class TestHosts:
         subprocess.run(["ip", "netns", "exec", h.netns, "nft", "-f", "-"], input=rules,
                        text=True, check=True, capture_output=True, timeout=30)
 
+    def only_via(self, h: Host, bastion: Host) -> None:
+        """The controller can no longer reach h's sshd; `bastion` still can: h is behind
+        it, as nodes behind a login host are."""
+        rules = (f"add table inet burnin_in\n"
+                 f"add chain inet burnin_in in {{ type filter hook input priority 0; }}\n"
+                 f"add rule inet burnin_in in ip saddr {self.subnet}.1 tcp dport 22 drop\n")
+        subprocess.run(["ip", "netns", "exec", h.netns, "nft", "-f", "-"], input=rules,
+                       text=True, check=True, capture_output=True, timeout=30)
+
     def pids(self, h: Host) -> list[int]:
         res = sh("ip", "netns", "pids", h.netns, check=False)
         return [int(p) for p in res.stdout.split()]
