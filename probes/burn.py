@@ -102,7 +102,7 @@ class Load:
                 if now >= deadline:
                     break
         flops = 2 * self.n ** 3
-        series = [[round(t1, 3), round((p1 - p0) * flops / (t1 - t0) / 1e12, 4)]
+        series = [[round(t1, 3), probelib.sig((p1 - p0) * flops / (t1 - t0) / 1e12)]
                   for (t0, p0), (t1, p1) in zip(self.samples, self.samples[1:], strict=False)
                   if t1 > t0]
         wall = self.samples[-1][0]
@@ -110,7 +110,7 @@ class Load:
             "dtype": self.dtype, "n": self.n, "buffers": len(self.outs),
             "products": self.products, "verified": self.verified,
             "verify_every": self.verify_every, "wall_s": round(wall, 3),
-            "tflops": round(self.products * flops / wall / 1e12, 4) if wall else 0.0,
+            "tflops": probelib.sig(self.products * flops / wall / 1e12) if wall else 0.0,
             "tflops_series": series, "mismatched_products": int(wrong_products),
             "mismatched_elements": int(wrong_elements)})
 
@@ -163,7 +163,7 @@ def main() -> int:
 
     def progress(load: Load) -> None:
         info = {"device": load.d.label, "elapsed_s": round(load.samples[-1][0], 1),
-                "tflops": round(load.current_tflops(), 3)}
+                "tflops": probelib.sig(load.current_tflops(), 4)}
         if isinstance(watcher, telemetry.GpuTelemetry):
             info["temp_c"] = watcher.latest(load.index, "temp_c")
         with lock:

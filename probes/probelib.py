@@ -251,6 +251,12 @@ def nvml_count() -> int | None:
             pass
 
 
+def sig(x: float, digits: int = 6) -> float:
+    """x to `digits` significant digits: a CPU's 0.00004 TFLOPS keeps its meaning where a
+    fixed number of decimals would round it to 0, and a GPU's 700 keeps its decimals."""
+    return float(f"{x:.{digits}g}")
+
+
 def _text(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 

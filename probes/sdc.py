@@ -122,7 +122,7 @@ def run_known(d, ka, duration_s, max_products, verify_every, nbuf, faults) -> di
     verify_total = vtimer.total()
     return {"dtype": dtype, "n": n, "products": products, "verified": verified,
             "verify_every": verify_every, "buffers": nbuf, "wall_s": round(wall, 4),
-            "tflops": round(products * 2 * n ** 3 / wall / 1e12, 4),
+            "tflops": probelib.sig(products * 2 * n ** 3 / wall / 1e12),
             "verify_share": round(verify_total / wall, 4), "errors": totals,
             "bad_products": bad_products,
             "events": events, "digest": digest, "inputs_digest": ka.inputs_digest}
