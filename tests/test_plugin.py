@@ -24,6 +24,7 @@ THREE = """\
     defaults: {transport: local, gpus: 0}
     checks:
       sdc: {duration_s: 0.2, n: 64, random_repeats: 2}
+      memory: {host_bytes: 1048576, retention_s: 0.2}
       # Three 'nodes' share this machine's cores: peers are not independent here.
       burn: {duration_s: 1, n: 128, sample_s: 0.25, peer_fraction: 0}
       storage: {size_gb: 0.02, streams: 2, stream_fraction: 0}
@@ -38,7 +39,7 @@ ALL = {c: ("passed", "") for c in CHECKS}
 
 def test_three_local_nodes_give_three_testsuites(pytester):
     result, reports = run_suite(pytester, inventory(pytester, THREE), "-v")
-    result.assert_outcomes(passed=18)
+    result.assert_outcomes(passed=21)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",
@@ -165,3 +166,4 @@ def test_plugin_stays_dormant_without_burnin_tests(pytester):
     result.assert_outcomes(passed=1)
     assert not [ln for ln in result.outlines if ln.strip("= ") == "burnin"]
     assert not (pytester.path / "reports").exists()
+
