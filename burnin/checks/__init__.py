@@ -14,15 +14,17 @@ from burnin.checks import (
     burn,
     health,
     memory,
+    pcie,
     sdc,
     storage,
 )
 from burnin.checks.base import DEFAULT_PROFILE, PROFILES, Check, Figure, Fleet, Judging, Setting
 
 # Table order is run order: single-node checks first; group checks take only nodes that
-# passed them. After health, the short hardware check, before the long burn.
+# passed them. After health, the short hardware checks (as DCGM's diagnostic orders
+# them: PCIe, then memory), before the long burn.
 CHECKS: dict[str, Check] = {c.name: c for c in (
-    health.CHECK, memory.CHECK, sdc.CHECK, burn.CHECK, storage.CHECK,
+    health.CHECK, pcie.CHECK, memory.CHECK, sdc.CHECK, burn.CHECK, storage.CHECK,
     allreduce.CHECK, allreduce_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
