@@ -295,6 +295,24 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def is_check(item: pytest.Item) -> bool:
+    return "node" in getattr(item, "fixturenames", ()) and check_of(item) in CHECKS
+
+
+def inapplicable(run: Run, items: list[pytest.Item]) -> list[pytest.Item]:
+    """The items whose check does not apply to their node (pcie on a CPU-only node, the
+    inter-node all-reduce of a lone node). A `gpus: auto` node's count is learned from its
+    health facts (Run.gpus: the health probe runs now if it has not, once for the run,
+    shared with xdist workers through the run directory), and only when a GPU-only check
+    of that node is among the items: otherwise nothing is run for collection."""
+    checks = [(i, CHECKS[check_of(i)], i.callspec.params["node"]) for i in items if is_check(i)]
+    learn = {n.name for _, c, n in checks if c.gpu_only and n.gpus is None}
+    gpus = {n.name: run.gpus(n) if n.name in learn else n.gpus for _, _, n in checks}
+    return [i for i, c, n in checks if not c.applies(gpus[n.name], len(run.nodes))]
+
+
+# trylast: after -k and -m have deselected, so that only what will run is considered.
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     state = config.stash[STATE]
     if state.error:
@@ -302,15 +320,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     order = {c: i for i, c in enumerate(CHECK_ORDER)}
     run = state.run()
     if run is not None:
-        # A check that does not apply to a node (the inter-node all-reduce of a lone
-        # node) gets no testcase, rather than a skip that would keep it out of admission.
-        gone = [i for i in items if "node" in getattr(i, "fixturenames", ())
-                and check_of(i) in CHECKS
-                and not CHECKS[check_of(i)].applies(i.callspec.params["node"].gpus,
-                                                    len(run.nodes))]
+        # A check that does not apply to a node gets no testcase, rather than a skip that
+        # would keep the node out of admission.
+        gone = inapplicable(run, items)
         if gone:
             config.hook.pytest_deselected(items=gone)
-            items[:] = [i for i in items if i not in gone]
+            dropped = set(map(id, gone))
+            items[:] = [i for i in items if id(i) not in dropped]
     burnin = [i for i in items if "node" in getattr(i, "fixturenames", ())]
     state.requested |= {check_of(i) for i in burnin if check_of(i) in CHECKS}
     for item in burnin:

@@ -9,7 +9,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 SUITES = str(REPO / "suites")
-CHECKS = ("health", "sdc", "burn", "storage", "allreduce", "allreduce_internode")
+# The full suite on CPU-only nodes, in run order (pcie does not apply to them).
+CHECKS = ("health", "memory", "sdc", "burn", "storage", "allreduce", "allreduce_internode")
+# Tiny settings for the memory check where a test runs the full suite.
+TINY_MEMORY = {"host_bytes": 1 << 20, "retention_s": 0.2, "passes": 1}
 
 
 def run_suite(pytester: pytest.Pytester, inv, *args: str) -> tuple[pytest.RunResult, Path]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
@@ -24,6 +25,7 @@ THREE = """\
     defaults: {transport: local, gpus: 0}
     checks:
       sdc: {duration_s: 0.2, n: 64, random_repeats: 2}
+      memory: {host_bytes: 1048576, retention_s: 0.2}
       # Three 'nodes' share this machine's cores: peers are not independent here.
       burn: {duration_s: 1, n: 128, sample_s: 0.25, peer_fraction: 0}
       storage: {size_gb: 0.02, streams: 2, stream_fraction: 0}
@@ -38,7 +40,7 @@ ALL = {c: ("passed", "") for c in CHECKS}
 
 def test_three_local_nodes_give_three_testsuites(pytester):
     result, reports = run_suite(pytester, inventory(pytester, THREE), "-v")
-    result.assert_outcomes(passed=18)
+    result.assert_outcomes(passed=21)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",
@@ -165,3 +167,59 @@ def test_plugin_stays_dormant_without_burnin_tests(pytester):
     result.assert_outcomes(passed=1)
     assert not [ln for ln in result.outlines if ln.strip("= ") == "burnin"]
     assert not (pytester.path / "reports").exists()
+
+
+AUTO = """\
+    version: 1
+    defaults: {transport: local, gpus: auto}
+    checks:
+      memory: {host_bytes: 1048576, retention_s: 0.2}
+      pcie: {seconds: 0.3, block_mb: 4, peer_fraction: 0}
+    nodes:
+      - name: cpu
+        python: {cpu}
+      - name: gpu
+    """
+
+
+def auto_nodes(pytester: pytest.Pytester, nvml) -> str:
+    """Two `gpus: auto` nodes: 'gpu' has two (emulated) GPUs, 'cpu' has none (its python
+    sees neither the NVML emulator nor emulated CUDA)."""
+    nvml(devices=[{"uuid": "GPU-a"}, {"uuid": "GPU-b"}])
+    cpu = script(pytester.path / "python-cpu", "unset BURNIN_NVML_SCENARIO BURNIN_EMULATE_CUDA\n"
+                 f"exec {sys.executable} \"$@\"\n")
+    return inventory(pytester, AUTO.replace("{cpu}", cpu))
+
+
+def health_runs(reports) -> list[str]:
+    return [json.loads(ln)["node"] for ln in (reports / "latest" / "results.jsonl").open()
+            if json.loads(ln)["check"] == "health"]
+
+
+@pytest.mark.parametrize("xdist", [(), ("-n", "2")], ids=["serial", "xdist"])
+def test_auto_nodes_learn_their_gpus_before_gpu_only_checks_are_collected(pytester, nvml,
+                                                                          xdist):
+    inv = auto_nodes(pytester, nvml)
+    result, reports = run_suite(pytester, inv, "-k", "health or pcie or memory", *xdist)
+    result.assert_outcomes(passed=5, deselected=None)
+    passed = ("passed", "")
+    assert junit_cases(reports) == {"cpu": {"health": passed, "memory": passed},
+                                    "gpu": {"health": passed, "pcie": passed,
+                                            "memory": passed}}
+    assert sorted(health_runs(reports)) == ["cpu", "gpu"], "health runs once per node"
+    root = ET.parse(reports / "latest" / "junit.xml").getroot()
+    props = {s.get("name"): {p.get("name"): p.get("value") for p in s.iter("property")}
+             for s in root.iter("testsuite")}
+    assert props["cpu"]["gpus"] == "0" and "pcie" not in props["cpu"]["applicable_checks"]
+    assert props["gpu"]["gpus"] == "2" and "pcie" in props["gpu"]["applicable_checks"]
+
+
+def test_auto_nodes_are_probed_at_collection_only_for_a_gpu_only_check(pytester, nvml):
+    inv = auto_nodes(pytester, nvml)
+    result, reports = run_suite(pytester, inv, "--collect-only", "-k", "memory")
+    assert result.ret == 0
+    assert not (reports / "latest" / "results.jsonl").exists(), "no probe may run for it"
+    result, reports = run_suite(pytester, inv, "--collect-only", "-k", "pcie")
+    result.stdout.fnmatch_lines(["*test_pcie*gpu*"])
+    assert "test_pcie[cpu]" not in result.stdout.str()
+    assert sorted(health_runs(reports)) == ["cpu", "gpu"]

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import yaml
-from suiterun import CHECKS, junit_cases, run_suite, script
+from suiterun import CHECKS, TINY_MEMORY, junit_cases, run_suite, script
 
 from burnin.ledger import Ledger
 
-TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2},
+TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2}, "memory": TINY_MEMORY,
         # The hosts share this machine's cores: peers are not independent here.
         "burn": {"duration_s": 1, "n": 128, "sample_s": 0.25, "peer_fraction": 0},
         "storage": {"size_gb": 0.02, "streams": 2, "stream_fraction": 0},
@@ -36,7 +36,7 @@ def test_the_whole_suite_through_srun(pytester, make_slurm):
     cluster = make_slurm(4)
     inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=TINY)
     result, reports = run_suite(pytester, inv)
-    result.assert_outcomes(passed=24)
+    result.assert_outcomes(passed=28)
     passed = ("passed", "")
     assert junit_cases(reports) == {h.name: dict.fromkeys(CHECKS, passed)
                                     for h in cluster.hosts.hosts}

@@ -8,14 +8,24 @@ to which nodes it applies, and for a group check how it executes. Settings here 
 
 from __future__ import annotations
 
-from burnin.checks import allreduce, allreduce_internode, burn, health, sdc, storage
+from burnin.checks import (
+    allreduce,
+    allreduce_internode,
+    burn,
+    health,
+    memory,
+    pcie,
+    sdc,
+    storage,
+)
 from burnin.checks.base import DEFAULT_PROFILE, PROFILES, Check, Figure, Fleet, Judging, Setting
 
 # Table order is run order: single-node checks first; group checks take only nodes that
-# passed them.
+# passed them. After health, the short hardware checks (as DCGM's diagnostic orders
+# them: PCIe, then memory), before the long burn.
 CHECKS: dict[str, Check] = {c.name: c for c in (
-    health.CHECK, sdc.CHECK, burn.CHECK, storage.CHECK, allreduce.CHECK,
-    allreduce_internode.CHECK,
+    health.CHECK, pcie.CHECK, memory.CHECK, sdc.CHECK, burn.CHECK, storage.CHECK,
+    allreduce.CHECK, allreduce_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
 SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)

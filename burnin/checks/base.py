@@ -78,6 +78,12 @@ def count_problem(devices: list, j: Judging) -> list[str]:
             "inventory's count, or what the node's health facts showed)"]
 
 
+def device_name(dev: dict) -> str:
+    """How a failure message names a device: its index, with its model and UUID."""
+    about = ", ".join(str(x) for x in (dev.get("name"), dev.get("uuid")) if x)
+    return f"{dev.get('device')} ({about})" if about else str(dev.get("device"))
+
+
 def implausible(tflops, model: GpuModel | None) -> str:
     """Why a TFLOPS figure cannot be real (beyond the model's datasheet peak), or ''."""
     if model is None or model.peak_tflops is None or not isinstance(tflops, (int, float)):

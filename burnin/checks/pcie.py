@@ -1,0 +1,197 @@
+"""The pcie check's judge: every GPU can be fed from the host. Host-to-device and
+device-to-host GB/s per GPU against the model's floor, the same model's fleet median
+(each node one vote) and the node's own GPUs; all GPUs at once against the node's own
+GPUs (a GPU that falls behind only when its neighbours copy shares a switch or sits on
+the wrong NUMA node) and the node's aggregate against a floor and the fleet's nodes of
+the same model and GPU count. Each message gives the link's width and generation."""
+
+from __future__ import annotations
+
+import statistics
+
+from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, timeout
+from burnin.checks.base import device_name as where
+from burnin.nodes import Node
+from burnin.probe import ProbeOutcome
+from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
+from burnin.verdict import Verdict
+
+DIRECTIONS = {"h2d": "host-to-device", "d2h": "device-to-host"}
+
+
+def _rates(devices: list[dict], direction: str, concurrent: bool = False) -> list[float]:
+    out = []
+    for d in devices:
+        m = (d.get("concurrent") or {}).get(direction) if concurrent else d.get(direction)
+        if m and "error" not in d:
+            out.append(m["gbps"])
+    return out
+
+
+def fleet_summary(fleet: Fleet) -> dict:
+    """Once per run: per GPU model, the median over nodes of each node's median GB/s per
+    direction; per (model, GPU count), the median all-at-once aggregate. Each node one
+    vote, and only nodes that reported every GPU they have."""
+    per_model: dict[str, dict[str, list[float]]] = {}
+    per_node_kind: dict[tuple, dict[str, list[float]]] = {}
+    for _, o in fleet.voters():
+        devices = [d for d in o.data["devices"] if "error" not in d]
+        models = {d.get("name") for d in devices}
+        for model in models:
+            mine = [d for d in devices if d.get("name") == model]
+            for direction in DIRECTIONS:
+                rates = _rates(mine, direction)
+                if rates:
+                    per_model.setdefault(model, {}).setdefault(direction, []).append(
+                        statistics.median(rates))
+        if len(models) == 1:
+            kind = (models.pop(), len(devices))
+            for direction in DIRECTIONS:
+                agg = (o.data["figures"].get("aggregate") or {}).get(direction)
+                if agg:
+                    per_node_kind.setdefault(kind, {}).setdefault(direction, []).append(
+                        agg["gbps"])
+    return {"gpu": {m: {k: (statistics.median(v), len(v)) for k, v in d.items()}
+                    for m, d in per_model.items()},
+            "aggregate": {k: {x: (statistics.median(v), len(v)) for x, v in d.items()}
+                          for k, d in per_node_kind.items()}}
+
+
+def link(dev: dict) -> str:
+    """'link x8 Gen4 (max x16 Gen5)', as NVML reported it under load, or ''."""
+    ln = dev.get("link") or {}
+    if ln.get("width") is None and ln.get("gen") is None:
+        return ""
+    now = f"x{ln.get('width', '?')} Gen{ln.get('gen', '?')}"
+    top = f"x{ln.get('max_width', '?')} Gen{ln.get('max_gen', '?')}"
+    return f" (link {now}" + (f", max {top})" if top != now else ")")
+
+
+def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
+    if not outcome.ok:
+        return Verdict(node.name, "pcie", (outcome.reason,))
+    data, settings = outcome.data, j.settings
+    failures = [f"probe error: {e}" for e in data["errors"]]
+    failures += count_problem(data["devices"], j)
+    if not data["devices"] and not failures:
+        failures.append("no GPU was measured")
+    devices = [d for d in data["devices"] if "error" not in d]
+    floor = settings.get("min_gbps") or (j.model.pcie_gbps if j.model else None)
+    fraction = settings.get("peer_fraction", 0.8)
+    summary = j.fleet or {"gpu": {}, "aggregate": {}}
+    for direction, words in DIRECTIONS.items():
+        node_median = _median(_rates(devices, direction))
+        together = _median(_rates(devices, direction, concurrent=True))
+        for dev in devices:
+            m = dev.get(direction)
+            if not m:
+                failures.append(f"{where(dev)}: no {words} figure")
+                continue
+            rate, at = m["gbps"], f"{where(dev)}: {words} {m['gbps']:.3f} GB/s"
+            fleet, nodes = summary["gpu"].get(dev.get("name"), {}).get(direction, (None, 0))
+            if floor is not None and rate < floor:
+                failures.append(f"{at}, below the floor of {floor:g} GB/s{link(dev)}")
+            elif fraction and nodes >= 2 and rate < fraction * fleet:
+                failures.append(f"{at}, below {fraction:g} x {fleet:.3f} GB/s, the median of "
+                                f"the run's {nodes} nodes with this model{link(dev)}")
+            elif fraction and len(devices) >= 2 and rate < fraction * node_median:
+                failures.append(f"{at}, below {fraction:g} x {node_median:.3f} GB/s, the "
+                                f"median of the node's {len(devices)} GPUs{link(dev)}")
+            c = (dev.get("concurrent") or {}).get(direction)
+            if c and fraction and len(devices) >= 2 and c["gbps"] < fraction * together:
+                failures.append(f"{where(dev)}: {words} {c['gbps']:.3f} GB/s with all GPUs "
+                                f"copying at once, below {fraction:g} x {together:.3f} GB/s, "
+                                f"the node's median GPU then{link(dev)}")
+        failures += _aggregate_rules(data, direction, devices, settings, summary, fraction)
+    return Verdict(node.name, "pcie", tuple(failures))
+
+
+def _aggregate_rules(data: dict, direction: str, devices: list[dict], settings: dict,
+                     summary: dict, fraction: float) -> list[str]:
+    agg = (data["figures"].get("aggregate") or {}).get(direction)
+    if not agg:
+        return []
+    words = DIRECTIONS[direction]
+    at = f"all {agg['gpus']} GPUs at once: {words} {agg['gbps']:.3f} GB/s in aggregate"
+    floor = settings.get("min_aggregate_gbps")
+    if floor is not None and agg["gbps"] < floor:
+        return [f"{at}, below the floor of {floor:g} GB/s"]
+    models = {d.get("name") for d in devices}
+    if len(models) == 1:
+        key = (models.pop(), len(devices))
+        fleet, nodes = summary["aggregate"].get(key, {}).get(direction, (None, 0))
+        if fraction and nodes >= 2 and agg["gbps"] < fraction * fleet:
+            return [f"{at}, below {fraction:g} x {fleet:.3f} GB/s, the median of the run's "
+                    f"{nodes} nodes with {key[1]} GPUs of this model"]
+    return []
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def figures(record: dict) -> list[Figure]:
+    out = []
+    for dev in record["data"]["devices"]:
+        uuid = (("UUID", dev["uuid"]),) if dev.get("uuid") else ()
+        labels = (("device", str(dev.get("device"))), *uuid)
+        for direction in DIRECTIONS:
+            for mode, m in (("single", dev.get(direction)),
+                            ("concurrent", (dev.get("concurrent") or {}).get(direction))):
+                if m:
+                    out.append(Figure("pcie_bytes_per_second",
+                                      (*labels, ("direction", direction), ("mode", mode)),
+                                      m["gbps"] * 1e9, "Host-GPU copy bytes per second, one "
+                                      "GPU at a time (single) or all at once (concurrent)"))
+        for what in ("width", "gen"):
+            value = (dev.get("link") or {}).get(what)
+            if value is not None:
+                name = "pcie_link_width" if what == "width" else "pcie_link_generation"
+                out.append(Figure(name, labels, value,
+                                  f"PCIe link {what} under load, as NVML reports it"))
+    for direction, agg in (record["data"]["figures"].get("aggregate") or {}).items():
+        if agg:
+            out.append(Figure("pcie_aggregate_bytes_per_second", (("direction", direction),),
+                              agg["gbps"] * 1e9, "All GPUs copying at once: node total"))
+    return out
+
+
+def evidence(record: dict) -> dict[str, object]:
+    return {"pcie.json": {
+        "aggregate": record["data"]["figures"].get("aggregate"),
+        "devices": {str(d.get("device")): {k: d.get(k) for k in (
+            "uuid", "pci_bus_id", "link", "h2d", "d2h", "concurrent", "pinned", "error")}
+            for d in record["data"]["devices"]}}}
+
+
+RATE = Obj(required=("gbps",), bytes=COUNT, copies=COUNT, seconds=Num(0),
+           gbps=Num(0, 1e4), null=True)
+LINK = Obj(gen=Int(0, 64, null=True), width=Int(0, 64, null=True),
+           max_gen=Int(0, 64, null=True), max_width=Int(0, 64, null=True), null=True)
+DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
+             pci_bus_id=Str(64, null=True), error=Str(4096), h2d=RATE, d2h=RATE,
+             concurrent=Obj(h2d=RATE, d2h=RATE), link=LINK, pinned=Bool(), block_bytes=COUNT,
+             rounds=Obj(values=List(Num(0, 1e4), max=1000)))
+AGGREGATE = Obj(required=("gbps", "gpus"), bytes=COUNT, seconds=Num(0),
+                gbps=Num(0, 1e5), gpus=Int(1, 1024), null=True)
+SCHEMA = document(DEVICE, Obj(aggregate=Obj(h2d=AGGREGATE, d2h=AGGREGATE, null=True),
+                              gpus=COUNT, applies=Bool()))
+
+CHECK = Check(
+    name="pcie", doc="every GPU can be fed from the host", judge=judge, schema=SCHEMA,
+    summarize=fleet_summary, figures=figures, evidence=evidence, gpu_only=True, settings={
+        "timeout_s": timeout(300, 600, 900),
+        "block_mb": Setting("int", 256, "bytes per copy, pinned on the host"),
+        "seconds": Setting("positive", {"quick": 1, "standard": 2, "extended": 5},
+                           "per GPU and direction alone (split over rounds), and per "
+                           "direction all at once"),
+        "rounds": Setting("int", 3, "turns of one-GPU-at-a-time copies; the best counts"),
+        "min_copies": Setting("int", 3, "copies timed per figure at the least"),
+        "min_gbps": Setting("positive", None,
+                            "per GPU and direction; default: the gpu_model's pcie_gbps"),
+        "min_aggregate_gbps": Setting("positive", None,
+                                      "floor of the node's all-GPUs-at-once total"),
+        "peer_fraction": Setting("fraction", 0.8,
+                                 "fail below this share of the fleet's or the node's median; "
+                                 "0 turns the rule off"),
+    })

@@ -1,0 +1,217 @@
+"""The pcie check: one GPU of an emulated multi-GPU node made slow below the probe (its
+worker process stopped and continued) fails alone, named by index and UUID; the judge's
+rules against recorded figures (floor, fleet median, all at once, aggregate)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import textwrap
+import threading
+import time
+
+from suiterun import junit_cases, run_suite
+
+from burnin.checks import Fleet, Judging, resolve_settings
+from burnin.checks.pcie import figures, fleet_summary
+from burnin.checks.pcie import judge as pcie_judge
+from burnin.inventory import Node
+from burnin.probe import ProbeOutcome
+from burnin.reference import GPU_MODELS
+
+H100 = "NVIDIA H100 80GB HBM3"
+SETTINGS = resolve_settings("pcie", "quick", {})
+
+
+def ancestors(pid: int) -> set[int]:
+    out = set()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        out.add(pid)
+    return out
+
+
+def find_worker(index: int, stop: threading.Event) -> int | None:
+    """The pid of this test's pcie worker for GPU `index` (a descendant of this process:
+    other runs on the machine are left alone)."""
+    want = ["--worker", str(index)]
+    while not stop.is_set():
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if any(a.endswith("pcie.py") for a in argv) and argv[-3:-1] == want \
+                    and os.getpid() in ancestors(int(entry)):
+                return int(entry)
+        time.sleep(0.05)
+    return None
+
+
+def waiting_for_commands(pid: int) -> bool:
+    """The worker has loaded torch, set up its buffers and waits on its stdin pipe."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            loaded = "libtorch" in f.read()
+        with open(f"/proc/{pid}/wchan") as f:
+            return loaded and "pipe" in f.read()
+    except OSError:
+        return False
+
+
+def throttle_worker(index: int, stop: threading.Event, throttled: threading.Event) -> None:
+    """Slow one GPU's worker for real, below the probe, once it is ready (its start-up is
+    not what is measured): stopped 1.5 s at a time, 50 ms running in between. Stops longer
+    than a measurement make it slow in every round whatever else the machine runs: a
+    short duty cycle is not enough on a loaded machine, where the scheduler favours a
+    task that was stopped and it catches up in its running slices."""
+    pid = find_worker(index, stop)
+    while pid and not stop.is_set() and not waiting_for_commands(pid):
+        time.sleep(0.01)
+    try:
+        while pid and not stop.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            throttled.set()
+            time.sleep(1.5)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(0.05)
+    except ProcessLookupError:
+        return
+    finally:
+        try:
+            if pid:
+                os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_gpu_slowed_below_the_probe_fails_alone_by_index_and_uuid(pytester, nvml):
+    uuids = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(4)]
+    nvml(devices=[{"uuid": u, "pcie": {"gen": 5, "max_gen": 5, "width": 16 if i != 2 else 8,
+                                       "max_width": 16}} for i, u in enumerate(uuids)])
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(textwrap.dedent("""\
+        version: 1
+        defaults: {transport: local, gpus: 4}
+        checks:
+          pcie: {seconds: 1, block_mb: 8, peer_fraction: 0.5}
+        nodes:
+          - name: g1
+        """))
+    stop, throttled = threading.Event(), threading.Event()
+    slower = threading.Thread(target=throttle_worker, args=(2, stop, throttled), daemon=True)
+    slower.start()
+    try:
+        result, reports = run_suite(pytester, inv, "-k", "pcie")
+    finally:
+        stop.set()
+        slower.join()
+    assert throttled.is_set(), "the throttle never found GPU 2's worker"
+    (record,) = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()]
+    rates = {d["device"]: d["h2d"]["gbps"] for d in record["data"]["devices"]}
+    assert min(rates, key=rates.get) == "cuda:2", f"the throttle did not bite: {rates}"
+    outcome, message = junit_cases(reports)["g1"]["pcie"]
+    assert outcome == "failure", message
+    lines = message.split("; ")
+    assert all(ln.startswith(f"cuda:2 ({H100}, {uuids[2]}): ") for ln in lines), lines
+    assert any("host-to-device" in ln and "the median of the node's 4 GPUs" in ln
+               for ln in lines), lines
+    assert "GB/s" in message and "(link x8 Gen5, max x16 Gen5)" in message
+
+
+def device(index: int, h2d: float, d2h: float | None = None, conc: float | None = None,
+           width: int = 16, gen: int = 5) -> dict:
+    d2h = h2d if d2h is None else d2h
+    conc = h2d / 2 if conc is None else conc
+    rate = {"bytes": 1 << 30, "copies": 4, "seconds": 1.0}
+    return {"device": f"cuda:{index}", "name": H100, "uuid": f"GPU-{index}",
+            "h2d": {**rate, "gbps": h2d}, "d2h": {**rate, "gbps": d2h},
+            "concurrent": {"h2d": {**rate, "gbps": conc}, "d2h": {**rate, "gbps": conc}},
+            "link": {"gen": gen, "width": width, "max_gen": 5, "max_width": 16}}
+
+
+def outcome(name: str, *devices: dict, aggregate: float | None = None) -> ProbeOutcome:
+    agg = sum(d["concurrent"]["h2d"]["gbps"] for d in devices) if aggregate is None \
+        else aggregate
+    figs = {"aggregate": {k: {"gbps": agg, "gpus": len(devices), "bytes": 1, "seconds": 1.0}
+                          for k in ("h2d", "d2h")}, "gpus": len(devices)}
+    return ProbeOutcome(name, "pcie", True, data={"probe": "pcie", "schema": 1, "node": {},
+                                                  "devices": list(devices), "figures": figs,
+                                                  "errors": []})
+
+
+def verdicts(fleet: dict[str, ProbeOutcome], model: str | None = None, **settings) -> dict:
+    devices = {n: len(o.data["devices"]) for n, o in fleet.items()}
+    summary = fleet_summary(Fleet(fleet, devices))
+    m = GPU_MODELS.get(model or "")
+    return {n: pcie_judge(Node(name=n, address=n, gpus=devices[n]), o,
+                          Judging({**SETTINGS, **settings}, summary, m, devices[n],
+                                  devices[n]))
+            for n, o in fleet.items()}
+
+
+def test_below_the_models_floor_with_the_link_beside_it():
+    v = verdicts({"g1": outcome("g1", device(0, 52.0), device(1, 22.0, 50.0, 26.0, 8, 4))},
+                 "H100-SXM5-80GB")["g1"]
+    assert v.failures == (f"cuda:1 ({H100}, GPU-1): host-to-device 22.000 GB/s, below the floor "
+                          "of 40 GB/s (link x8 Gen4, max x16 Gen5)",)
+
+
+def test_fleet_median_counts_each_node_once():
+    fleet = {f"g{i}": outcome(f"g{i}", device(0, 50.0 + i)) for i in range(3)}
+    fleet["many"] = outcome("many", *(device(i, 20.0) for i in range(8)))
+    v = verdicts(fleet)
+    assert [n for n, x in v.items() if not x.passed] == ["many"]
+    assert "below 0.8 x 50.500 GB/s, the median of the run's 4 nodes with this model" in \
+        v["many"].failures[0]
+
+
+def test_a_gpu_that_falls_behind_only_when_all_copy_at_once():
+    devs = [device(i, 52.0, conc=26.0) for i in range(3)] + [device(3, 52.0, conc=9.0)]
+    v = verdicts({"g1": outcome("g1", *devs)})["g1"]
+    assert len(v.failures) == 2  # both directions
+    assert v.failures[0] == (f"cuda:3 ({H100}, GPU-3): host-to-device 9.000 GB/s with all GPUs "
+                       "copying at once, below 0.8 x 26.000 GB/s, the node's median GPU then "
+                       "(link x16 Gen5)")
+
+
+def test_the_aggregate_against_its_floor_and_the_fleet():
+    fleet = {f"g{i}": outcome(f"g{i}", device(0, 50.0), device(1, 50.0), aggregate=90.0)
+             for i in range(3)}
+    fleet["numa"] = outcome("numa", device(0, 50.0), device(1, 50.0), aggregate=45.0)
+    v = verdicts(fleet)
+    assert [n for n, x in v.items() if not x.passed] == ["numa"]
+    assert v["numa"].failures[0] == (
+        "all 2 GPUs at once: host-to-device 45.000 GB/s in aggregate, below 0.8 x 90.000 "
+        "GB/s, the median of the run's 4 nodes with 2 GPUs of this model")
+    floor = verdicts({"g0": fleet["g0"]}, min_aggregate_gbps=100)["g0"]
+    assert "below the floor of 100 GB/s" in floor.failures[0]
+
+
+def test_no_gpu_measured_fails_with_the_probes_reason():
+    o = ProbeOutcome("c1", "pcie", True, data={
+        "probe": "pcie", "schema": 1, "node": {}, "devices": [], "figures": {"applies": False},
+        "errors": ["no GPU on this node: there is no host-to-GPU path to measure"]})
+    v = pcie_judge(Node(name="c1", address="c1"), o, Judging(SETTINGS))
+    assert v.failures == ("probe error: no GPU on this node: there is no host-to-GPU path to "
+                          "measure",)
+
+
+def test_figures_carry_device_uuid_direction_and_mode():
+    figs = figures({"data": outcome("g1", device(0, 50.0)).data})
+    names = {(f.metric, dict(f.labels).get("direction"), dict(f.labels).get("mode")): f.value
+             for f in figs}
+    assert names[("pcie_bytes_per_second", "h2d", "single")] == 50e9
+    assert names[("pcie_bytes_per_second", "d2h", "concurrent")] == 25e9
+    assert names[("pcie_aggregate_bytes_per_second", "h2d", None)] == 25e9
+    assert names[("pcie_link_width", None, None)] == 16
+    assert all(dict(f.labels).get("UUID") == "GPU-0" for f in figs
+               if f.metric != "pcie_aggregate_bytes_per_second")
