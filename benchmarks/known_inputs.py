@@ -58,6 +58,11 @@ def measure(code: str, *args) -> tuple[float, float]:
     return float(seconds), float(mib)
 
 
+def sig(seconds: float) -> float:
+    """Three significant digits: a small n takes milliseconds, which one decimal rounds to 0."""
+    return float(f"{seconds:.3g}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--n", type=int, default=8192)
@@ -66,15 +71,15 @@ def main() -> None:
     now_s, now_mib = measure(NOW, args.n, args.devices)
     one_s, one_mib = measure(BEFORE, args.n)
     result = {"n": args.n, "devices": args.devices,
-              "now": {"seconds": round(now_s, 1), "peak_mib": round(now_mib)},
-              "before_one_device": {"seconds": round(one_s, 1), "peak_mib": round(one_mib)},
+              "now": {"seconds": sig(now_s), "peak_mib": round(now_mib)},
+              "before_one_device": {"seconds": sig(one_s), "peak_mib": round(one_mib)},
               # Before, every device built its own at once: memory added up per device,
               # and the CPU time too (on the node's cores, shared by the eight builds).
-              "before_node": {"cpu_seconds": round(one_s * args.devices, 1),
+              "before_node": {"cpu_seconds": sig(one_s * args.devices),
                               "peak_mib": round(one_mib * args.devices)}}
     print(json.dumps(result))
-    print(f"known-answer set-up, n={args.n}, {args.devices} devices: now {now_s:.1f} s and "
-          f"{now_mib:.0f} MiB peak; before {one_s:.1f} s and {one_mib:.0f} MiB per device, "
+    print(f"known-answer set-up, n={args.n}, {args.devices} devices: now {now_s:.3g} s and "
+          f"{now_mib:.0f} MiB peak; before {one_s:.3g} s and {one_mib:.0f} MiB per device, "
           f"{args.devices} at once: ratio memory {now_mib / (one_mib * args.devices):.2f}, "
           f"CPU time {now_s / (one_s * args.devices):.2f}")
 
