@@ -56,7 +56,7 @@ def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_
     nodes = {
         # h1, h2: healthy
         "h3": {},  # sshd stopped: connection refused
-        "h4": {},  # link down: no answer within connect_timeout_s
+        "h4": {"ssh": {"connect_timeout_s": 3}},  # link down: no answer within it
         "h5": {},  # host key changed: known_hosts holds another key
         "h6": {},  # host key unknown: not in known_hosts
         "h7": {"ssh": {"identity_file": str(wrong_key)}},  # authentication refused
@@ -70,8 +70,7 @@ def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_
         "h11": {"python": script(tmp_path / "slow.sh",
                                  f"touch {started}; sleep 30; exec {sys.executable} \"$@\"\n")},
     }
-    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes,
-                                ssh={"connect_timeout_s": 3})
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes)
     hosts.stop_sshd(h["h3"])
     hosts.link_down(h["h4"])
     h["h5"].host_key_line = h["h5"].host_key_line.rsplit(" ", 1)[0] + " " + \

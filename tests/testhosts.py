@@ -230,7 +230,11 @@ class TestHosts:
         base = {"transport": "ssh", "python": sys.executable, "gpus": 0,
                 "workdir": str(self.workdir / "remote"),
                 "ssh": {"user": "root", "identity_file": str(self.client_key),
-                        "known_hosts": str(self.known_hosts), "connect_timeout_s": 5}}
+                        "known_hosts": str(self.known_hosts),
+                        # A loaded machine can take seconds to answer a healthy host's
+                        # handshake: a test that needs "no answer" sets a short time-out on
+                        # the unreachable node alone.
+                        "connect_timeout_s": 30}}
         for key, value in defaults.items():
             if isinstance(value, dict) and isinstance(base.get(key), dict):
                 base[key] = {**base[key], **value}
