@@ -4,10 +4,16 @@ fails is reported and never loses the ledger entry."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 
-REASON_PREFIX = "burnin:"
+REASON_PREFIX = "burnin:"  # burnin recognises its own drains by it: never change it
+# Slurm keeps longer reasons, but sinfo's columns and people's terminals do not.
+REASON_MAX = 200
+# Everything but letters, digits, space and . _ : , ; / + - % @ ( ) # = <: no quote, $,
+# backquote, backslash or ! (trouble inside a shell's quotes), no newline or control.
+_SLURM_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,;/+\-%@()#=<]")
 TIMEOUT_S = 60
 
 
@@ -31,14 +37,36 @@ def _run(argv: list[str]) -> tuple[bool, str]:
     return res.returncode == 0, (text[-1] if text else f"exit status {res.returncode}")
 
 
-def slurm_drain(node: str, checks: list[str]) -> ActionResult:
-    """Drain the node with burnin's reason, unless someone else already drained it: their
-    drain and reason stay, and burnin will never resume it."""
+def drain_reason(checks: list[str], reasons: list[str]) -> str:
+    """The Slurm reason operators read in `sinfo -R`: burnin's prefix and the failed checks
+    first, then each check's first failure (the device and the figure against its bound):
+    `burnin: failed burn,sdc; burn: cuda:1 (...): 412.3 TFLOPS, below the floor of 600
+    TFLOPS (+1 more); sdc: ...`. One line of at most REASON_MAX characters, with nothing
+    scontrol, or a shell where someone pastes it quoted, chokes on. `reasons` are "check:
+    message" lines as the ledger has them (a message holds its failures joined by '; '),
+    or free text (a reason given by hand)."""
+    parts = [f"{REASON_PREFIX} failed {','.join(checks)}" if checks else REASON_PREFIX]
+    for reason in reasons:
+        check, _, message = reason.partition(": ")
+        if check not in checks:
+            check, message = "", reason
+        first, *more = [m for m in message.split("; ") if m.strip()] or [""]
+        parts.append((f"{check}: " if check and len(checks) > 1 else "") + first
+                     + (f" (+{len(more)} more)" if more else ""))
+    text = parts[0] + (" " if not checks else "; ") + "; ".join(parts[1:]) \
+        if len(parts) > 1 else parts[0]
+    text = " ".join(_SLURM_UNSAFE.sub(" ", text).split())
+    return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3].rstrip() + "..."
+
+
+def slurm_drain(node: str, checks: list[str], reasons: list[str] = ()) -> ActionResult:
+    """Drain the node with burnin's reason (drain_reason), unless someone else already
+    drained it: their drain and reason stay, and burnin will never resume it."""
     current = slurm_reason(node)
     if current and not current.startswith(REASON_PREFIX):
         return ActionResult("slurm", node, True,
                             f"already drained by someone else ({current!r}); left as it is")
-    reason = f"{REASON_PREFIX} failed {','.join(checks)}"
+    reason = drain_reason(list(checks), list(reasons))
     ok, msg = _run(["scontrol", "update", f"nodename={node}", "state=drain",
                     f"reason={reason}"])
     return ActionResult("slurm", node, ok, f"drained: {reason}" if ok else msg, drained=ok)

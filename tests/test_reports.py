@@ -120,9 +120,11 @@ def test_report_renders_again_from_a_run_directory_and_compare_shows_moves(tmp_p
     assert res.returncode == 0, res.stderr
     assert "<h1>burnin run a, cluster rack9</h1>" in (a / "summary.html").read_text()
     res = cli("compare", str(a), str(b))
-    assert res.returncode == 0, res.stderr
-    assert "g0002 device_tflops{check=burn,device=cuda:0}: 702 -> 420 (-40.2%)" in res.stdout
-    assert "1 figure(s) moved by more than 10%" in res.stdout
+    assert res.returncode == 1, "a figure regressed: " + res.stderr
+    assert ("g0002 device_tflops{check=burn,device=cuda:0}: 702 -> 420 (-40.2%)  REGRESSED"
+            in res.stdout)
+    assert "1 figure(s) moved by more than 10%, 1 of them the wrong way" in res.stdout
+    assert cli("compare", str(a), str(a)).returncode == 0
     assert cli("report", str(tmp_path / "nope")).returncode == 2
 
 
