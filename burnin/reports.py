@@ -100,9 +100,10 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
 
 def publish(run_dir: Path, cluster: str, run_id: str,
             verdicts: dict[str, dict[str, tuple[str, str]]],
-            floors: dict | None = None) -> list[str]:
+            floors: dict | None = None, quarantined: dict[str, bool] | None = None) -> list[str]:
     """summary.html, metrics.prom and an evidence folder per failed node, from the run's
-    verdicts and its results.jsonl. Each is made on its own: one that fails (a node's
+    verdicts and its results.jsonl (and `quarantined`, {node: in the ledger at the end of
+    the run}, for metrics.prom). Each is made on its own: one that fails (a node's
     record of an unexpected shape, a full disk) is named in the returned problems and the
     others are still made; nothing here can stop a run or its junit.xml."""
     from burnin import evidence, html, metrics
@@ -137,7 +138,7 @@ def publish(run_dir: Path, cluster: str, run_id: str,
             run_dir / "summary.html", html_fallback(cluster, run_id, verdicts, problems)))
     attempt("metrics.prom", lambda: metrics.write(
         run_dir / "metrics.prom", metrics.render(cluster, run_id, time.time(), verdicts,
-                                                 records)))
+                                                 records, quarantined)))
     return problems
 
 

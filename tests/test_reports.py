@@ -95,10 +95,11 @@ def test_summary_metrics_and_evidence_for_a_failing_node(tmp_path):
     passed = {(s.labels["node"], s.labels["check"]): s.value
               for s in families["burnin_check_passed"].samples}
     assert passed[("g0003", "burn")] == 0 and passed[("g0001", "burn")] == 1
-    tflops = {s.labels["node"]: s.value for s in families["burnin_device_tflops"].samples}
-    assert tflops["g0003"] == 420.0
-    assert {s.labels["scope"] for s in families["burnin_allreduce_busbw_gbps"].samples} == {
-        "intra"}
+    flops = {s.labels["node"]: s.value
+             for s in families["burnin_device_flops_per_second"].samples}
+    assert flops["g0003"] == 420e12
+    assert {s.labels["scope"] for s in families[
+        "burnin_allreduce_busbw_bytes_per_second"].samples} == {"intra"}
     assert families["burnin_gpu_temperature_max_celsius"].samples[0].value == 75
 
 
