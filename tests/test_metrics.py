@@ -1,5 +1,6 @@
 """metrics.prom in Prometheus conventions, checked by Prometheus' own tools: promtool's
-linter and a real node_exporter's textfile collector serving it."""
+linter, a real node_exporter's textfile collector serving it, and README's alert rules
+under promtool's rule checker and rule tests."""
 
 from __future__ import annotations
 
@@ -169,3 +170,67 @@ def test_node_exporter_textfile_collector_serves_the_series(tmp_path):
     assert flops[("g2", "burn")].value == 420e12
     assert {s.labels["node"]: s.value for s in fams["burnin_node_quarantined"]}["g2"] == 1
     assert fams["burnin_run_info"][0].labels["run_id"] == "run-7"
+
+
+def readme_yaml(marker: str) -> str:
+    """The README's ```yaml block that contains `marker`."""
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(),
+                                    re.S) if marker in b]
+    assert len(blocks) == 1, f"expected one yaml block with {marker!r} in README.md"
+    return blocks[0]
+
+
+RULE_TESTS = """\
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'burnin_node_quarantined{cluster="rack42",node="gpu017"}'
+        values: '1x3000'
+      - series: 'burnin_node_quarantined{cluster="rack42",node="gpu018"}'
+        values: '0x3000'
+      - series: 'burnin_last_run_timestamp_seconds{cluster="rack42"}'
+        values: '0x3000'
+      - series: 'burnin_last_run_timestamp_seconds{cluster="rack43"}'
+        values: '0+60x3000'
+      - series: 'burnin_gpu_temperature_max_celsius{node="gpu017",UUID="GPU-1"}'
+        values: '80x30'
+      - series: 'DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-1",Hostname="gpu017"}'
+        values: '35x30'
+    alert_rule_test:
+      - eval_time: 3h
+        alertname: BurninNodeQuarantined
+        exp_alerts:
+          - exp_labels: {severity: warning, cluster: rack42, node: gpu017}
+            exp_annotations:
+              summary: "gpu017 (rack42) is in burnin's quarantine"
+              description: "burnin quarantine show gpu017 says why"
+      - eval_time: 47h
+        alertname: BurninRunsStale
+        exp_alerts: []
+      - eval_time: 50h
+        alertname: BurninRunsStale
+        exp_alerts:
+          - exp_labels: {severity: warning, cluster: rack42}
+            exp_annotations:
+              summary: "no burnin run on rack42 for more than two days"
+    promql_expr_test:
+      - expr: burnin:gpu_burn_over_now:celsius
+        eval_time: 10m
+        exp_samples:
+          - labels: 'burnin:gpu_burn_over_now:celsius{node="gpu017",UUID="GPU-1"}'
+            value: 45
+"""
+
+
+def test_readme_alert_rules_pass_promtool(tmp_path):
+    promtool = need("promtool", "prometheus")
+    (tmp_path / "rules.yml").write_text(readme_yaml("alert: BurninNodeQuarantined"))
+    res = subprocess.run([promtool, "check", "rules", "rules.yml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (tmp_path / "tests.yml").write_text(RULE_TESTS)
+    res = subprocess.run([promtool, "test", "rules", "tests.yml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
