@@ -4,10 +4,17 @@ fails is reported and never loses the ledger entry."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from dataclasses import dataclass
 
-REASON_PREFIX = "burnin:"
+REASON_PREFIX = "burnin:"  # burnin recognises its own drains by it: never change it
+# Slurm keeps longer reasons, but sinfo's columns and people's terminals do not.
+REASON_MAX = 200
+# Everything but letters, digits, space and . _ : , ; / + - % @ ( ) # =: no quote, $,
+# backquote, backslash or ! (trouble inside a shell's quotes), no <, >, &, |, newline or
+# control character.
+_SLURM_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,;/+\-%@()#=]")
 TIMEOUT_S = 60
 
 
@@ -31,14 +38,50 @@ def _run(argv: list[str]) -> tuple[bool, str]:
     return res.returncode == 0, (text[-1] if text else f"exit status {res.returncode}")
 
 
-def slurm_drain(node: str, checks: list[str]) -> ActionResult:
-    """Drain the node with burnin's reason, unless someone else already drained it: their
-    drain and reason stay, and burnin will never resume it."""
+def drain_reason(checks: list[str], reasons: list[str]) -> str:
+    """The Slurm reason operators read in `sinfo -R`: burnin's prefix and the failed checks
+    first, then each check's failure message (the device and the figure against its
+    bound): `burnin: failed burn,sdc; burn: cuda:1 (...): 412.3 TFLOPS, below the floor of
+    600 TFLOPS; sdc: cuda:3: ...`. One line of at most REASON_MAX characters, the room
+    shared fairly between the checks, with nothing scontrol, or a shell where someone
+    pastes it quoted, chokes on. `reasons` are "check: message" lines as the ledger has
+    them, or free text (a reason given by hand)."""
+    head = f"{REASON_PREFIX} failed {','.join(checks)}" if checks else REASON_PREFIX
+    details = []
+    for reason in reasons:
+        check, _, message = reason.partition(": ")
+        if check not in checks or len(checks) == 1:
+            check, message = "", (message if check in checks else reason)
+        details.append(_one_line((f"{check}: " if check else "") + message))
+    details = [d for d in details if d]
+    # Share the room fairly: messages shorter than their share stay whole, the others are
+    # cut to what is left divided among them.
+    room, cap = REASON_MAX - len(head) - 2 * len(details), REASON_MAX
+    if sum(map(len, details)) > room:
+        lengths = sorted(map(len, details))
+        for i, length in enumerate(lengths):
+            share = room // (len(lengths) - i)
+            if length > share:
+                cap = share
+                break
+            room -= length
+    details = [d if len(d) <= cap else d[:max(cap - 3, 0)].rstrip() + "..." for d in details]
+    text = "; ".join([head, *details]) if checks else " ".join([head, *details])
+    return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3].rstrip() + "..."
+
+
+def _one_line(text: str) -> str:
+    return " ".join(_SLURM_UNSAFE.sub(" ", text).split())
+
+
+def slurm_drain(node: str, checks: list[str], reasons: list[str] = ()) -> ActionResult:
+    """Drain the node with burnin's reason (drain_reason), unless someone else already
+    drained it: their drain and reason stay, and burnin will never resume it."""
     current = slurm_reason(node)
     if current and not current.startswith(REASON_PREFIX):
         return ActionResult("slurm", node, True,
                             f"already drained by someone else ({current!r}); left as it is")
-    reason = f"{REASON_PREFIX} failed {','.join(checks)}"
+    reason = drain_reason(list(checks), list(reasons))
     ok, msg = _run(["scontrol", "update", f"nodename={node}", "state=drain",
                     f"reason={reason}"])
     return ActionResult("slurm", node, ok, f"drained: {reason}" if ok else msg, drained=ok)

@@ -1,30 +1,63 @@
-"""The `burnin` command: inventory check, admit, quarantine, report, compare."""
+"""The `burnin` command: run, inventory check, admit, quarantine, report, compare.
+
+Exit codes are documented per command in README.md; commands that print state take
+--json for machines."""
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
-import sqlite3
 import sys
-import time
 from pathlib import Path
 
-from burnin import actions
+from burnin import __version__, cli_quarantine
 from burnin.admit import ReportError, decide, read_junit, write_admitted
 from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
-from burnin.ledger import Ledger, ledger_path
 from burnin.reports import publish
+from burnin.shipped import inventory as shipped_inventory
+from burnin.shipped import shipped
+
+# `burnin run` pins pytest's configuration to this file, so that no pytest.ini, tox.ini
+# or pyproject.toml around the install or the working directory changes the suites' run.
+RUN_INI = "pytest-run.ini"
+
+
+def run_suites(pytest_args: list[str]) -> int:
+    """`burnin run [--inventory FILE] [pytest args]`: the shipped suites under pytest, from
+    any directory. Reports land in ./reports (pytest's rootdir is the working directory)
+    unless --reports says otherwise; with no --inventory, the shipped localhost.yaml
+    validates this machine. Returns pytest's exit code."""
+    import pytest
+
+    from burnin.shipped import NotShipped
+    try:
+        suites = shipped("suites")
+    except NotShipped as e:
+        print(f"burnin run: {e}", file=sys.stderr)
+        return int(pytest.ExitCode.USAGE_ERROR)
+    ini = Path(__file__).resolve().parent / "data" / RUN_INI
+    args = [str(suites), "-c", str(ini), "--rootdir", os.getcwd(), "--confcutdir", str(suites)]
+    if not any(a == "--inventory" or a.startswith("--inventory=") for a in pytest_args):
+        args += ["--inventory", str(shipped_inventory())]
+    return int(pytest.main(args + pytest_args))
 
 
 def _inventory_check(args) -> int:
     try:
         inv = load_inventory(args.file)
     except InventoryError as e:
-        print(f"invalid inventory:\n{e}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"path": str(args.file), "valid": False,
+                              "errors": str(e).splitlines()}, indent=2))
+        else:
+            print(f"invalid inventory:\n{e}", file=sys.stderr)
         return 2
+    if args.json:
+        print(json.dumps({"path": str(inv.path), "valid": True, "cluster": inv.cluster,
+                          "nodes": [_node_dict(n) for n in inv.nodes]}, indent=2))
+        return 0
     rows = [("NODE", "ADDRESS", "TRANSPORT", "GPUS", "GPU_MODEL", "LABELS")]
     for n in inv.nodes:
         port = f":{n.ssh.port}" if n.transport == "ssh" and n.ssh.port != 22 else ""
@@ -36,6 +69,18 @@ def _inventory_check(args) -> int:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
     print(f"{inv.path}: cluster {inv.cluster}, {len(inv.nodes)} nodes, valid")
     return 0
+
+
+def _node_dict(n) -> dict:
+    out = {"name": n.name, "address": n.address, "transport": n.transport,
+           "gpus": "auto" if n.gpus is None else n.gpus, "gpu_model": n.gpu_model,
+           "cpu_devices": n.cpu_devices, "python": n.python, "workdir": n.workdir,
+           "labels": dict(n.labels), "checks": n.checks}
+    if n.transport == "ssh":
+        out["ssh"] = {"user": n.ssh.user, "port": n.ssh.port, "proxy_jump": n.ssh.proxy_jump}
+    elif n.transport == "srun":
+        out["srun"] = {"partition": n.srun.partition, "extra_args": list(n.srun.extra_args)}
+    return out
 
 
 def _admit(args) -> int:
@@ -82,61 +127,6 @@ def _admit(args) -> int:
     return 1 if rejected else 0
 
 
-def _ledger_for(args) -> Ledger:
-    if args.ledger:
-        return Ledger(args.ledger)
-    configured = None
-    if args.inventory:
-        configured = load_inventory(args.inventory).quarantine.ledger
-    return Ledger(ledger_path(configured, Path("reports")))
-
-
-def _quarantine(args) -> int:
-    try:
-        ledger = _ledger_for(args)
-    except InventoryError as e:
-        print(f"invalid inventory:\n{e}", file=sys.stderr)
-        return 2
-    except (OSError, sqlite3.Error) as e:
-        print(f"cannot open the quarantine ledger: {e}", file=sys.stderr)
-        return 2
-    if args.action == "list":
-        entries = ledger.entries()
-        for e in entries:
-            print(f"{e.node}  since {_when(e.since)}  checks {','.join(e.checks)}  "
-                  f"clean runs {e.clean_runs}  run {e.run_id}"
-                  + ("  (drained in Slurm by burnin)" if e.drained_by_burnin else ""))
-        print(f"{len(entries)} node(s) in quarantine ({ledger.path})")
-        return 0
-    entry = ledger.get(args.node)
-    if args.action == "show":
-        if entry:
-            print(f"{entry.node}: in quarantine since {_when(entry.since)} (run {entry.run_id},"
-                  f" set by {entry.set_by}), clean re-validation runs {entry.clean_runs}")
-            for reason in entry.reasons:
-                print(f"  {reason}")
-        else:
-            print(f"{args.node}: not in quarantine")
-        for h in ledger.history(args.node):
-            print(f"  {_when(h['time'])}  {h['event']:<14} by {h['who']}: {h['why']}")
-        return 0 if entry or ledger.history(args.node) else 1
-    if entry is None:
-        print(f"{args.node} is not in quarantine", file=sys.stderr)
-        return 1
-    ledger.release(args.node, args.reason, args.who or getpass.getuser())
-    print(f"{args.node} released from quarantine: {args.reason}")
-    if entry.drained_by_burnin:
-        result = actions.slurm_resume(args.node)
-        ledger.note(args.node, "action", f"{result.action}: {result.message}",
-                    who=args.who or getpass.getuser())
-        print(f"slurm: {result.message}")
-    return 0
-
-
-def _when(t: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
-
-
 def _report(args) -> int:
     run_dir = Path(args.dir)
     try:
@@ -160,41 +150,49 @@ def _junit_property(path: Path, name: str) -> str | None:
 
 
 def _compare(args) -> int:
-    from burnin.figures import key_figures, read_records
-
-    def figures(run: str) -> dict[tuple, float]:
-        path = Path(run) / "results.jsonl"
-        if not path.exists():
-            raise ReportError(f"{path}: no such file")
-        return {(r["node"], f.metric, f.labels): f.value
-                for r in read_records(path) for f in key_figures(r)}
+    from burnin.compare import RunError, compare, run_figures
     try:
-        a, b = figures(args.run_a), figures(args.run_b)
-    except ReportError as e:
+        result = compare(run_figures(Path(args.run_a)), run_figures(Path(args.run_b)),
+                         args.threshold)
+    except RunError as e:
         print(f"burnin compare: {e}", file=sys.stderr)
         return 2
-    moved = 0
-    for key in sorted(set(a) & set(b)):
-        old, new = a[key], b[key]
-        change = (new - old) / old if old else (0.0 if new == old else float("inf"))
-        if abs(change) > args.threshold:
-            node, metric, labels = key
-            where = ",".join(f"{k}={v}" for k, v in labels)
-            print(f"{node} {metric}{{{where}}}: {old:g} -> {new:g} ({change:+.1%})")
-            moved += 1
-    for key in sorted(set(a) ^ set(b)):
-        print(f"{key[0]} {key[1]}: only in {'A' if key in a else 'B'}")
-    print(f"{moved} figure(s) moved by more than {args.threshold:.0%}")
-    return 0
+    regressed = result.regressions
+    if args.json:
+        print(json.dumps({"run_a": args.run_a, "run_b": args.run_b,
+                          "threshold": args.threshold,
+                          "moved": [m.to_dict() for m in result.moves],
+                          "regressed": len(regressed),
+                          "only_in_a": [dict(zip(("node", "metric", "labels"), k, strict=True))
+                                        for k in result.only_a],
+                          "only_in_b": [dict(zip(("node", "metric", "labels"), k, strict=True))
+                                        for k in result.only_b]}, indent=2))
+    else:
+        for m in result.moves:
+            where = ",".join(f"{k}={v}" for k, v in m.labels.items())
+            print(f"{m.node} {m.metric}{{{where}}}: {m.old:g} -> {m.new:g} ({m.change:+.1%})"
+                  + ("  REGRESSED" if m.regressed else ""))
+        for which, keys in (("A", result.only_a), ("B", result.only_b)):
+            for node, metric, _ in keys:
+                print(f"{node} {metric}: only in {which}")
+        print(f"{len(result.moves)} figure(s) moved by more than {args.threshold:.0%}, "
+              f"{len(regressed)} of them the wrong way")
+    return 1 if regressed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="burnin", description=__doc__)
+    p = argparse.ArgumentParser(prog="burnin", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"burnin {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    # Parsed by pytest, not here (see main): listed for --help.
+    sub.add_parser("run", help="run the acceptance suites: burnin run [--inventory FILE] "
+                               "[pytest args] (see burnin run --help)")
     inv = sub.add_parser("inventory", help="work with inventories")
     inv_sub = inv.add_subparsers(dest="action", required=True)
     check = inv_sub.add_parser("check", help="validate FILE and print its expanded nodes")
     check.add_argument("file")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
     check.set_defaults(func=_inventory_check)
 
     admit = sub.add_parser("admit", help="which nodes a junit.xml lets into production")
@@ -209,33 +207,50 @@ def build_parser() -> argparse.ArgumentParser:
     admit.set_defaults(func=_admit)
 
     q = sub.add_parser("quarantine", help="the quarantine ledger")
-    q.add_argument("--ledger", help="ledger file (default: the inventory's, or "
-                                    "reports/quarantine.db)")
-    q.add_argument("--inventory", help="take the ledger path from this inventory")
+    where = argparse.ArgumentParser(add_help=False)
+    for parser, default in ((q, None), (where, argparse.SUPPRESS)):
+        # Accepted before and after the action: `quarantine --inventory X list` and
+        # `quarantine list --inventory X` (SUPPRESS: after, it does not reset before).
+        parser.add_argument("--ledger", default=default,
+                            help="ledger file (default: the inventory's, or "
+                                 "reports/quarantine.db)")
+        parser.add_argument("--inventory", default=default,
+                            help="take the ledger path (and for add, the actions) from it")
+    where.add_argument("--json", action="store_true", help="machine-readable output")
     q_sub = q.add_subparsers(dest="action", required=True)
-    q_sub.add_parser("list", help="nodes in quarantine")
-    show = q_sub.add_parser("show", help="one node's entry and history")
-    show.add_argument("node")
-    release = q_sub.add_parser("release", help="take a node out of quarantine by hand")
-    release.add_argument("node")
-    release.add_argument("--reason", required=True)
-    release.add_argument("--who", help="who releases it (default: the current user)")
-    q.set_defaults(func=_quarantine)
+    q_sub.add_parser("list", parents=[where], help="nodes in quarantine")
+    show = q_sub.add_parser("show", parents=[where], help="nodes' entries and history")
+    show.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
+    add = q_sub.add_parser("add", parents=[where],
+                           help="quarantine nodes by hand (released only by hand); with "
+                                "--inventory, its quarantine.actions too (Slurm drain)")
+    release = q_sub.add_parser("release", parents=[where],
+                               help="take nodes out of quarantine by hand")
+    for a in (add, release):
+        a.add_argument("nodes", metavar="NODES", help="a node or a hostlist: gpu[001-004]")
+        a.add_argument("--reason", required=True)
+        a.add_argument("--who", help="who does it (default: the current user)")
+    q.set_defaults(func=cli_quarantine.run)
 
     report = sub.add_parser("report", help="render summary.html and metrics.prom again from "
                                            "a run directory (junit.xml, results.jsonl)")
     report.add_argument("dir")
     report.set_defaults(func=_report)
-    compare = sub.add_parser("compare", help="per node, the figures that moved between runs")
+    compare = sub.add_parser("compare", help="per node, the figures that moved between runs; "
+                                             "exit 1 when one regressed")
     compare.add_argument("run_a")
     compare.add_argument("run_b")
     compare.add_argument("--threshold", type=float, default=0.1,
                          help="relative change worth reporting (default 0.1 = 10%%)")
+    compare.add_argument("--json", action="store_true", help="machine-readable output")
     compare.set_defaults(func=_compare)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:  # everything after `run` is pytest's (and burnin's plugin's)
+        return run_suites(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -54,8 +54,8 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
                                         {c.check: c.message for c in failed}, run_id)
             (report.quarantined if new else report.still_failing).append(name)
             if new:
-                report.actions += _quarantine_actions(ledger, q, name, checks, reasons,
-                                                      run_id)
+                report.actions += quarantine_actions(ledger, q, name, checks, reasons,
+                                                     run_id)
         elif revalidate and act and all(c.outcome == "passed" for c in node_cases):
             entry = ledger.get(name)
             clean, released = ledger.record_clean(name, run_id, q.release_after)
@@ -69,10 +69,13 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
     return report
 
 
-def _quarantine_actions(ledger, q, name, checks, reasons, run_id):
+def quarantine_actions(ledger: Ledger, q, name: str, checks: list[str], reasons: list[str],
+                       run_id: str | None, who: str = "burnin") -> list[actions.ActionResult]:
+    """The inventory's quarantine.actions for a node just quarantined (`q`: its
+    QuarantineSettings), each noted in the ledger's history."""
     results = []
     if "slurm" in q.actions:
-        r = actions.slurm_drain(name, checks)
+        r = actions.slurm_drain(name, checks, reasons)
         if r.drained:
             ledger.set_drained(name, True)
         results.append(r)
@@ -80,5 +83,5 @@ def _quarantine_actions(ledger, q, name, checks, reasons, run_id):
         results.append(actions.command_hook(q.command, name, checks, "; ".join(reasons)))
     for r in results:
         ledger.note(name, "action" if r.ok else "action-failed",
-                    f"{r.action}: {r.message}", run_id)
+                    f"{r.action}: {r.message}", run_id, who=who)
     return results

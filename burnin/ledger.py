@@ -30,7 +30,8 @@ CREATE TABLE IF NOT EXISTS quarantine (
     updated REAL NOT NULL,
     set_by TEXT NOT NULL,
     clean_runs INTEGER NOT NULL DEFAULT 0,
-    drained_by_burnin INTEGER NOT NULL DEFAULT 0
+    drained_by_burnin INTEGER NOT NULL DEFAULT 0,
+    by_hand INTEGER NOT NULL DEFAULT 0   -- an operator's: released only by hand
 );
 CREATE TABLE IF NOT EXISTS history (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -58,6 +59,7 @@ class Entry:
     set_by: str
     clean_runs: int
     drained_by_burnin: bool
+    by_hand: bool = False  # quarantined by an operator: clean runs never release it
 
 
 class Ledger:
@@ -81,6 +83,10 @@ class Ledger:
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(quarantine)")}
+            if "by_hand" not in columns:  # a ledger from before `quarantine add`
+                db.execute("ALTER TABLE quarantine ADD COLUMN by_hand INTEGER NOT NULL "
+                           "DEFAULT 0")
             db.execute("COMMIT")
         finally:
             db.close()
@@ -122,16 +128,38 @@ class Ledger:
                       "; ".join(reasons)[:4000], run_id, now)
             return not known
 
+    def quarantine_by_hand(self, node: str, cluster: str, reason: str, who: str) -> bool:
+        """An operator takes `node` out of production (`burnin quarantine add`): True if
+        it is new here. A node already in quarantine stays, its clean runs reset, and is
+        from now on released only by hand, as any node quarantined by hand."""
+        now = time.time()
+        why = f"quarantined by hand by {who}: {reason}"
+        with self._tx() as db:
+            row = db.execute("SELECT reasons FROM quarantine WHERE node = ?", (node,)).fetchone()
+            if row:
+                db.execute("UPDATE quarantine SET reasons = ?, updated = ?, clean_runs = 0, "
+                           "by_hand = 1 WHERE node = ?",
+                           (json.dumps([*json.loads(row[0]), why]), now, node))
+            else:
+                db.execute("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
+                           "run_id, since, updated, set_by, by_hand) "
+                           "VALUES (?,?,?,?,?,?,?,?,?,1)",
+                           (node, cluster, "[]", json.dumps([why]), "{}", "", now, now, who))
+            self._log(db, node, "quarantined" if row is None else "held-by-hand", who,
+                      reason, None, now)
+            return row is None
+
     def record_clean(self, node: str, run_id: str, release_after: int) -> tuple[int, bool]:
-        """A clean re-validation run: (clean runs so far, released now?)."""
+        """A clean re-validation run: (clean runs so far, released now?). A node
+        quarantined by hand is counted but never released here: only by hand."""
         now = time.time()
         with self._tx() as db:
-            row = db.execute("SELECT clean_runs FROM quarantine WHERE node = ?",
+            row = db.execute("SELECT clean_runs, by_hand FROM quarantine WHERE node = ?",
                              (node,)).fetchone()
             if row is None:
                 return 0, False
             clean = row[0] + 1
-            if clean >= release_after:
+            if clean >= release_after and not row[1]:
                 db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
                 self._log(db, node, "released", "burnin",
                           f"{clean} consecutive clean re-validation runs", run_id, now)
@@ -139,7 +167,9 @@ class Ledger:
             db.execute("UPDATE quarantine SET clean_runs = ?, updated = ? WHERE node = ?",
                        (clean, now, node))
             self._log(db, node, "clean", "burnin",
-                      f"clean re-validation run {clean} of {release_after}", run_id, now)
+                      f"clean re-validation run {clean}" + (
+                          "; quarantined by hand: released only by hand" if row[1]
+                          else f" of {release_after}"), run_id, now)
             return clean, False
 
     def set_drained(self, node: str, drained: bool) -> None:
@@ -193,12 +223,13 @@ class Ledger:
         db = self._connect()
         try:
             rows = db.execute(f"SELECT node, cluster, checks, reasons, figures, run_id, since, "
-                              f"updated, set_by, clean_runs, drained_by_burnin FROM quarantine "
-                              f"{where}", args).fetchall()
+                              f"updated, set_by, clean_runs, drained_by_burnin, by_hand "
+                              f"FROM quarantine {where}", args).fetchall()
         finally:
             db.close()
         return [Entry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])),
-                      json.loads(r[4]), r[5], r[6], r[7], r[8], r[9], bool(r[10]))
+                      json.loads(r[4]), r[5], r[6], r[7], r[8], r[9], bool(r[10]),
+                      bool(r[11]))
                 for r in rows]
 
 

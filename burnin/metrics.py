@@ -1,5 +1,13 @@
 """metrics.prom: the run in Prometheus text format, for node_exporter's textfile collector.
-Metric names and labels are documented in README.md and stay stable."""
+
+Prometheus conventions: base units in names, with values converted here (a check's
+Figure keeps the unit the check reports, for summary.html and `burnin compare`: GB/s
+becomes `_bytes_per_second`, TFLOPS `_flops_per_second`); one `burnin_run_info` series
+rather than a run-id label on every series; GPU UUIDs as a `UUID` label beside `device`,
+the label dcgm-exporter uses, so the two join; a check's outcome as a one-hot
+`burnin_check_outcome` over passed/failed/error/skipped, so a skip is not a failure; the
+ledger's word on each node. Names and labels are documented in README.md and stay stable.
+"""
 
 from __future__ import annotations
 
@@ -8,34 +16,97 @@ from pathlib import Path
 from burnin.figures import key_figures
 from burnin.files import write_atomically
 
+# A figure's unit, the end of its name, -> the base unit's name and the factor to it.
+# Decimal prefixes, as the checks report them (GB/s as fio and nccl-tests define it).
+BASE_UNITS = (
+    ("_gbps", "_bytes_per_second", 1e9, "bytes per second"),
+    ("_tflops", "_flops_per_second", 1e12, "floating-point operations per second"),
+    ("_celsius", "_celsius", 1.0, "degrees Celsius"),
+    ("_seconds", "_seconds", 1.0, "seconds"),
+    ("_bytes", "_bytes", 1.0, "bytes"),
+    ("_ratio", "_ratio", 1.0, "a ratio, 0 to 1"),
+    ("_words", "_words", 1.0, "words"),
+    ("_errors", "_errors", 1.0, "errors"),
+    ("_lanes", "_lanes", 1.0, "lanes"),
+    ("_generation", "_generation", 1.0, "the PCIe generation's number"),
+)
+OUTCOMES = {"passed": "passed", "failure": "failed", "error": "error", "skipped": "skipped"}
+UUID_LABEL = "UUID"  # dcgm-exporter's name for it: `on(UUID)` joins the two
+
+
+def base_unit(metric: str) -> tuple[str, float, str]:
+    """(Prometheus name without the burnin_ prefix, factor, unit in words) of a Figure's
+    metric. ValueError for a unit not in BASE_UNITS: a check's figure must end in one."""
+    for unit, base, factor, words in BASE_UNITS:
+        if metric.endswith(unit):
+            return metric[:-len(unit)] + base, factor, words
+    raise ValueError(f"figure {metric!r}: its name ends in no known unit "
+                     f"({', '.join(u[0] for u in BASE_UNITS)})")
+
+
+def _esc(v) -> str:
+    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
 
 def _labels(pairs) -> str:
-    def esc(v: str) -> str:
-        return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return "{" + ",".join(f'{k}="{esc(v)}"' for k, v in pairs) + "}"
+    return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in pairs) + "}"
+
+
+def _family(name: str, help_text: str, samples: list[str]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
+
+
+def _uuids(record: dict) -> dict[str, str]:
+    """{device: UUID} of a probe record's devices that have one (GPUs, not CPUs)."""
+    out = {}
+    for dev in (record.get("data") or {}).get("devices") or ():
+        if isinstance(dev, dict) and dev.get("uuid") and dev.get("device") is not None:
+            out[str(dev["device"])] = str(dev["uuid"])
+    return out
 
 
 def render(cluster: str, run_id: str, finished: float,
-           verdicts: dict[str, dict[str, tuple[str, str]]], records: list[dict]) -> str:
-    lines = ["# HELP burnin_run_timestamp_seconds When the run finished.",
-             "# TYPE burnin_run_timestamp_seconds gauge",
-             f"burnin_run_timestamp_seconds{_labels([('cluster', cluster), ('run_id', run_id)])}"
-             f" {finished:.0f}",
-             "# HELP burnin_check_passed 1 when the node passed the check in the run, else 0.",
-             "# TYPE burnin_check_passed gauge"]
+           verdicts: dict[str, dict[str, tuple[str, str]]], records: list[dict],
+           quarantined: dict[str, bool] | None = None) -> str:
+    """The text of metrics.prom. `verdicts`: {node: {check: (junit outcome, message)}};
+    `quarantined`: {node: in the ledger at the end of the run}, None when not known
+    (`burnin report` renders a past run again)."""
+    c = ("cluster", cluster)
+    lines = _family("burnin_run_info", "The last run: its id, as a label, value 1.",
+                    [f"burnin_run_info{_labels([c, ('run_id', run_id)])} 1"])
+    lines += _family("burnin_last_run_timestamp_seconds", "When the last run finished.",
+                     [f"burnin_last_run_timestamp_seconds{_labels([c])} {finished:.0f}"])
+    passed, outcome = [], []
     for node in sorted(verdicts):
-        for check, (outcome, _) in sorted(verdicts[node].items()):
-            labels = _labels([("cluster", cluster), ("node", node), ("check", check)])
-            lines.append(f"burnin_check_passed{labels} {int(outcome == 'passed')}")
-    by_metric: dict[str, tuple[str, list[str]]] = {}
+        for check, (result, _) in sorted(verdicts[node].items()):
+            base = [c, ("node", node), ("check", check)]
+            passed.append(f"burnin_check_passed{_labels(base)} {int(result == 'passed')}")
+            for word in OUTCOMES.values():
+                outcome.append(f"burnin_check_outcome{_labels([*base, ('outcome', word)])} "
+                               f"{int(OUTCOMES.get(result) == word)}")
+    lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
+                     "run, else 0 (failed, error or skipped).", passed)
+    lines += _family("burnin_check_outcome", "The check's outcome on the node in the last "
+                     "run: 1 for the outcome it had (passed, failed, error, skipped), 0 for "
+                     "the others.", outcome)
+    if quarantined is not None:
+        lines += _family("burnin_node_quarantined", "1 when the node is in burnin's "
+                         "quarantine ledger at the end of the run, else 0.",
+                         [f"burnin_node_quarantined{_labels([c, ('node', n)])} {int(q)}"
+                          for n, q in sorted(quarantined.items())])
+    families: dict[str, tuple[str, list[str]]] = {}
     for r in records:
+        uuids = _uuids(r)
         for f in key_figures(r):
-            labels = _labels([("cluster", cluster), ("node", r["node"]), *f.labels])
-            by_metric.setdefault(f.metric, (f.help, []))[1].append(
-                f"burnin_{f.metric}{labels} {f.value:g}")
-    for metric, (help_text, samples) in sorted(by_metric.items()):
-        lines += [f"# HELP burnin_{metric} {help_text}", f"# TYPE burnin_{metric} gauge",
-                  *samples]
+            name, factor, words = base_unit(f.metric)
+            pairs = [c, ("node", r["node"]), *f.labels]
+            device = dict(f.labels).get("device")
+            if device in uuids:
+                pairs.append((UUID_LABEL, uuids[device]))
+            families.setdefault(name, (f"{f.help}, in {words}.", []))[1].append(
+                f"burnin_{name}{_labels(pairs)} {f.value * factor:.12g}")
+    for name, (help_text, samples) in sorted(families.items()):
+        lines += _family(f"burnin_{name}", help_text, samples)
     return "\n".join(lines) + "\n"
 
 

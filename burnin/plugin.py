@@ -192,7 +192,17 @@ class BurninState:
         # pictures afterwards, a pipeline never reads a stale run's verdicts.
         point_latest(run.reports_dir, run.run_id)
         self.report_problems = publish(run.run_dir, run.inventory.cluster, run.run_id,
-                                       verdicts_of(self.cases), chart_floors(run))
+                                       verdicts_of(self.cases), chart_floors(run),
+                                       self._in_ledger(run))
+
+    def _in_ledger(self, run: Run) -> dict[str, bool] | None:
+        """{node: in quarantine} at the end of the run, for metrics.prom; None when the
+        ledger cannot be read now (the series is left out, the run goes on)."""
+        try:
+            held = self.ledger.quarantined()
+        except (OSError, sqlite3.Error):
+            return None
+        return {n.name: n.name in held for n in run.nodes + self.held}
 
     def _report_properties(self, run: Run, interrupted: bool, status) -> dict[str, str]:
         """What `burnin admit` needs to trust the report: that burnin wrote it, that the run

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,8 +83,20 @@ def write_junit(path: Path, cluster: str, run_id: str, nodes: list[tuple[str, st
         suites.append(TestSuite(name, tcs, hostname=address, id=name, package=cluster,
                                 timestamp=stamp, properties=props))
     # The admission contract: on disk before a pipeline can see it.
-    write_atomically(path, to_xml_report_string(suites, prettyprint=True, encoding="utf-8"),
-                     durable=True)
+    write_atomically(path, _completed(to_xml_report_string(suites, prettyprint=False,
+                                                           encoding="utf-8")), durable=True)
+
+
+def _completed(text: str) -> str:
+    """What junit_xml leaves out and JUnit readers (Jenkins, GitLab, the Ant schema)
+    expect: `time` on every testcase (0 for one that did not run) and testsuite, in plain
+    decimal seconds; the skipped count on <testsuites> beside the others."""
+    root = ET.fromstring(text.encode("utf-8"))
+    for el in (root, *root.iter("testsuite"), *root.iter("testcase")):
+        el.set("time", f"{float(el.get('time') or 0):.3f}")
+    root.set("skipped", str(sum(int(s.get("skipped", 0)) for s in root.iter("testsuite"))))
+    ET.indent(root, "\t")
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, "unicode") + "\n"
 
 
 def point_latest(reports_dir: Path, run_id: str) -> None:
@@ -100,9 +113,10 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
 
 def publish(run_dir: Path, cluster: str, run_id: str,
             verdicts: dict[str, dict[str, tuple[str, str]]],
-            floors: dict | None = None) -> list[str]:
+            floors: dict | None = None, quarantined: dict[str, bool] | None = None) -> list[str]:
     """summary.html, metrics.prom and an evidence folder per failed node, from the run's
-    verdicts and its results.jsonl. Each is made on its own: one that fails (a node's
+    verdicts and its results.jsonl (and `quarantined`, {node: in the ledger at the end of
+    the run}, for metrics.prom). Each is made on its own: one that fails (a node's
     record of an unexpected shape, a full disk) is named in the returned problems and the
     others are still made; nothing here can stop a run or its junit.xml."""
     from burnin import evidence, html, metrics
@@ -137,7 +151,7 @@ def publish(run_dir: Path, cluster: str, run_id: str,
             run_dir / "summary.html", html_fallback(cluster, run_id, verdicts, problems)))
     attempt("metrics.prom", lambda: metrics.write(
         run_dir / "metrics.prom", metrics.render(cluster, run_id, time.time(), verdicts,
-                                                 records)))
+                                                 records, quarantined)))
     return problems
 
 

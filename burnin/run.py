@@ -26,10 +26,11 @@ from burnin.files import append_durably, private_dirs, write_atomically
 from burnin.nodes import Inventory, Node
 from burnin.probe import ProbeOutcome, run_probe
 from burnin.progress import Progress
+from burnin.shipped import shipped
 from burnin.transports import NodeUnreachable, Transport, transport_for
 from burnin.verdict import Verdict
 
-PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
+PROBES_DIR = shipped("probes")  # inside the package from a wheel, beside it in a checkout
 DEFAULT_FANOUT = 256
 CANCEL_WAIT_S = 20.0  # an interrupted run waits this long for its probes to be killed
 

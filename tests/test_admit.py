@@ -224,7 +224,11 @@ def test_no_quarantine_is_a_dry_run(pytester):
 def test_quarantine_cli_list_show_release(pytester):
     inv = gate_inventory(pytester)
     python3(pytester, healthy=False)
-    run_suite(pytester, inv, "-k", "health")
+    _, reports = run_suite(pytester, inv, "-k", "health")
+    # metrics.prom exports the ledger as it stands at the end of the run.
+    metrics = (reports / "latest" / "metrics.prom").read_text()
+    assert 'burnin_node_quarantined{cluster="inv",node="n3"} 1' in metrics
+    assert 'burnin_node_quarantined{cluster="inv",node="n1"} 0' in metrics
 
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "burnin.cli", "quarantine", "--inventory",

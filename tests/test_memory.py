@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from burnin import metrics
 from burnin.checks import Judging, resolve_settings
 from burnin.checks.memory import figures
 from burnin.checks.memory import judge as memory_judge
@@ -196,10 +197,15 @@ def test_ecc_counters_are_paired_with_the_device_by_uuid(nvml):
         "check, expected 0",
         "cuda:0 (NVIDIA H100 80GB HBM3, GPU-b): a row remap became pending during the memory "
         "check, expected none")
-    ecc = {(dict(f.labels)["UUID"], dict(f.labels)["type"]): f.value
+    ecc = {(dict(f.labels)["device"], dict(f.labels)["type"]): f.value
            for f in figures({"data": out.data}) if f.metric == "memory_ecc_errors"}
-    assert ecc == {("GPU-b", "corrected"): 0, ("GPU-b", "uncorrected"): 2,
-                   ("GPU-a", "corrected"): 0, ("GPU-a", "uncorrected"): 0}
+    assert ecc == {("cuda:0", "corrected"): 0, ("cuda:0", "uncorrected"): 2,
+                   ("cuda:1", "corrected"): 0, ("cuda:1", "uncorrected"): 0}
+    # metrics.prom pairs each series with the GPU's UUID, as dcgm-exporter labels it
+    text = metrics.render("c", "r1", 0.0, {"g1": {"memory": ("failure", "")}},
+                          [{"node": "g1", "check": "memory", "ok": True, "data": out.data}])
+    assert ('burnin_memory_ecc_errors{cluster="c",node="g1",device="cuda:0",type="uncorrected",'
+            'UUID="GPU-b"} 2') in text
 
 
 def recorded(**nvml) -> ProbeOutcome:

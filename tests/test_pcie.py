@@ -13,6 +13,7 @@ import time
 
 from suiterun import junit_cases, run_suite
 
+from burnin import metrics
 from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.pcie import figures, fleet_summary
 from burnin.checks.pcie import judge as pcie_judge
@@ -206,12 +207,20 @@ def test_no_gpu_measured_fails_with_the_probes_reason():
 
 
 def test_figures_carry_device_uuid_direction_and_mode():
-    figs = figures({"data": outcome("g1", device(0, 50.0)).data})
+    data = outcome("g1", device(0, 50.0)).data
+    figs = figures({"data": data})
     names = {(f.metric, dict(f.labels).get("direction"), dict(f.labels).get("mode")): f.value
              for f in figs}
-    assert names[("pcie_bytes_per_second", "h2d", "single")] == 50e9
-    assert names[("pcie_bytes_per_second", "d2h", "concurrent")] == 25e9
-    assert names[("pcie_aggregate_bytes_per_second", "h2d", None)] == 25e9
-    assert names[("pcie_link_width", None, None)] == 16
-    assert all(dict(f.labels).get("UUID") == "GPU-0" for f in figs
-               if f.metric != "pcie_aggregate_bytes_per_second")
+    assert names[("pcie_gbps", "h2d", "single")] == 50.0
+    assert names[("pcie_gbps", "d2h", "concurrent")] == 25.0
+    assert names[("pcie_aggregate_gbps", "h2d", None)] == 25.0
+    assert names[("pcie_link_width_lanes", None, None)] == 16
+    # metrics.prom: base units, and each GPU's series carries its UUID (dcgm-exporter's label)
+    text = metrics.render("c", "r1", 0.0, {"g1": {"pcie": ("passed", "")}},
+                          [{"node": "g1", "check": "pcie", "ok": True, "data": data}])
+    assert ('burnin_pcie_bytes_per_second{cluster="c",node="g1",device="cuda:0",'
+            'direction="h2d",mode="single",UUID="GPU-0"} 50000000000') in text
+    assert 'burnin_pcie_link_width_lanes{cluster="c",node="g1",device="cuda:0",UUID="GPU-0"} 16' \
+        in text
+    assert 'burnin_pcie_aggregate_bytes_per_second{cluster="c",node="g1",direction="h2d"} ' \
+        "25000000000" in text

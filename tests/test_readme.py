@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -31,3 +32,114 @@ def test_lint_is_clean():
     res = subprocess.run([sys.executable, "-m", "ruff", "check", "burnin", "probes", "suites",
                           "tests", "benchmarks"], cwd=REPO, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+# --- the operator guide: what can be checked without the operator's machines ----------
+
+def code_blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+
+
+def burnin_commands() -> list[list[str]]:
+    """Every `burnin ...` command in README's code blocks, as a shell splits it, up to the
+    first shell operator (`||`, `>`, `;`, ...)."""
+    import shlex
+    out = []
+    for block in re.findall(r"```\w*\n(.*?)```", (REPO / "README.md").read_text(), re.S):
+        for m in re.finditer(r"(?:^|[\s'\"(])(?:\S*/)?burnin ((?:run|admit|quarantine|"
+                             r"inventory|report|compare|--version)\b.*)$",
+                             block.replace("\\\n", " "), re.M):
+            if "{{" in m.group(1):  # an alert's templated text, not a command
+                continue
+            lexer = shlex.shlex(m.group(1), posix=True, punctuation_chars=True)
+            argv = []
+            try:
+                for token in lexer:
+                    if token and set(token) <= set("|&;<>()"):
+                        break
+                    argv.append(token)
+            except ValueError:  # the closing quote of an `sh '...'` around the command
+                pass
+            out.append(argv)
+    return out
+
+
+def test_every_burnin_command_in_the_readme_parses():
+    from burnin.cli import build_parser
+    commands = burnin_commands()
+    assert len(commands) >= 15 and {c[0] for c in commands} >= {
+        "run", "admit", "quarantine", "inventory", "compare", "--version"}
+    run_options = set()
+    for argv in commands:
+        if argv[0] == "run":
+            run_options |= {a.split("=")[0] for a in argv[1:] if a.startswith("--")}
+        elif argv != ["--version"]:
+            build_parser().parse_args(argv)  # SystemExit(2) on an unknown option
+    helped = subprocess.run([sys.executable, "-m", "pytest", "--help", "-p",
+                             "no:cacheprovider"], capture_output=True, text=True, timeout=120,
+                            cwd=REPO).stdout
+    assert {"--inventory", "--profile", "--nodes", "--revalidate"} <= run_options
+    unknown = {o for o in run_options if not re.search(rf"(?<![\w-]){o}(?![\w-])", helped)}
+    assert not unknown, f"README passes `burnin run` options pytest does not know: {unknown}"
+
+
+def test_the_ci_snippets_load_and_gate_on_admit():
+    import yaml
+    gitlab, github = (yaml.safe_load(b) for b in code_blocks("yaml")
+                      if "burnin run" in b and "burnin admit" in b)
+    script = gitlab["burnin"]["script"]
+    assert script[0].startswith("burnin run") and "burnin admit" in script[1]
+    assert "--json" in script[1] and gitlab["burnin"]["artifacts"]["reports"]["junit"]
+    steps = github["jobs"]["acceptance"]["steps"]
+    assert "burnin run" in steps[0]["run"] and "--json" in steps[1]["run"]
+    (jenkins,) = code_blocks("groovy")
+    assert "junit 'reports/latest/junit.xml'" in jenkins and "burnin admit" in jenkins
+
+
+def parser_commands() -> set[str]:
+    """Every command the `burnin` parser knows, down to the leaves: `burnin quarantine add`."""
+    import argparse
+
+    from burnin.cli import build_parser
+
+    def walk(parser, prefix):
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return {prefix}
+        return set().union(*(walk(p, f"{prefix} {name}")
+                             for name, p in subs[0].choices.items()))
+    return walk(build_parser(), "burnin")
+
+
+def test_the_exit_code_table_has_a_row_for_every_command():
+    section = (REPO / "README.md").read_text().split("## Exit codes", 1)[1].split("\n## ")[0]
+    rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    named = {m for ln in rows for m in re.findall(r"`(burnin [^`]+)`", ln.split("|")[1])}
+    commands = parser_commands() | {"burnin --version"}
+    assert len(commands) >= 9 and named == commands, (sorted(named), sorted(commands))
+    # Each row says what 0 means, and every command but --version what a failure means.
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert cells[1] and (any(cells[2:]) or "--version" in cells[0]), ln
+
+
+def test_the_systemd_units_verify(tmp_path):
+    import shutil
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        import pytest
+        if os.environ.get("CI"):
+            pytest.fail("systemd-analyze is missing in CI: apt-get install systemd")
+        pytest.skip("needs systemd-analyze (Debian's systemd; CI installs it)")
+    units = []
+    for block in code_blocks("ini"):
+        name = re.match(r"# /etc/systemd/system/(\S+)", block).group(1)
+        # verify checks that ExecStart's program exists: the controller's install path
+        # stands for this machine's interpreter here.
+        (tmp_path / name).write_text(block.replace("/opt/burnin/bin/burnin", sys.executable))
+        units.append(str(tmp_path / name))
+    assert sorted(Path(u).name for u in units) == ["burnin-revalidate.service",
+                                                   "burnin-revalidate.timer"]
+    res = subprocess.run([tool, "verify", "--man=no", *units], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 0 and not (res.stdout + res.stderr).strip(), res.stdout + res.stderr

@@ -95,10 +95,11 @@ def test_summary_metrics_and_evidence_for_a_failing_node(tmp_path):
     passed = {(s.labels["node"], s.labels["check"]): s.value
               for s in families["burnin_check_passed"].samples}
     assert passed[("g0003", "burn")] == 0 and passed[("g0001", "burn")] == 1
-    tflops = {s.labels["node"]: s.value for s in families["burnin_device_tflops"].samples}
-    assert tflops["g0003"] == 420.0
-    assert {s.labels["scope"] for s in families["burnin_allreduce_busbw_gbps"].samples} == {
-        "intra"}
+    flops = {s.labels["node"]: s.value
+             for s in families["burnin_device_flops_per_second"].samples}
+    assert flops["g0003"] == 420e12
+    assert {s.labels["scope"] for s in families[
+        "burnin_allreduce_busbw_bytes_per_second"].samples} == {"intra"}
     assert families["burnin_gpu_temperature_max_celsius"].samples[0].value == 75
 
 
@@ -120,9 +121,11 @@ def test_report_renders_again_from_a_run_directory_and_compare_shows_moves(tmp_p
     assert res.returncode == 0, res.stderr
     assert "<h1>burnin run a, cluster rack9</h1>" in (a / "summary.html").read_text()
     res = cli("compare", str(a), str(b))
-    assert res.returncode == 0, res.stderr
-    assert "g0002 device_tflops{check=burn,device=cuda:0}: 702 -> 420 (-40.2%)" in res.stdout
-    assert "1 figure(s) moved by more than 10%" in res.stdout
+    assert res.returncode == 1, "a figure regressed: " + res.stderr
+    assert ("g0002 device_tflops{check=burn,device=cuda:0}: 702 -> 420 (-40.2%)  REGRESSED"
+            in res.stdout)
+    assert "1 figure(s) moved by more than 10%, 1 of them the wrong way" in res.stdout
+    assert cli("compare", str(a), str(a)).returncode == 0
     assert cli("report", str(tmp_path / "nope")).returncode == 2
 
 

@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from suiterun import CHECKS, TINY_MEMORY, junit_cases, run_suite, script
 
+from burnin.actions import REASON_MAX, drain_reason
 from burnin.ledger import Ledger
 
 TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2}, "memory": TINY_MEMORY,
@@ -67,15 +69,33 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
     result.assert_outcomes(passed=1, failed=2)
     cases = junit_cases(reports)
     assert "Slurm cannot give node h3" in cases["h3"]["health"][1]
-    assert cluster.state("h2") == ("drained", "burnin: failed health")
+    # sinfo -R shows what failed and why, under burnin's own prefix.
+    drained = cluster.state("h2")
+    assert drained[0] == "drained"
+    assert drained[1].startswith("burnin: failed health; probe health exited with status 3")
     assert cluster.state("h3") == ("drained", "admin: fan replaced")
     result.stdout.fnmatch_lines(["*slurm on h3: already drained by someone else*"])
 
-    admit = subprocess.run([sys.executable, "-m", "burnin.cli", "admit",
+    # A `-k health` run: the gate requires every applicable check unless told otherwise.
+    admit = subprocess.run([sys.executable, "-m", "burnin.cli", "admit", "--require", "health",
                             str(reports / "latest" / "junit.xml")], capture_output=True,
                            text=True, timeout=60)
     assert admit.returncode == 1
     assert "admitted (1): h1" in admit.stdout and "  h2: health: failure:" in admit.stdout
+
+    # By hand: the inventory's actions drain the node with the operator's reason, made one
+    # safe line (quotes, $(), backquotes, a newline); releasing it resumes it.
+    def quarantine(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "burnin", "quarantine", *args,
+                               "--inventory", str(inv), "--who", "ann"], capture_output=True,
+                              text=True, env=cluster.env(), timeout=60)
+    res = quarantine("add", "h1", "--reason", 'PSU "B" hums $(reboot) `id` & <loud>\nRMA 7')
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert cluster.state("h1") == ("drained",
+                                   "burnin: by hand (ann): PSU B hums (reboot) id loud RMA 7")
+    res = quarantine("release", "h1", "--reason", "PSU replaced")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert cluster.state("h1")[0] == "idle", "burnin resumes a drain it recognises as its own"
 
     h2_python(healthy=True)  # repaired
     for clean in (1, 2):
@@ -85,7 +105,7 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
         assert cases["h2"]["health"] == ("passed", "")
         assert cases["h3"]["health"][0] == "failure"
         if clean == 1:
-            assert cluster.state("h2") == ("drained", "burnin: failed health")
+            assert cluster.state("h2") == drained
     assert cluster.state("h2")[0] == "idle", "released and resumed"
     assert cluster.state("h3") == ("drained", "admin: fan replaced")
     ledger = Ledger(pytester.path / "ledger.db")
@@ -95,3 +115,39 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
     reservations = subprocess.run(["scontrol", "show", "reservation"], capture_output=True,
                                   text=True, env=cluster.env(), timeout=30).stdout
     assert "burnin-" not in reservations, "re-test reservations must be deleted"
+
+
+BURN = ("burn: cuda:1 (NVIDIA H100 80GB HBM3): 412.3 TFLOPS, below the floor of 600 TFLOPS; "
+        "cuda:2 (NVIDIA H100 80GB HBM3): XID 79 at 12 s into the burn")
+SDC = "sdc: cuda:3: known-answer bf16 product #7: 3 wrong elements, expected exact sums"
+
+
+@pytest.mark.parametrize("checks,reasons,expected", [
+    (["burn"], [BURN], "burnin: failed burn; cuda:1 (NVIDIA H100 80GB HBM3): 412.3 TFLOPS, "
+                       "below the floor of 600 TFLOPS; cuda:2 (NVIDIA H100 80GB HBM3): XID 79 "
+                       "at 12 s into the burn"),
+    (["burn", "sdc"], [BURN, SDC], None),
+    (["health", "sdc", "burn"], ["health: " + "x" * 500, "sdc: cpu:0: 3 wrong elements",
+                                 "burn: " + "y" * 300], None),
+    (["health"], ['health: "$(rm -rf /)" `id` \\ | & > <\nnext line\x1b[31m'], None),
+    ([], ["quarantined by hand by ann: PSU fan noisy"],
+     "burnin: quarantined by hand by ann: PSU fan noisy"),
+], ids=["one-check", "two-checks", "long", "hostile", "by-hand"])
+def test_drain_reason_is_one_safe_line_with_the_detail(checks, reasons, expected):
+    reason = drain_reason(checks, reasons)
+    assert reason.startswith("burnin: "), "burnin recognises its own drains by the prefix"
+    assert len(reason) <= REASON_MAX
+    assert set(reason) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                              "0123456789 ._:,;/+-%@()#="), reason
+    if expected:
+        assert reason == expected
+    if checks:
+        assert reason.startswith(f"burnin: failed {','.join(checks)}")
+    if "sdc" in checks:
+        assert ("sdc: cuda:3: known-answer bf16 product #7: 3 wrong elements" in reason
+                or "; sdc: cpu:0: 3 wrong elements; " in reason), "a short message stays whole"
+    if len(checks) == 3:
+        assert "; health: xxx" in reason and "; burn: yyy" in reason and reason.endswith("...")
+    if "burn" in checks and len(checks) == 2:
+        assert "burn: cuda:1 (NVIDIA H100 80GB HBM3): 412.3 TFLOPS, below the floor of 600 " \
+               "TFLOPS" in reason

@@ -82,7 +82,7 @@ def figures(record: dict) -> list[Figure]:
         return []
     top = sweep[-1]
     return [Figure("allreduce_busbw_gbps", (("scope", "intra"), ("bytes", str(top["bytes"]))),
-                   top["busbw_gbps"], "All-reduce busbw at the judged size, GB/s")]
+                   top["busbw_gbps"], "All-reduce bus bandwidth at the judged size")]
 
 
 SIZE = Obj(bytes=Int(1), iters=Int(1), time_us=Num(0), algbw_gbps=Num(0, 1e5),

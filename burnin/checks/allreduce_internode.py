@@ -127,7 +127,7 @@ def figures(record: dict) -> list[Figure]:
     if not g:
         return []
     return [Figure("allreduce_busbw_gbps", (("scope", "inter"), ("bytes", str(g["bytes"]))),
-                   g["busbw_gbps"], "All-reduce busbw at the judged size, GB/s")]
+                   g["busbw_gbps"], "All-reduce bus bandwidth at the judged size")]
 
 
 PAIR = Obj(nodes=List(Str(256), max=2), busbw_gbps=Num(0, 1e5), retest=Bool(),

@@ -45,10 +45,15 @@ def timeout(quick: float, standard: float, extended: float) -> Setting:
 class Figure:
     """A key figure of a probe record, for metrics.prom, summary.html and burnin compare."""
 
-    metric: str            # Prometheus name, without the burnin_ prefix
+    metric: str            # its name, without the burnin_ prefix, in the check's unit
     labels: tuple          # ((name, value), ...) besides cluster and node
-    value: float
+    value: float           # in the unit the check reports (metrics.py converts to base units)
     help: str
+    better: str = "higher"  # or "lower": which way is good, for `burnin compare`
+
+    def __post_init__(self):
+        if self.better not in ("higher", "lower"):
+            raise ValueError(f"Figure {self.metric}: better must be 'higher' or 'lower'")
 
 
 @dataclass(frozen=True)

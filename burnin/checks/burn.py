@@ -174,12 +174,13 @@ def figures(record: dict) -> list[Figure]:
         device = str(dev.get("device"))
         if dev.get("tflops") is not None:
             out.append(Figure("device_tflops", (("check", "burn"), ("device", device)),
-                              dev["tflops"], "Sustained GEMM TFLOPS per device"))
+                              dev["tflops"], "Sustained GEMM throughput per device"))
         temps = [t for t in ((dev.get("telemetry") or {}).get("series") or {})
                  .get("temp_c", []) if t is not None]
         if temps:
             out.append(Figure("gpu_temperature_max_celsius", (("device", device),),
-                              max(temps), "Hottest GPU temperature during the burn"))
+                              max(temps), "Hottest GPU temperature during the burn",
+                              better="lower"))
     return out
 
 

@@ -85,8 +85,7 @@ def _examples(bad: list[dict]) -> str:
 
 
 def _labels(dev: dict) -> tuple:
-    uuid = (("UUID", dev["uuid"]),) if dev.get("uuid") else ()
-    return (("device", str(dev.get("device"))), *uuid)
+    return (("device", str(dev.get("device"))),)  # metrics.prom adds the GPU's UUID
 
 
 def figures(record: dict) -> list[Figure]:
@@ -99,8 +98,8 @@ def figures(record: dict) -> list[Figure]:
                        "Words of device memory read back wrong in the memory check"),
                 Figure("memory_tested_bytes", labels, dev["bytes"],
                        "Bytes of device memory the memory check tested"),
-                Figure("memory_verified_bytes_per_second", labels, dev["verified_gbps"] * 1e9,
-                       "Bytes written, read back and compared per second")]
+                Figure("memory_verified_gbps", labels, dev["verified_gbps"],
+                       "Device memory written, read back and compared per second")]
         nvml = dev.get("nvml") or {}
         before, after = nvml.get("before") or {}, nvml.get("after") or {}
         for kind in ("corrected", "uncorrected"):

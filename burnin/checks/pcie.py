@@ -133,26 +133,25 @@ def _median(values: list[float]) -> float:
 def figures(record: dict) -> list[Figure]:
     out = []
     for dev in record["data"]["devices"]:
-        uuid = (("UUID", dev["uuid"]),) if dev.get("uuid") else ()
-        labels = (("device", str(dev.get("device"))), *uuid)
+        labels = (("device", str(dev.get("device"))),)  # metrics.prom adds the UUID
         for direction in DIRECTIONS:
             for mode, m in (("single", dev.get(direction)),
                             ("concurrent", (dev.get("concurrent") or {}).get(direction))):
                 if m:
-                    out.append(Figure("pcie_bytes_per_second",
+                    out.append(Figure("pcie_gbps",
                                       (*labels, ("direction", direction), ("mode", mode)),
-                                      m["gbps"] * 1e9, "Host-GPU copy bytes per second, one "
-                                      "GPU at a time (single) or all at once (concurrent)"))
+                                      m["gbps"], "Host-GPU copy rate, one GPU at a time "
+                                      "(single) or all at once (concurrent)"))
         for what in ("width", "gen"):
             value = (dev.get("link") or {}).get(what)
             if value is not None:
-                name = "pcie_link_width" if what == "width" else "pcie_link_generation"
+                name = "pcie_link_width_lanes" if what == "width" else "pcie_link_generation"
                 out.append(Figure(name, labels, value,
                                   f"PCIe link {what} under load, as NVML reports it"))
     for direction, agg in (record["data"]["figures"].get("aggregate") or {}).items():
         if agg:
-            out.append(Figure("pcie_aggregate_bytes_per_second", (("direction", direction),),
-                              agg["gbps"] * 1e9, "All GPUs copying at once: node total"))
+            out.append(Figure("pcie_aggregate_gbps", (("direction", direction),),
+                              agg["gbps"], "All GPUs copying at once: node total"))
     return out
 
 

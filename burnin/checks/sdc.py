@@ -106,7 +106,7 @@ def _short(items: list) -> str:
 
 def figures(record: dict) -> list[Figure]:
     return [Figure("device_tflops", (("check", "sdc"), ("device", str(dev.get("device")))),
-                   dev["known"]["tflops"], "Sustained GEMM TFLOPS per device")
+                   dev["known"]["tflops"], "Sustained GEMM throughput per device")
             for dev in record["data"]["devices"] if (dev.get("known") or {}).get("tflops")
             is not None]
 

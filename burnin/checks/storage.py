@@ -59,7 +59,8 @@ def figures(record: dict) -> list[Figure]:
             if dev.get(phase):
                 out.append(Figure("storage_gbps", (("stream", str(dev.get("stream"))),
                                                    ("phase", phase)),
-                                  dev[phase]["gbps"], "Storage GB/s per stream (per GPU)"))
+                                  dev[phase]["gbps"],
+                                  "Storage throughput per stream (one per GPU)"))
     return out
 
 
