@@ -59,6 +59,7 @@ KINDS = {
     "gpus": (lambda v: v == "auto" or (_is_int(v) and v >= 0), "an integer >= 0, or auto"),
     "gpu_model": (lambda v: _is_str(v), "a model name"),  # checked against the models below
     "device_count": (lambda v: _is_int(v) and 1 <= v <= 64, "an integer from 1 to 64"),
+    "hca_count": (lambda v: _is_int(v) and 0 <= v <= 256, "an integer from 0 to 256"),
     "str_list": (lambda v: isinstance(v, list) and all(_is_str(x) for x in v),
                  "a list of strings"),
     "labels": (lambda v: isinstance(v, dict)
@@ -86,6 +87,7 @@ STORAGE_KEYS = {"path": "str", "mount": "str"}
 NESTED = {"ssh": SSH_KEYS, "srun": SRUN_KEYS, "storage": STORAGE_KEYS}
 DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gpus": "gpus",
                 "gpu_model": "gpu_model", "cpu_devices": "device_count",
+                "hcas": "hca_count",
                 **{k: k for k in NESTED}}
 NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
              **DEFAULT_KEYS}

@@ -12,6 +12,7 @@ from burnin.checks import (
     allreduce,
     allreduce_internode,
     burn,
+    fabric,
     health,
     memory,
     pcie,
@@ -21,10 +22,10 @@ from burnin.checks import (
 from burnin.checks.base import DEFAULT_PROFILE, PROFILES, Check, Figure, Fleet, Judging, Setting
 
 # Table order is run order: single-node checks first; group checks take only nodes that
-# passed them. After health, the short hardware checks (as DCGM's diagnostic orders
-# them: PCIe, then memory), before the long burn.
+# passed them. After health, the node's fabric ports and links, then the short hardware
+# checks (as DCGM's diagnostic orders them: PCIe, then memory), before the long burn.
 CHECKS: dict[str, Check] = {c.name: c for c in (
-    health.CHECK, pcie.CHECK, memory.CHECK, sdc.CHECK, burn.CHECK, storage.CHECK,
+    health.CHECK, fabric.CHECK, pcie.CHECK, memory.CHECK, sdc.CHECK, burn.CHECK, storage.CHECK,
     allreduce.CHECK, allreduce_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
