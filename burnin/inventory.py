@@ -62,6 +62,7 @@ KINDS = {
     "device_count": (lambda v: _is_int(v) and 1 <= v <= 64, "an integer from 1 to 64"),
     "compute_mode": (lambda v: v in COMPUTE_MODES.values(),
                      "one of: " + ", ".join(COMPUTE_MODES.values())),
+    "dcgm_level": (lambda v: v in (1, 2, 3, 4), "1, 2, 3 or 4"),
     "hca_count": (lambda v: _is_int(v) and 0 <= v <= 256, "an integer from 0 to 256"),
     "str_list": (lambda v: isinstance(v, list) and all(_is_str(x) for x in v),
                  "a list of strings"),

@@ -12,6 +12,7 @@ from burnin.checks import (
     allreduce,
     allreduce_internode,
     burn,
+    dcgm,
     fabric,
     health,
     memory,
@@ -23,10 +24,11 @@ from burnin.checks.base import DEFAULT_PROFILE, PROFILES, Check, Figure, Fleet, 
 
 # Table order is run order: single-node checks first; group checks take only nodes that
 # passed them. After health, the node's fabric ports and links, then the short hardware
-# checks (as DCGM's diagnostic orders them: PCIe, then memory), before the long burn.
+# checks (as DCGM's diagnostic orders them: PCIe, then memory) and DCGM's own diagnostic
+# where it is installed, before the long burn.
 CHECKS: dict[str, Check] = {c.name: c for c in (
-    health.CHECK, fabric.CHECK, pcie.CHECK, memory.CHECK, sdc.CHECK, burn.CHECK, storage.CHECK,
-    allreduce.CHECK, allreduce_internode.CHECK,
+    health.CHECK, fabric.CHECK, pcie.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK, burn.CHECK,
+    storage.CHECK, allreduce.CHECK, allreduce_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
 SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)
