@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import socket
 import sys
 import time
@@ -254,9 +255,11 @@ def main() -> int:
     gpus = gpu_facts(torch_info)
     errors = list(gpus.pop("errors", []))
     devices = gpus.pop("devices", [])
+    tools = {check: {"command": str(cmd), "path": shutil.which(str(cmd))}
+             for check, cmd in (settings.get("tools") or {}).items()}
     probelib.emit(PROBE, node_identity(), devices,
-                  {"torch": torch_info, "gpu": gpus, "elapsed_s": round(time.time() - started, 3)},
-                  errors)
+                  {"torch": torch_info, "gpu": gpus, "tools": tools,
+                   "elapsed_s": round(time.time() - started, 3)}, errors)
     return 0
 
 

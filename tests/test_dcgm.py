@@ -1,6 +1,7 @@
 """The dcgm check: a fake `dcgmi` answering with documents in DCGM's JSON shapes (DCGM 3's
 "DCGM GPU Diagnostic" with gpu_ids, DCGM 4's "DCGM Diagnostic" with entity_id); a GPU
-node without dcgmi passes (DCGM does not apply there) and runs nothing."""
+node without dcgmi gets no dcgm testcase (its health facts found no dcgmi) and admission
+does not require the check of it."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from pathlib import Path
 
 from suiterun import junit_cases, run_suite, script
 
-from burnin.checks import Judging, resolve_settings
+from burnin.admit import Report, read_junit
+from burnin.checks import Judging, applicable, resolve_settings
 from burnin.checks.dcgm import judge
 from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
+from burnin.probe import ProbeOutcome, run_probe
+from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,16 +64,42 @@ def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester,
             checks: {{dcgm: {{dcgmi: {tmp_path / 'no-such-dcgmi'}}}}}
         """))
     result, reports = run_suite(pytester, inv, "-k", "dcgm", "--profile", "quick")
-    cases = {n: c["dcgm"] for n, c in junit_cases(reports).items()}
-    assert cases["good"] == cases["without"] == ("passed", "")
+    cases = junit_cases(reports)
+    assert cases["without"] == {}, "not collected where the node's facts found no dcgmi"
+    cases = {n: c["dcgm"] for n, c in cases.items() if c}
+    assert cases["good"] == ("passed", "")
     assert cases["bad"] == ("failure", "DCGM level 1 Hardware/memory on GPU 1: fail: GPU 1 "
                                        "had uncorrectable memory errors (DCGM error id 50)")
     assert (tmp_path / "bad.argv").read_text().split() == ["diag", "-r", "1", "-j"]
-    records = {r["node"]: r for r in map(json.loads, (reports / "latest" / "results.jsonl")
-                                         .read_text().splitlines())}
-    assert records["without"]["data"]["figures"]["applies"] is False
-    assert "not found" in records["without"]["data"]["figures"]["why"]
-    assert records["good"]["data"]["figures"]["version"] == "3.3.5"
+    records = {(r["check"], r["node"]): r for r in map(
+        json.loads, (reports / "latest" / "results.jsonl").read_text().splitlines())}
+    # The probe runs on every node of the run, as pcie's does: there it found nothing.
+    assert records[("dcgm", "without")]["data"]["figures"]["applies"] is False
+    assert records[("health", "without")]["data"]["figures"]["tools"] == {
+        "dcgm": {"command": str(tmp_path / "no-such-dcgmi"), "path": None}}
+    assert records[("dcgm", "good")]["data"]["figures"]["version"] == "3.3.5"
+    report = read_junit(reports / "latest" / "junit.xml")
+    assert "dcgm" not in report.required("without")
+    assert "dcgm" in report.required("good") and "dcgm" in report.required("bad")
+    assert report.properties["good"]["equipped_checks"] == "dcgm"
+    assert report.properties["without"]["equipped_checks"] == ""
+
+
+def test_admission_fails_closed_where_the_tools_are_unknown():
+    report = Report(properties={"n1": {"gpus": "8", "nodes_in_run": "1"},
+                                "n2": {"gpus": "8", "nodes_in_run": "1",
+                                       "equipped_checks": ""}})
+    assert "dcgm" in report.required("n1"), "an older report, or health never ran"
+    assert "dcgm" not in report.required("n2")
+    assert "dcgm" not in applicable(0, 1), "a CPU-only node, whatever its tools"
+
+
+def test_the_probe_reports_does_not_apply_where_dcgmi_is_gone(tmp_path):
+    node = Node(name="n", address="n", transport="local")
+    out = run_probe(LocalTransport(node, REPO / "probes"), "dcgm",
+                    {"settings": {"dcgmi": str(tmp_path / "gone")}}, timeout_s=120)
+    assert out.ok and out.data["figures"]["applies"] is False
+    assert verdict(out).passed
 
 
 def outcome(figures: dict, errors=()) -> ProbeOutcome:

@@ -55,9 +55,11 @@ def two_hcas(**overrides) -> dict[str, list[dict]]:
 def keep_growing(path: Path, stop: threading.Event) -> None:
     """A counter that grows all along the run, as a flapping port's link_downed does."""
     value = int(path.read_text())
+    spare = path.with_name(".next")
     while not stop.wait(0.05):
         value += 1
-        path.write_text(f"{value}\n")
+        spare.write_text(f"{value}\n")
+        spare.replace(path)  # whole, as sysfs gives a value: never a half-written file
 
 
 def test_each_broken_fabric_fails_its_node_alone_with_the_port_named(pytester, tmp_path):

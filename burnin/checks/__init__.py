@@ -35,10 +35,12 @@ SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)
 FACTS = next(c.name for c in CHECKS.values() if c.facts)
 
 
-def applicable(gpus: int | None, nodes: int) -> list[str]:
+def applicable(gpus: int | None, nodes: int, equipped: frozenset[str] | None = None
+               ) -> list[str]:
     """The checks of the suite that apply to a node with `gpus` GPUs (None: unknown) in a
-    run of `nodes` nodes: what admission requires of it by default."""
-    return [c.name for c in CHECKS.values() if c.applies(gpus, nodes)]
+    run of `nodes` nodes, where the tools of the checks in `equipped` were found (None:
+    unknown): what admission requires of it by default."""
+    return [c.name for c in CHECKS.values() if c.applies(gpus, nodes, equipped)]
 
 
 def resolve_settings(check: str, profile: str, *overrides: dict) -> dict:

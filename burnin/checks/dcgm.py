@@ -1,7 +1,8 @@
 """The dcgm check's judge: NVIDIA DCGM's own diagnostic (`dcgmi diag -r <level> -j`), on
 GPU nodes where DCGM is installed. Each DCGM test that fails on a GPU fails the node with
-DCGM's own message; a warning warns. A GPU node without `dcgmi` passes: the probe says
-DCGM does not apply there and runs nothing."""
+DCGM's own message; a warning warns. The check applies only where the node's health
+facts found `dcgmi` (Check.tool): elsewhere it is not collected and admission does not
+require it. Should the probe still find no dcgmi, it says so and the node passes."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ SCHEMA = document(Obj(), Obj(
 
 CHECK = Check(
     name="dcgm", doc="NVIDIA DCGM's diagnostic passes, where DCGM is installed",
-    judge=judge, schema=SCHEMA, evidence=evidence, gpu_only=True, settings={
+    judge=judge, schema=SCHEMA, evidence=evidence, gpu_only=True,
+    tool=lambda settings: settings["dcgmi"], settings={
         "timeout_s": timeout(900, 1800, 7200),
         "level": Setting("dcgm_level", {"quick": 1, "standard": 2, "extended": 3},
                          "dcgmi diag -r level"),

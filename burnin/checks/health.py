@@ -200,6 +200,7 @@ SCHEMA = document(DEVICE, Obj(
                   name=Str(256), emulated=Bool()), max=64)),
     gpu=Obj(nvml=Str(64), driver=Str(256, null=True), cuda_driver=Str(64, null=True),
             reason=Str(4096)),
+    tools=Obj(values=Obj(command=Str(4096), path=Str(4096, null=True))),
     elapsed_s=Scalar()))
 
 def evidence(record: dict) -> dict[str, object]:
