@@ -235,10 +235,10 @@ def test_figures_carry_port_state_rate_growth_and_nvlink():
     p["growth"] = {"symbol_error": 2}
     figs = figures({"data": recorded({"mlx5_0": [p]}, devices=[nvgpu(0, 17)]).data})
     by = {(f.metric, dict(f.labels).get("counter")): f.value for f in figs}
-    assert by[("fabric_port_active", None)] == 1.0
-    assert by[("fabric_port_rate_bits_per_second", None)] == 400e9
-    assert by[("fabric_port_error_growth", "symbol_error")] == 2
-    assert by[("nvlink_active_links", None)] == 17
+    assert by[("fabric_port_active_ratio", None)] == 1.0
+    assert by[("fabric_port_rate_gbps", None)] == 50.0  # 400 Gb/sec
+    assert by[("fabric_port_new_errors", "symbol_error")] == 2
+    assert by[("nvlink_active_ratio", None)] == 17 / 18
 
 
 @pytest.mark.parametrize("value", [-1, "eight", 1.5])

@@ -153,24 +153,28 @@ def _links_for(j: Judging, name: str | None) -> int | None:
 
 
 def figures(record: dict) -> list[Figure]:
+    """Each name ends in its unit (a ratio, GB/s, errors), as metrics.prom's base-unit
+    names want: the rate is the port's Gb/sec over 8."""
     out = []
     for hca in record["data"]["figures"]["ib"]["hcas"]:
         for port in hca["ports"]:
             labels = (("hca", hca["name"]), ("port", str(port["port"])))
-            out.append(Figure("fabric_port_active", labels,
+            out.append(Figure("fabric_port_active_ratio", labels,
                               1.0 if port.get("state") == "ACTIVE" else 0.0,
-                              "1 when the HCA port is ACTIVE"))
+                              "1 when the HCA port is ACTIVE, else 0"))
             if port.get("rate_gbps") is not None:
-                out.append(Figure("fabric_port_rate_bits_per_second", labels,
-                                  port["rate_gbps"] * 1e9, "the port's link rate"))
+                out.append(Figure("fabric_port_rate_gbps", labels, port["rate_gbps"] / 8,
+                                  "the port's link rate, GB/s (its Gb/sec over 8)"))
             for counter, grew in (port.get("growth") or {}).items():
-                out.append(Figure("fabric_port_error_growth", (*labels, ("counter", counter)),
+                out.append(Figure("fabric_port_new_errors", (*labels, ("counter", counter)),
                                   grew, "error counter growth over the probe's window"))
     for dev in record["data"]["devices"]:
-        if dev.get("nvlink"):
-            out.append(Figure("nvlink_active_links", (("device", dev["device"]),
+        links = dev.get("nvlink") or {}
+        if links.get("links"):
+            out.append(Figure("nvlink_active_ratio", (("device", dev["device"]),
                                                       ("UUID", dev.get("uuid") or "")),
-                              dev["nvlink"]["active"], "NVLink links active per GPU"))
+                              links["active"] / links["links"],
+                              "share of the GPU's NVLink links that are active"))
     return out
 
 
