@@ -39,7 +39,9 @@ class Report:
             return props["admission_require"].split(",")
         gpus = props.get("gpus", "unknown")
         nodes = int(props.get("nodes_in_run") or 0) or len(self.cases)
-        return applicable(int(gpus) if gpus.isdigit() else None, nodes)
+        found = props.get("equipped_checks", "unknown")  # unknown: every tool counts as found
+        equipped = None if found == "unknown" else frozenset(c for c in found.split(",") if c)
+        return applicable(int(gpus) if gpus.isdigit() else None, nodes, equipped)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from burnin import yamlsource
 from burnin.checks import CHECKS
+from burnin.checks.drift import COMPUTE_MODES
 from burnin.nodes import (
     Inventory,
     Node,
@@ -59,6 +60,10 @@ KINDS = {
     "gpus": (lambda v: v == "auto" or (_is_int(v) and v >= 0), "an integer >= 0, or auto"),
     "gpu_model": (lambda v: _is_str(v), "a model name"),  # checked against the models below
     "device_count": (lambda v: _is_int(v) and 1 <= v <= 64, "an integer from 1 to 64"),
+    "compute_mode": (lambda v: v in COMPUTE_MODES.values(),
+                     "one of: " + ", ".join(COMPUTE_MODES.values())),
+    "dcgm_level": (lambda v: v in (1, 2, 3, 4), "1, 2, 3 or 4"),
+    "hca_count": (lambda v: _is_int(v) and 0 <= v <= 256, "an integer from 0 to 256"),
     "str_list": (lambda v: isinstance(v, list) and all(_is_str(x) for x in v),
                  "a list of strings"),
     "labels": (lambda v: isinstance(v, dict)
@@ -83,9 +88,11 @@ SSH_KEYS = {"user": "str", "port": "port", "identity_file": "str", "known_hosts"
             "connect_timeout_s": "positive", "proxy_jump": "str"}
 SRUN_KEYS = {"partition": "str", "extra_args": "str_list"}
 STORAGE_KEYS = {"path": "str", "mount": "str"}
-NESTED = {"ssh": SSH_KEYS, "srun": SRUN_KEYS, "storage": STORAGE_KEYS}
+EXPECT_KEYS = {"driver": "str", "vbios": "str", "cuda": "str"}
+NESTED = {"ssh": SSH_KEYS, "srun": SRUN_KEYS, "storage": STORAGE_KEYS, "expect": EXPECT_KEYS}
 DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gpus": "gpus",
                 "gpu_model": "gpu_model", "cpu_devices": "device_count",
+                "hcas": "hca_count",
                 **{k: k for k in NESTED}}
 NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
              **DEFAULT_KEYS}

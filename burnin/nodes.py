@@ -52,6 +52,10 @@ class Node:
     # Devices a CPU-only node (gpus: 0) is tested as, e.g. one per socket: each gets its
     # own worker, figures and all-reduce rank, as each GPU of a GPU node does.
     cpu_devices: int = 1
+    # InfiniBand / RoCE HCAs the node must have (fabric check); None: the run's majority.
+    hcas: int | None = None
+    # Versions the inventory pins (`expect: {driver, vbios, cuda}`), judged by health.
+    expect: dict[str, str] = field(default_factory=dict)
     ssh: SshSettings = field(default_factory=SshSettings)
     srun: SrunSettings = field(default_factory=SrunSettings)
     storage: StorageSettings = field(default_factory=StorageSettings)

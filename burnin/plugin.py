@@ -218,9 +218,10 @@ class BurninState:
 
     @staticmethod
     def _node_properties(run: Run, node: Node) -> dict[str, str]:
-        gpus = run.known_gpus(node)
+        gpus, equipped = run.known_gpus(node), run.known_equipped(node)
         return {"gpus": "unknown" if gpus is None else str(gpus),
-                "applicable_checks": ",".join(applicable(gpus, len(run.nodes)))}
+                "equipped_checks": "unknown" if equipped is None else ",".join(sorted(equipped)),
+                "applicable_checks": ",".join(applicable(gpus, len(run.nodes), equipped))}
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.worker or not self.cases or self._run is None:
@@ -318,7 +319,11 @@ def inapplicable(run: Run, items: list[pytest.Item]) -> list[pytest.Item]:
     checks = [(i, CHECKS[check_of(i)], i.callspec.params["node"]) for i in items if is_check(i)]
     learn = {n.name for _, c, n in checks if c.gpu_only and n.gpus is None}
     gpus = {n.name: run.gpus(n) if n.name in learn else n.gpus for _, _, n in checks}
-    return [i for i, c, n in checks if not c.applies(gpus[n.name], len(run.nodes))]
+    # A check needing a tool (dcgm) applies where the node's health facts found it.
+    look = {n.name for _, c, n in checks if c.tool is not None and gpus[n.name] != 0}
+    equipped = {n.name: run.equipped(n) if n.name in look else None for _, _, n in checks}
+    return [i for i, c, n in checks
+            if not c.applies(gpus[n.name], len(run.nodes), equipped[n.name])]
 
 
 # trylast: after -k and -m have deselected, so that only what will run is considered.

@@ -173,6 +173,20 @@ class Run:
             return self.gpus(node)
         return None
 
+    def equipped(self, node: Node) -> frozenset[str] | None:
+        """The checks needing a tool whose tool the node's health facts found (dcgm where
+        dcgmi is installed); None while unknown (its health probe failed, or a node held
+        in quarantine did not run it)."""
+        o = self.outcomes(FACTS).get(node.name)
+        if o is None or not o.ok:
+            return None
+        tools = o.data["figures"].get("tools") or {}
+        return frozenset(check for check, t in tools.items() if t.get("path"))
+
+    def known_equipped(self, node: Node) -> frozenset[str] | None:
+        """equipped(), but only from what is known already: never runs a probe."""
+        return self.equipped(node) if self.has_outcomes(FACTS) else None
+
     def devices(self, node: Node) -> int | None:
         """The devices every probe must report for `node`: its GPUs, or on a CPU-only node
         its `cpu_devices`; None while unknown."""
@@ -244,6 +258,9 @@ class Run:
                        "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
                        "storage": {"path": node.storage.path, "mount": node.storage.mount},
                        "settings": settings}
+            if spec.facts:  # the commands checks need, for the facts probe to look for
+                payload["tools"] = {c.name: c.tool(self.settings(c.name, node))
+                                    for c in CHECKS.values() if c.tool is not None}
             on_progress = None
             if self.progress:
                 def on_progress(info, name=node.name):

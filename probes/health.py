@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shutil
 import socket
 import sys
 import time
@@ -152,8 +153,32 @@ class Nvml:
             "max_width": self.read(dev, "pcie_max_width",
                                    nv.nvmlDeviceGetMaxPcieLinkWidth, h),
         }
+        self.configuration(dev, h)
         dev["_handle"] = h
         return dev
+
+    def configuration(self, dev: dict, h) -> None:
+        """What an operator sets and may forget: persistence, MIG and compute modes, the
+        power limit beside its default, VBIOS and InfoROM versions, and compute processes
+        already on the GPU (other than this probe's own)."""
+        nv = self.nv
+        dev["persistence_mode"] = self.read(dev, "persistence_mode",
+                                            nv.nvmlDeviceGetPersistenceMode, h)
+        dev["compute_mode"] = self.read(dev, "compute_mode", nv.nvmlDeviceGetComputeMode, h)
+        mig = self.read(dev, "mig_mode", nv.nvmlDeviceGetMigMode, h)
+        dev["mig_mode_current"] = None if mig is None else int(mig[0])
+        dev["mig_mode_pending"] = None if mig is None else int(mig[1])
+        dev["power_limit_mw"] = self.read(dev, "power_limit", nv.nvmlDeviceGetPowerManagementLimit,
+                                          h)
+        dev["power_default_limit_mw"] = self.read(
+            dev, "power_default_limit", nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
+        dev["vbios"] = self.read(dev, "vbios", nv.nvmlDeviceGetVbiosVersion, h)
+        dev["inforom_image"] = self.read(dev, "inforom_image",
+                                         nv.nvmlDeviceGetInforomImageVersion, h)
+        procs = self.read(dev, "processes", nv.nvmlDeviceGetComputeRunningProcesses, h)
+        if procs is not None:
+            dev["processes"] = [{"pid": int(p.pid), "used_memory": p.usedGpuMemory}
+                                for p in procs if p.pid != os.getpid()]
 
     def gen_under_load(self, dev: dict, torch_dev: dict) -> int | None:
         """Re-read the link generation while this very GPU works (torch's device with
@@ -230,9 +255,11 @@ def main() -> int:
     gpus = gpu_facts(torch_info)
     errors = list(gpus.pop("errors", []))
     devices = gpus.pop("devices", [])
+    tools = {check: {"command": str(cmd), "path": shutil.which(str(cmd))}
+             for check, cmd in (settings.get("tools") or {}).items()}
     probelib.emit(PROBE, node_identity(), devices,
-                  {"torch": torch_info, "gpu": gpus, "elapsed_s": round(time.time() - started, 3)},
-                  errors)
+                  {"torch": torch_info, "gpu": gpus, "tools": tools,
+                   "elapsed_s": round(time.time() - started, 3)}, errors)
     return 0
 
 

@@ -40,7 +40,8 @@ def bad(check: str, tag: str, message: str = "why") -> str:
 
 
 GOOD = junit(suite("n1", ok("health"), ok("sdc")), suite("n2", ok("health"), ok("sdc")))
-EVERY = ("health", "pcie", "memory", "sdc", "burn", "storage", "allreduce", "allreduce_internode")
+EVERY = ("health", "fabric", "pcie", "memory", "dcgm", "sdc", "burn", "storage", "allreduce",
+         "allreduce_internode")
 HEALTH_ONLY = junit(*(suite(n, ok("health"), admission_require=None) for n in ("n1", "n2")))
 FULL = junit(*(suite(n, *map(ok, EVERY), admission_require=None) for n in ("n1", "n2")))
 PYTEST_OWN = junit('<testsuite name="pytest"><testcase classname="suites.test_health" '

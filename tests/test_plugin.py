@@ -40,7 +40,7 @@ ALL = {c: ("passed", "") for c in CHECKS}
 
 def test_three_local_nodes_give_three_testsuites(pytester):
     result, reports = run_suite(pytester, inventory(pytester, THREE), "-v")
-    result.assert_outcomes(passed=21)
+    result.assert_outcomes(passed=24)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",
@@ -57,7 +57,8 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     assert props == {"cluster": "trio", "run_id": run_id, "burnin_report": "1",
                      "burnin_version": burnin.__version__, "profile": "standard",
                      "complete": "true", "exit_status": "0", "nodes_in_run": "3",
-                     "requested_checks": every, "gpus": "0", "applicable_checks": every}
+                     "requested_checks": every, "gpus": "0", "equipped_checks": "",
+                     "applicable_checks": every}
     records = [json.loads(ln) for ln in (reports / run_id / "results.jsonl").read_text()
                .splitlines()]
     assert sorted((r["check"], r["node"]) for r in records) == [

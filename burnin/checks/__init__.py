@@ -12,6 +12,8 @@ from burnin.checks import (
     allreduce,
     allreduce_internode,
     burn,
+    dcgm,
+    fabric,
     health,
     memory,
     pcie,
@@ -21,21 +23,24 @@ from burnin.checks import (
 from burnin.checks.base import DEFAULT_PROFILE, PROFILES, Check, Figure, Fleet, Judging, Setting
 
 # Table order is run order: single-node checks first; group checks take only nodes that
-# passed them. After health, the short hardware checks (as DCGM's diagnostic orders
-# them: PCIe, then memory), before the long burn.
+# passed them. After health, the node's fabric ports and links, then the short hardware
+# checks (as DCGM's diagnostic orders them: PCIe, then memory) and DCGM's own diagnostic
+# where it is installed, before the long burn.
 CHECKS: dict[str, Check] = {c.name: c for c in (
-    health.CHECK, pcie.CHECK, memory.CHECK, sdc.CHECK, burn.CHECK, storage.CHECK,
-    allreduce.CHECK, allreduce_internode.CHECK,
+    health.CHECK, fabric.CHECK, pcie.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK, burn.CHECK,
+    storage.CHECK, allreduce.CHECK, allreduce_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
 SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)
 FACTS = next(c.name for c in CHECKS.values() if c.facts)
 
 
-def applicable(gpus: int | None, nodes: int) -> list[str]:
+def applicable(gpus: int | None, nodes: int, equipped: frozenset[str] | None = None
+               ) -> list[str]:
     """The checks of the suite that apply to a node with `gpus` GPUs (None: unknown) in a
-    run of `nodes` nodes: what admission requires of it by default."""
-    return [c.name for c in CHECKS.values() if c.applies(gpus, nodes)]
+    run of `nodes` nodes, where the tools of the checks in `equipped` were found (None:
+    unknown): what admission requires of it by default."""
+    return [c.name for c in CHECKS.values() if c.applies(gpus, nodes, equipped)]
 
 
 def resolve_settings(check: str, profile: str, *overrides: dict) -> dict:

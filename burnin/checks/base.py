@@ -129,6 +129,9 @@ class Check:
     # A group check runs over every node that passed the single-node checks, after them,
     # and applies only where a node has peers (the inter-node all-reduce).
     execute: Callable[[object], dict[str, ProbeOutcome]] | None = None
+    # The command a check needs on the node (dcgm: dcgmi), from the node's settings for the
+    # check: the facts check looks for it, and where it is missing the check does not apply.
+    tool: Callable[[dict], str] | None = None
     max_output: int = DEFAULT_MAX_OUTPUT
 
     @property
@@ -139,10 +142,14 @@ class Check:
     def group(self) -> bool:
         return self.execute is not None
 
-    def applies(self, gpus: int | None, nodes: int) -> bool:
+    def applies(self, gpus: int | None, nodes: int,
+                equipped: frozenset[str] | None = None) -> bool:
         """Whether the check applies to a node with `gpus` GPUs (None: unknown, which
-        counts as GPUs: fail closed) in a run of `nodes` nodes."""
+        counts as GPUs: fail closed) in a run of `nodes` nodes, whose facts found the tools
+        of the checks named in `equipped` (None: unknown, which counts as found)."""
         if self.group and nodes < 2:
+            return False
+        if self.tool is not None and equipped is not None and self.name not in equipped:
             return False
         return not (self.gpu_only and gpus == 0)
 

@@ -6,12 +6,15 @@ torch sees fewer GPUs than the node should have (a driver/CUDA mismatch, hidden 
 the node would otherwise be measured on its CPU); ECC is off; any uncorrectable ECC
 error since the driver loaded; a row remap is pending or has failed; retired pages are
 pending; a PCIe link is below its max width or generation (generation read under load);
-the driver or torch version differs from the majority of the run's nodes.
+the driver or torch version differs from the majority of the run's nodes; the GPU's
+configuration has drifted (burnin/checks/drift.py: persistence, MIG and compute modes,
+foreign processes, power limit, versions the inventory's `expect:` pins).
 """
 
 from __future__ import annotations
 
-from burnin.checks.base import Check, Fleet, Judging, timeout
+from burnin.checks.base import Check, Fleet, Judging, Setting, timeout
+from burnin.checks.drift import device_drift, pinned_versions
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, MESSAGES, NULL_COUNT, Bool, Int, List, Obj, Scalar, Str, document
@@ -71,10 +74,12 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             failures += _count_against_peers(len(devices), j)
         for dev in devices:
             failures += _device_faults(node, dev, j.model)
+            failures += device_drift(_gpu(dev), dev, node, j.settings)
             if dev.get("ecc_uncorrected_aggregate"):
                 warnings.append(f"{_gpu(dev)}: {dev['ecc_uncorrected_aggregate']} uncorrectable "
                                 "ECC errors over its lifetime (aggregate counter)")
 
+        failures += pinned_versions(node, gpu.get("driver"), gpu.get("cuda_driver"))
     failures += _torch_sees_too_few(node, outcome)
     failures += _odd_one_out(_driver(outcome), "driver", summary["driver"])
     failures += _odd_one_out(_torch_version(outcome), "torch", summary["torch"])
@@ -181,7 +186,12 @@ DEVICE = Obj(index=Int(0, 1023), name=Str(256, null=True), uuid=Str(256, null=Tr
              ecc_uncorrected_aggregate=NULL_COUNT, retired_pages_pending=Bool(null=True),
              remapped_rows=Obj(correctable=COUNT, uncorrectable=COUNT, pending=Bool(),
                                failed=Bool()),
-             pcie=PCIE, unsupported=MESSAGES, errors=MESSAGES)
+             pcie=PCIE, persistence_mode=Int(null=True), compute_mode=Int(null=True),
+             mig_mode_current=Int(null=True), mig_mode_pending=Int(null=True),
+             power_limit_mw=NULL_COUNT, power_default_limit_mw=NULL_COUNT,
+             vbios=Str(256, null=True), inforom_image=Str(256, null=True),
+             processes=List(Obj(pid=COUNT, used_memory=NULL_COUNT), max=4096),
+             unsupported=MESSAGES, errors=MESSAGES)
 SCHEMA = document(DEVICE, Obj(
     torch=Obj(present=Bool(), version=Str(256), cuda=Str(64, null=True),
               cuda_available=Bool(), device_count=Int(0, 1024), error=Str(4096),
@@ -190,6 +200,7 @@ SCHEMA = document(DEVICE, Obj(
                   name=Str(256), emulated=Bool()), max=64)),
     gpu=Obj(nvml=Str(64), driver=Str(256, null=True), cuda_driver=Str(64, null=True),
             reason=Str(4096)),
+    tools=Obj(values=Obj(command=Str(4096), path=Str(4096, null=True))),
     elapsed_s=Scalar()))
 
 def evidence(record: dict) -> dict[str, object]:
@@ -204,5 +215,12 @@ def evidence(record: dict) -> dict[str, object]:
 CHECK = Check(
     name="health", doc="the node is what the inventory says", judge=judge, schema=SCHEMA,
     facts=True,
-    settings={"timeout_s": timeout(60, 120, 300)}, summarize=fleet_summary,
+    settings={
+        "timeout_s": timeout(60, 120, 300),
+        "persistence_mode": Setting("bool", True, "every GPU in persistence mode"),
+        "mig_mode": Setting("bool", False, "MIG mode every GPU must be in"),
+        "compute_mode": Setting("compute_mode", "default", "NVML compute mode of every GPU"),
+        "power_limit_w": Setting("positive", None,
+                                 "every GPU's power limit; default: the GPU's default limit"),
+    }, summarize=fleet_summary,
     evidence=evidence, max_output=1 << 20)

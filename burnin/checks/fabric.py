@@ -1,0 +1,217 @@
+"""The fabric check's judge: the node's InfiniBand / RoCE ports and its GPUs' NVLink.
+
+Ports: as many HCAs as the inventory's `hcas:` (or the run's majority, each node one
+vote); every port ACTIVE and LinkUp at the expected rate (`rate_gbps`, or the run's
+majority); no port flapped (link_downed grew between the probe's two reads) and no error
+counter grew by more than `max_error_growth`; a high lifetime count only warns. A node
+with no HCA where none is expected (`hcas: 0`, or unset and no majority above 0): the
+port rules do not apply. NVLink: every GPU has its model's `nvlink_links` active.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, timeout
+from burnin.checks.base import device_name as where
+from burnin.nodes import Node
+from burnin.probe import ProbeOutcome
+from burnin.reference import GPU_MODELS
+from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
+from burnin.verdict import Verdict, majority
+
+
+def _hcas(outcome: ProbeOutcome) -> list[dict]:
+    return outcome.data["figures"]["ib"]["hcas"]
+
+
+def _node_rate(outcome: ProbeOutcome) -> float | None:
+    """The rate most of the node's ports run at."""
+    rates = Counter(p["rate_gbps"] for h in _hcas(outcome) for p in h["ports"]
+                    if p.get("rate_gbps"))
+    return rates.most_common(1)[0][0] if rates else None
+
+
+def fleet_summary(fleet: Fleet) -> dict:
+    """Once per run: the majority HCA count and port rate as (value, why, nodes), each
+    node one vote (a node's rate: the one most of its ports run at)."""
+    ok = {n: o for n, o in fleet.outcomes.items() if o.ok}
+    counts = {n: len(_hcas(o)) for n, o in ok.items()}
+    rates = {n: r for n, o in ok.items() if (r := _node_rate(o)) is not None}
+    return {"hcas": (*majority(counts), len(counts)), "rate": (*majority(rates), len(rates))}
+
+
+def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
+    if not outcome.ok:
+        return Verdict(node.name, "fabric", (outcome.reason,))
+    data = outcome.data
+    failures = [f"probe error: {e}" for e in data["errors"]]
+    warnings: list[str] = []
+    summary = j.fleet or {"hcas": (None, "", 0), "rate": (None, "", 0)}
+    ib = data["figures"]["ib"]
+    hcas = ib["hcas"]
+    expected, source = _expected_hcas(node, summary)
+    if hcas or expected:
+        if expected is not None and len(hcas) != expected:
+            names = ", ".join(h["name"] for h in hcas) or "none"
+            failures.append(f"{len(hcas)} HCA(s) under {ib['root']} ({names}), expected "
+                            f"{expected} ({source})")
+        rate, rate_source = _expected_rate(j.settings, summary)
+        for hca in hcas:
+            if not hca["ports"]:
+                failures.append(f"{hca['name']}: no port")
+            for port in hca["ports"]:
+                f, w = _port_rules(hca["name"], port, rate, rate_source, ib["window_s"],
+                                   j.settings)
+                failures += f
+                warnings += w
+    failures += _nvlink_rules(data, j)
+    return Verdict(node.name, "fabric", tuple(failures), tuple(warnings))
+
+
+def _expected_hcas(node: Node, summary: dict) -> tuple[int | None, str]:
+    if node.hcas is not None:
+        return node.hcas, "the inventory's hcas"
+    common, why, nodes = summary["hcas"]
+    if nodes < 2:
+        return None, ""
+    if common is None:
+        return None, why
+    return common, f"most of the run's {nodes} nodes"
+
+
+def _expected_rate(settings: dict, summary: dict) -> tuple[float | None, str]:
+    if settings.get("rate_gbps"):
+        return settings["rate_gbps"], "the rate_gbps setting"
+    common, _, nodes = summary["rate"]
+    if common is None or nodes < 2:
+        return None, ""
+    return common, f"the rate of most of the run's {nodes} nodes"
+
+
+def _port_rules(hca: str, port: dict, rate: float | None, source: str, window: float,
+                settings: dict) -> tuple[list[str], list[str]]:
+    at = f"{hca} port {port['port']}"
+    failures, warnings = [], []
+    if port.get("state") != "ACTIVE":
+        failures.append(f"{at}: state {port.get('state')}, expected ACTIVE")
+    if port.get("phys_state") != "LinkUp":
+        failures.append(f"{at}: phys_state {port.get('phys_state')}, expected LinkUp")
+    got = port.get("rate_gbps")
+    if rate is not None and (got is None or got < rate):
+        failures.append(f"{at}: rate {port.get('rate')}, expected {rate:g} Gb/sec ({source})")
+    growth = port.get("growth") or {}
+    bound = settings.get("max_error_growth", 0)
+    for counter, grew in sorted(growth.items()):
+        if counter == "link_downed" and grew > 0:
+            failures.append(f"{at}: link_downed grew by {grew} in {window:g} s: the port "
+                            "flapped")
+        elif grew > bound:
+            failures.append(f"{at}: {counter} grew by {grew} in {window:g} s, more than "
+                            f"{bound:g}")
+    lifetime = settings.get("lifetime_warn", 100)
+    for counter, value in sorted((port.get("before") or {}).items()):
+        if lifetime and value >= lifetime:
+            warnings.append(f"{at}: {counter} is {value} over the port's lifetime "
+                            f"(warned from {lifetime:g})")
+    return failures, warnings
+
+
+def _nvlink_rules(data: dict, j: Judging) -> list[str]:
+    if not j.gpus:
+        return []
+    devices = data["devices"]
+    nv = data["figures"]["nvlink"]
+    if not nv.get("read"):
+        return [f"NVLink not read: {nv.get('why')}"] if _links_for(j, None) else []
+    out = count_problem(devices, j)
+    for dev in devices:
+        want = _links_for(j, dev.get("name"))
+        links = dev.get("nvlink") or {}
+        if want is None or "error" in dev:
+            continue
+        active = links.get("active", 0)
+        if active < want:
+            down = links.get("down") or []
+            which = f" (down: link {', '.join(map(str, down))})" if down else ""
+            out.append(f"GPU {where(dev)}: {active} NVLink link(s) active of "
+                       f"{links.get('links', 0)}, expected {want}{which}")
+    return out
+
+
+def _links_for(j: Judging, name: str | None) -> int | None:
+    """NVLink links a GPU must have active: the setting, the node's gpu_model's figure,
+    or the built-in model NVML's name matches; None: no rule."""
+    if j.settings.get("nvlink_links") is not None:
+        return j.settings["nvlink_links"]
+    if j.model is not None:
+        return j.model.nvlink_links
+    for model in GPU_MODELS.values():
+        if name and model.matches(name):
+            return model.nvlink_links
+    return None
+
+
+def figures(record: dict) -> list[Figure]:
+    """Each name ends in its unit (a ratio, GB/s, errors), as metrics.prom's base-unit
+    names want: the rate is the port's Gb/sec over 8."""
+    out = []
+    for hca in record["data"]["figures"]["ib"]["hcas"]:
+        for port in hca["ports"]:
+            labels = (("hca", hca["name"]), ("port", str(port["port"])))
+            out.append(Figure("fabric_port_active_ratio", labels,
+                              1.0 if port.get("state") == "ACTIVE" else 0.0,
+                              "1 when the HCA port is ACTIVE, else 0"))
+            if port.get("rate_gbps") is not None:
+                out.append(Figure("fabric_port_rate_gbps", labels, port["rate_gbps"] / 8,
+                                  "the port's link rate, GB/s (its Gb/sec over 8)"))
+            for counter, grew in (port.get("growth") or {}).items():
+                out.append(Figure("fabric_port_new_errors", (*labels, ("counter", counter)),
+                                  grew, "error counter growth over the probe's window"))
+    for dev in record["data"]["devices"]:
+        links = dev.get("nvlink") or {}
+        if links.get("links"):
+            out.append(Figure("nvlink_active_ratio", (("device", dev["device"]),),  # + UUID
+                              links["active"] / links["links"],
+                              "share of the GPU's NVLink links that are active"))
+    return out
+
+
+def evidence(record: dict) -> dict[str, object]:
+    figs = record["data"]["figures"]
+    return {"fabric.json": {"ib": figs["ib"], "nvlink": figs["nvlink"],
+                            "devices": record["data"]["devices"]}}
+
+
+PORT = Obj(port=Str(64), state=Str(256, null=True), state_code=Int(null=True),
+           phys_state=Str(256, null=True), phys_state_code=Int(null=True),
+           rate=Str(256, null=True), rate_gbps=Num(0, 1e6, null=True),
+           link_layer=Str(256, null=True), before=Obj(values=COUNT), after=Obj(values=COUNT),
+           growth=Obj(values=Int(-2**63, 2**63)))
+HCA = Obj(required=("name", "ports"), name=Str(256), ports=List(PORT, max=64))
+DEVICE = Obj(device=Str(64), index=Int(0, 1023), name=Str(256), uuid=Str(256),
+             error=Str(4096), nvlink=Obj(links=Int(0, 64), active=Int(0, 64),
+                                         down=List(Int(0, 64), max=64)))
+SCHEMA = document(DEVICE, Obj(
+    required=("ib", "nvlink"),
+    ib=Obj(required=("root", "hcas", "window_s"), root=Str(4096),
+           hcas=List(HCA, max=256), window_s=Num(0)),
+    nvlink=Obj(required=("read",), read=Bool(), why=Str(4096)), elapsed_s=Num(0)))
+
+CHECK = Check(
+    name="fabric", doc="the node's fabric ports and NVLink links are up at their rate",
+    judge=judge, schema=SCHEMA, summarize=fleet_summary, figures=figures, evidence=evidence,
+    settings={
+        "timeout_s": timeout(120, 180, 300),
+        "sysfs_root": Setting("str", "/sys/class/infiniband", "where the HCAs are listed"),
+        "window_s": Setting("positive", {"quick": 2, "standard": 10, "extended": 60},
+                            "seconds between the two reads of the port error counters"),
+        "rate_gbps": Setting("positive", None,
+                             "every port's rate at the least; default: the run's majority"),
+        "max_error_growth": Setting("int", 0, "growth of a port error counter over the "
+                                    "window that fails the node (link_downed: any)"),
+        "lifetime_warn": Setting("int", 100, "a port error counter's lifetime value that "
+                                 "warns; 0: never"),
+        "nvlink_links": Setting("int", None, "active NVLink links per GPU; default: the "
+                                "gpu_model's nvlink_links"),
+    })

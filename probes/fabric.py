@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""burnin fabric probe: the node's InfiniBand / RoCE ports and its GPUs' NVLink links.
+
+Runs ON a node. Standard library, and nvidia-ml-py (pynvml) for NVLink when present.
+Measures and never decides: the controller judges.
+
+- Ports: every HCA under `sysfs_root` (default /sys/class/infiniband), every port's
+  state, phys_state, rate and link_layer, and its error counters read twice, `window_s`
+  apart: a counter that grows while the node is up is the signal, a high lifetime value
+  only a hint. A node with no HCA reads nothing and does not wait.
+- NVLink: per GPU (NVML order), the links NVML knows and which of them are active
+  (nvmlDeviceGetNvLinkState). Not read on a CPU-only node (`gpus: 0`).
+
+    echo '{"settings": {"window_s": 2}}' | python3 probes/fabric.py
+
+Settings (optional): sysfs_root (/sys/class/infiniband), window_s (seconds between the
+two counter reads; 5).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import probelib
+
+PROBE = "fabric"
+SYSFS_ROOT = "/sys/class/infiniband"
+# The port error counters of the InfiniBand PortCounters attribute, as the kernel names
+# them under ports/<n>/counters/ (RoCE ports have the same files).
+COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+            "port_xmit_discards", "excessive_buffer_overrun_errors",
+            "local_link_integrity_errors")
+NVLINK_MAX_LINKS = 18  # nvml.h NVML_NVLINK_MAX_LINKS
+
+
+def log(msg: str) -> None:
+    probelib.log(PROBE, msg)
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _coded(text: str | None) -> tuple[int | None, str | None]:
+    """'4: ACTIVE' -> (4, 'ACTIVE'); a bare word -> (None, word)."""
+    if text is None:
+        return None, None
+    code, sep, word = text.partition(":")
+    if sep and code.strip().isdigit():
+        return int(code), word.strip()
+    return None, text
+
+
+def _rate_gbps(text: str | None) -> float | None:
+    """'400 Gb/sec (4X NDR)' -> 400.0."""
+    try:
+        return float(text.split()[0]) if text else None
+    except ValueError:
+        return None
+
+
+def counters(port_dir: str) -> dict[str, int]:
+    out = {}
+    for name in COUNTERS:
+        raw = _read(os.path.join(port_dir, "counters", name))
+        if raw is not None and raw.isdigit():
+            out[name] = int(raw)
+    return out
+
+
+def ports(root: str) -> tuple[list[dict], list[str]]:
+    """Every HCA under `root` with its ports' state and a first counter reading."""
+    hcas, errors = [], []
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return [], []
+    except OSError as e:
+        return [], [f"{root}: {e}"]
+    for name in names:
+        base = os.path.join(root, name, "ports")
+        try:
+            numbers = sorted(os.listdir(base), key=lambda p: (not p.isdigit(), p.zfill(8)))
+        except OSError as e:
+            errors.append(f"{name}: cannot list its ports ({e})")
+            hcas.append({"name": name, "ports": []})
+            continue
+        hca = {"name": name, "ports": []}
+        for number in numbers:
+            d = os.path.join(base, number)
+            code, state = _coded(_read(os.path.join(d, "state")))
+            phys_code, phys = _coded(_read(os.path.join(d, "phys_state")))
+            rate = _read(os.path.join(d, "rate"))
+            hca["ports"].append({
+                "port": number, "state": state, "state_code": code, "phys_state": phys,
+                "phys_state_code": phys_code, "rate": rate, "rate_gbps": _rate_gbps(rate),
+                "link_layer": _read(os.path.join(d, "link_layer")),
+                "before": counters(d), "_dir": d})
+        hcas.append(hca)
+    return hcas, errors
+
+
+def second_read(hcas: list[dict]) -> None:
+    for hca in hcas:
+        for port in hca["ports"]:
+            port["after"] = counters(port.pop("_dir"))
+            port["growth"] = {k: port["after"][k] - v for k, v in port["before"].items()
+                              if k in port["after"]}
+
+
+def nvlink(payload: dict) -> tuple[list[dict], dict]:
+    """Per GPU: its NVLink links and which are active. ([], why) where NVML is absent."""
+    if payload.get("gpus") == 0:
+        return [], {"read": False, "why": "a CPU-only node (gpus: 0)"}
+    try:
+        import pynvml as nv
+    except ImportError as e:
+        return [], {"read": False, "why": f"nvidia-ml-py is not installed ({e})"}
+    try:
+        nv.nvmlInit()
+    except (nv.NVMLError, OSError) as e:
+        return [], {"read": False, "why": f"NVML did not initialise: {e}"}
+    devices = []
+    try:
+        for i in range(nv.nvmlDeviceGetCount()):
+            devices.append(_nvlink_device(nv, i))
+    except nv.NVMLError as e:
+        return devices, {"read": False, "why": f"NVML: {e}"}
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:
+            pass
+    return devices, {"read": True}
+
+
+def _nvlink_device(nv, index: int) -> dict:
+    dev: dict = {"device": str(index), "index": index}
+    try:
+        h = nv.nvmlDeviceGetHandleByIndex(index)
+        dev["name"] = _text(nv.nvmlDeviceGetName(h))
+        dev["uuid"] = _text(nv.nvmlDeviceGetUUID(h))
+    except nv.NVMLError as e:
+        dev["error"] = f"NVML: {e}"
+        return dev
+    links, down = 0, []
+    for link in range(NVLINK_MAX_LINKS):
+        try:
+            active = nv.nvmlDeviceGetNvLinkState(h, link)
+        except nv.NVMLError as e:
+            if link == 0 and getattr(e, "value", None) != nv.NVML_ERROR_NOT_SUPPORTED:
+                dev["error"] = f"nvmlDeviceGetNvLinkState: {e}"
+            break  # no NVLink (NOT_SUPPORTED on link 0), or past the GPU's last link
+        links += 1
+        if active != nv.NVML_FEATURE_ENABLED:
+            down.append(link)
+    dev["nvlink"] = {"links": links, "active": links - len(down), "down": down}
+    return dev
+
+
+def _text(v) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def main() -> int:
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__)
+        return 0
+    payload = probelib.read_payload()
+    probelib.watch_controller(payload, PROBE)
+    settings = payload.get("settings", {})
+    root = settings.get("sysfs_root") or SYSFS_ROOT
+    window = float(settings.get("window_s", 5))
+    started = time.time()
+    hcas, errors = ports(root)
+    if any(h["ports"] for h in hcas):
+        log(f"{len(hcas)} HCA(s) under {root}; counters read again in {window:g} s")
+        time.sleep(window)
+    else:
+        log(f"no HCA port under {root}")
+        window = 0.0
+    second_read(hcas)
+    devices, nv = nvlink(payload)
+    errors += [f"{d['device']}: {d['error']}" for d in devices if "error" in d]
+    probelib.emit(PROBE, {"hostname": os.uname()[1]}, devices, {
+        "ib": {"root": root, "hcas": hcas, "window_s": window}, "nvlink": nv,
+        "elapsed_s": round(time.time() - started, 3)}, errors)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""dcgm: NVIDIA DCGM's own diagnostic passes, on GPU nodes where DCGM is installed."""
+
+from burnin.verdict import assert_passed
+
+
+def test_dcgm(node, burnin_run):
+    assert_passed(burnin_run.verdict("dcgm", node))

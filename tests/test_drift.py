@@ -1,0 +1,122 @@
+"""Configuration drift, judged by health: the real health probe against emulated NVML,
+one drift per GPU, each named with its GPU; the settings and the inventory's `expect:`
+that change what is expected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from burnin.checks import Fleet, Judging, resolve_settings
+from burnin.checks.health import fleet_summary, judge
+from burnin.inventory import InventoryError, load_inventory
+from burnin.nodes import Node
+from burnin.probe import ProbeOutcome, run_probe
+from burnin.reference import GPU_MODELS
+from burnin.transports.local import LocalTransport
+
+REPO = Path(__file__).resolve().parent.parent
+SETTINGS = resolve_settings("health", "standard", {})
+
+
+def gpu(i: int, **over) -> dict:
+    return {"uuid": f"GPU-{i}", "pci_bus_id": f"0000:{i + 1:02x}:00.0", **over}
+
+
+DRIFTED = [
+    (gpu(0), None),
+    (gpu(1, persistence_mode=0), "GPU 1 (GPU-1): persistence mode is off, expected on"),
+    (gpu(2, mig_mode={"current": 1, "pending": 1}), "GPU 2 (GPU-2): MIG mode is on, expected off"),
+    (gpu(3, mig_mode={"current": 0, "pending": 1}), None),  # on only after a reset: off now
+    (gpu(4, compute_mode=3),
+     "GPU 4 (GPU-4): compute mode exclusive_process, expected default"),
+    (gpu(5, processes=[{"pid": 4242, "used_memory": 1 << 30}]),
+     "GPU 5 (GPU-5): 1 compute process(es) already on the GPU before the checks: pid 4242 "
+     "(1024 MiB); expected none"),
+    (gpu(6, power={"limit_mw": 500000}),
+     "GPU 6 (GPU-6): power limit 500 W, expected 700 W (the GPU's default limit)"),
+]
+
+
+def probe(node: Node, nvml, devices=None) -> ProbeOutcome:
+    nvml(devices=devices or [d for d, _ in DRIFTED])
+    out = run_probe(LocalTransport(node, REPO / "probes"), "health", {}, timeout_s=300)
+    assert out.ok, out.reason
+    return out
+
+
+def judged(node: Node, outcome: ProbeOutcome, **settings):
+    model = GPU_MODELS.get(node.gpu_model or "")
+    summary = fleet_summary(Fleet({node.name: outcome}, models={node.name: model}))
+    return judge(node, outcome, Judging({**SETTINGS, **settings}, summary, model, node.gpus))
+
+
+def node(gpus: int = len(DRIFTED), **over) -> Node:
+    return Node(name="n1", address="n1", transport="local", gpus=gpus,
+                gpu_model="H100-SXM5-80GB", **over)
+
+
+def test_each_drift_fails_with_its_gpu_named_and_a_clean_gpu_passes(nvml):
+    n = node()
+    out = probe(n, nvml)
+    dev = out.data["devices"][0]
+    assert (dev["persistence_mode"], dev["compute_mode"], dev["mig_mode_current"]) == (1, 0, 0)
+    assert (dev["vbios"], dev["inforom_image"]) == ("96.00.99.00.01", "G520.0200.00.05")
+    assert dev["power_limit_mw"] == dev["power_default_limit_mw"] == 700000
+    verdict = judged(n, out)
+    assert sorted(verdict.failures) == sorted(m for _, m in DRIFTED if m)
+    clean = probe(node(gpus=1), nvml, [gpu(0)])
+    assert judged(node(gpus=1), clean).passed
+
+
+def test_settings_change_what_is_expected(nvml):
+    devices = [gpu(0, mig_mode={"current": 1, "pending": 1}, compute_mode=3,
+                   power={"limit_mw": 500000}, persistence_mode=0)]
+    n = node(gpus=1)
+    out = probe(n, nvml, devices)
+    assert len(judged(n, out).failures) == 4
+    assert judged(n, out, mig_mode=True, compute_mode="exclusive_process", power_limit_w=500,
+                  persistence_mode=False).passed
+    assert judged(n, out, mig_mode=True, compute_mode="exclusive_process",
+                  power_limit_w=600, persistence_mode=False).failures == (
+        "GPU 0 (GPU-0): power limit 500 W, expected 600 W (the power_limit_w setting)",)
+
+
+def test_mig_expected_on_a_gpu_without_mig_fails(nvml):
+    n = node(gpus=1)
+    out = probe(n, nvml, [gpu(0, unsupported=["mig_mode"])])
+    assert judged(n, out).passed
+    assert judged(n, out, mig_mode=True).failures == (
+        "GPU 0 (GPU-0): MIG mode cannot be read (not supported), expected on",)
+
+
+def test_versions_the_inventory_pins(nvml):
+    devices = [gpu(0), gpu(1, vbios_version="96.00.74.00.0B")]
+    pinned = node(gpus=2, expect={"driver": "550.90.07", "vbios": "96.00.99.00.01",
+                                  "cuda": "12.4"})
+    out = probe(pinned, nvml, devices)
+    assert judged(pinned, out).failures == (
+        "GPU 1 (GPU-1): VBIOS 96.00.74.00.0B, the inventory expects 96.00.99.00.01",
+        "driver version 550.54.15, the inventory expects 550.90.07")
+    right = node(gpus=2, expect={"driver": "550.54.15", "cuda": "12.4"})
+    assert judged(right, out).passed
+    assert judged(node(gpus=2, expect={"cuda": "12.8"}), out).failures == (
+        "cuda version 12.4, the inventory expects 12.8",)
+
+
+def test_inventory_expect_merges_and_compute_mode_is_checked(tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text("version: 1\ndefaults: {expect: {driver: '550.90.07', cuda: '12.4'}}\n"
+                    "nodes:\n  - name: n1\n    expect: {vbios: 96.00.99.00.01}\n"
+                    "  - name: n2\n")
+    inv = load_inventory(path)
+    assert inv.node("n1").expect == {"driver": "550.90.07", "cuda": "12.4",
+                                     "vbios": "96.00.99.00.01"}
+    assert inv.node("n2").expect == {"driver": "550.90.07", "cuda": "12.4"}
+    path.write_text("version: 1\nnodes:\n  - name: n1\n    expect: {bios: x}\n"
+                    "checks:\n  health: {compute_mode: exclusive}\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    assert "expect.bios" in str(info.value) and "unknown key" in str(info.value)
+    assert "one of: default, exclusive_thread, prohibited, exclusive_process" in str(info.value)
