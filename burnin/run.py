@@ -23,9 +23,9 @@ from pathlib import Path
 
 from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
 from burnin.nodes import Inventory, Node
-from burnin.probe import ProbeOutcome, run_probe
+from burnin.probe import ProbeOutcome, run_probe, run_probes
 from burnin.progress import Progress
-from burnin.transports import NodeUnreachable, Transport, transport_for
+from burnin.transports import Launcher, NodeUnreachable, Transport, transport_class, transport_for
 from burnin.verdict import Verdict
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
@@ -97,6 +97,9 @@ class Run:
     _flock_depth: int = 0
     # Set when the run is interrupted: every probe's command is killed, nothing new starts.
     cancel: threading.Event = field(default_factory=threading.Event)
+    # Per transport that runs a check's nodes as one (srun), its launcher; None: per node.
+    _launchers: dict[str, Launcher | None] = field(default_factory=dict)
+    _launchers_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
         raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
@@ -229,31 +232,51 @@ class Run:
         # Learned here, in this thread: it holds the run's lock the fan-out threads lack.
         gpus = {n.name: n.gpus if spec.facts else self.gpus(n) for n in self.nodes}
 
-        def one(node: Node) -> ProbeOutcome:
-            settings = self.settings(check, node)
-            payload = {"check": check, "node": node.name, "run_id": self.run_id,
-                       "profile": self.profile, "gpus": gpus[node.name],
-                       "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
-                       "storage": {"path": node.storage.path, "mount": node.storage.mount},
-                       "settings": settings}
-            on_progress = None
-            if self.progress:
-                def on_progress(info, name=node.name):
-                    self.progress.update(name, info)
-            return self.probe(node, spec, payload, float(settings["timeout_s"]), on_progress)
+        def payload(node: Node) -> dict:
+            return {"check": check, "node": node.name, "run_id": self.run_id,
+                    "profile": self.profile, "gpus": gpus[node.name],
+                    "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
+                    "storage": {"path": node.storage.path, "mount": node.storage.mount},
+                    "settings": self.settings(check, node)}
 
+        def timeout(node: Node) -> float:
+            return float(self.settings(check, node)["timeout_s"])
+
+        def on_progress(node: Node):
+            if not self.progress:
+                return None
+            return lambda info, name=node.name: self.progress.update(name, info)
+
+        def one(item: tuple[Launcher | None, list[Node]]) -> dict[str, ProbeOutcome]:
+            launcher, nodes = item
+            if launcher is not None:  # the nodes run as one (srun: one job step)
+                return self.probe_together(launcher, nodes, spec,
+                                           {n.name: payload(n) for n in nodes},
+                                           {n.name: timeout(n) for n in nodes},
+                                           {n.name: on_progress(n) for n in nodes})
+            node = nodes[0]
+            return {node.name: self.probe(node, spec, payload(node), timeout(node),
+                                          on_progress(node))}
+
+        together, apart = self.launched(self.nodes)
         if self.progress:
             self.progress.begin(check)
         try:
-            outcomes = fan_out(self.nodes, one, self.fanout, self.cancel)
+            done = fan_out(together + [(None, [n]) for n in apart], one, self.fanout,
+                           self.cancel)
         finally:
             if self.progress:
                 self.progress.end()
-        return dict(zip((n.name for n in self.nodes), outcomes, strict=True))
+        outcomes = {name: o for part in done for name, o in part.items()}
+        return {n.name: outcomes[n.name] for n in self.nodes}
 
     def probe(self, node: Node, check: Check, payload: dict, timeout_s: float,
               on_progress=None) -> ProbeOutcome:
         """Run the check's probe on one node; whatever happens is this node's outcome."""
+        launcher = self.launcher(node)
+        if launcher is not None:
+            return self.probe_together(launcher, [node], check, {node.name: payload},
+                                       {node.name: timeout_s}, {node.name: on_progress})[node.name]
         try:
             transport = self.transport(node)
             if self.cancel.is_set():
@@ -267,6 +290,55 @@ class Run:
         except Exception as e:  # a controller bug must fail this node, not the run
             return ProbeOutcome(node.name, check.probe_name, False, f"controller error "
                                 f"running {check.name}: {type(e).__name__}: {e}")
+
+    # --- transports that run a check's nodes as one (srun: one job step per check) ------
+
+    def launcher(self, node: Node) -> Launcher | None:
+        """The launcher of the node's transport for this run, made on first use over every
+        node of the run with that transport; None for a transport that runs per node."""
+        with self._launchers_lock:
+            if node.transport not in self._launchers:
+                try:
+                    cls = transport_class(node.transport)
+                except NodeUnreachable:
+                    cls = Transport
+                self._launchers[node.transport] = cls.launcher(
+                    [n for n in self.nodes if n.transport == node.transport], self.probes_dir,
+                    self.run_id, self.cancel)
+            return self._launchers[node.transport]
+
+    def launched(self, nodes: list[Node]) -> tuple[list[tuple[Launcher, list[Node]]], list[Node]]:
+        """([(launcher, its nodes)], the nodes that run one by one). Each launcher gets
+        hold of its nodes here, in the calling thread (the main one: Ctrl-C finds it)."""
+        groups: dict[str, list[Node]] = {}
+        apart = []
+        for n in nodes:
+            if self.launcher(n) is None:
+                apart.append(n)
+            else:
+                groups.setdefault(n.transport, []).append(n)
+        for transport in groups:
+            self._launchers[transport].prepare()
+        return [(self._launchers[t], members) for t, members in groups.items()], apart
+
+    def probe_together(self, launcher: Launcher, nodes: list[Node], check: Check,
+                       payloads: dict[str, dict], timeouts: dict[str, float],
+                       on_progress: dict | None = None) -> dict[str, ProbeOutcome]:
+        """Run the check's probe on `nodes` as one; whatever happens is each node's own
+        outcome, judged as run_probe judges one."""
+        if self.cancel.is_set():
+            return {n.name: ProbeOutcome(n.name, check.probe_name, False,
+                                         "not started: the run was interrupted") for n in nodes}
+        try:
+            done = run_probes(launcher, nodes, check.probe_name, payloads, timeouts,
+                              max_output=check.max_output,
+                              on_progress={k: v for k, v in (on_progress or {}).items() if v},
+                              schema=check.schema, lifeline=True, cancel=self.cancel)
+            return {name: tasks[0] for name, tasks in done.items()}
+        except Exception as e:  # a controller bug must fail these nodes, not the run
+            return {n.name: ProbeOutcome(n.name, check.probe_name, False, f"controller error "
+                                         f"running {check.name}: {type(e).__name__}: {e}")
+                    for n in nodes}
 
     def at_once(self, items: list, fn: Callable) -> list:
         """fn(item) for every item, all at once (a group that must start together), and
@@ -284,6 +356,11 @@ class Run:
     def close(self) -> None:
         transports, self._transports = list(self._transports.values()), {}
         fan_out(transports, lambda t: t.close(), self.fanout)
+        with self._launchers_lock:
+            launchers, self._launchers = list(self._launchers.values()), {}
+        for launcher in launchers:
+            if launcher is not None:
+                launcher.close()
 
 
 @contextmanager

@@ -3,6 +3,10 @@ looked up by name in TRANSPORTS and imported only when an inventory uses it.
 
 A transport returns what happened (exit code, bounded output, timeout); it raises
 NodeUnreachable only when the node cannot be reached at all.
+
+A transport whose scheduler is itself a distributed launcher (srun) also gives the run a
+Launcher: the run hands it a check's whole node set, which it runs as one (one job step)
+rather than one command per node.
 """
 
 from __future__ import annotations
@@ -72,11 +76,44 @@ class Transport:
     def close(self) -> None:
         """Release connections and remove what was staged; never raises."""
 
+    @classmethod
+    def launcher(cls, nodes: list[Node], probes_dir: Path, run_id: str,
+                 cancel: threading.Event) -> Launcher | None:
+        """A launcher for the run's `nodes` of this transport, or None: one command per
+        node through run()."""
+        return None
+
+
+class Launcher:
+    """Runs a probe on many nodes as one (srun: one job step over all of them). One per
+    run and transport, closed at the end of the run, also when it was interrupted."""
+
+    def prepare(self) -> None:
+        """Get hold of the nodes (Slurm: the allocation). Called from the run's main
+        thread before anything runs, so that Ctrl-C finds it there."""
+
+    def run(self, nodes: list[Node], probe: str, stdins: dict[str, bytes],
+            timeouts: dict[str, float], max_stdout: int, on_stderr: dict | None = None,
+            lifeline: bool = False, cancel: threading.Event | None = None,
+            tasks: dict[str, int] | None = None) -> dict[str, list[CommandResult] | str]:
+        """Run `probe` on every node at once: `tasks[node]` tasks on a node (default one),
+        each given the node's stdin, each bounded by the node's timeout and max_stdout;
+        on_stderr[node](chunk) sees the node's stderr. Returns, per node, its tasks'
+        results in task order, or why the node could not be reached."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what prepare() got; never raises; safe to call twice."""
+
+
+def transport_class(name: str) -> type[Transport]:
+    target = TRANSPORTS.get(name)
+    if target is None:
+        raise NodeUnreachable(f"transport {name!r} is not available in this burnin")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
 
 def transport_for(node: Node, probes_dir: Path) -> Transport:
     """The transport `node.transport` names, for that node."""
-    target = TRANSPORTS.get(node.transport)
-    if target is None:
-        raise NodeUnreachable(f"transport {node.transport!r} is not available in this burnin")
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(node, probes_dir)
+    return transport_class(node.transport)(node, probes_dir)
