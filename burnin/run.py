@@ -25,7 +25,7 @@ from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
 from burnin.nodes import Inventory, Node
 from burnin.probe import ProbeOutcome, run_probe, run_probes
 from burnin.progress import Progress
-from burnin.transports import Launcher, NodeUnreachable, Transport, transport_class, transport_for
+from burnin.transports import Launcher, Launchers, NodeUnreachable, Transport, transport_for
 from burnin.verdict import Verdict
 
 PROBES_DIR = Path(__file__).resolve().parent.parent / "probes"
@@ -97,12 +97,12 @@ class Run:
     _flock_depth: int = 0
     # Set when the run is interrupted: every probe's command is killed, nothing new starts.
     cancel: threading.Event = field(default_factory=threading.Event)
-    # Per transport that runs a check's nodes as one (srun), its launcher; None: per node.
-    _launchers: dict[str, Launcher | None] = field(default_factory=dict)
-    _launchers_lock: threading.Lock = field(default_factory=threading.Lock)
+    # The launchers of transports that run a check's nodes as one (srun: one job step).
+    launchers: Launchers | None = None
 
     def __post_init__(self):
         raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
+        self.launchers = Launchers(self.nodes, self.probes_dir, self.run_id, self.cancel)
 
     @property
     def run_dir(self) -> Path:
@@ -258,7 +258,7 @@ class Run:
             return {node.name: self.probe(node, spec, payload(node), timeout(node),
                                           on_progress(node))}
 
-        together, apart = self.launched(self.nodes)
+        together, apart = self.launchers.split(self.nodes)
         if self.progress:
             self.progress.begin(check)
         try:
@@ -294,32 +294,9 @@ class Run:
     # --- transports that run a check's nodes as one (srun: one job step per check) ------
 
     def launcher(self, node: Node) -> Launcher | None:
-        """The launcher of the node's transport for this run, made on first use over every
-        node of the run with that transport; None for a transport that runs per node."""
-        with self._launchers_lock:
-            if node.transport not in self._launchers:
-                try:
-                    cls = transport_class(node.transport)
-                except NodeUnreachable:
-                    cls = Transport
-                self._launchers[node.transport] = cls.launcher(
-                    [n for n in self.nodes if n.transport == node.transport], self.probes_dir,
-                    self.run_id, self.cancel)
-            return self._launchers[node.transport]
-
-    def launched(self, nodes: list[Node]) -> tuple[list[tuple[Launcher, list[Node]]], list[Node]]:
-        """([(launcher, its nodes)], the nodes that run one by one). Each launcher gets
-        hold of its nodes here, in the calling thread (the main one: Ctrl-C finds it)."""
-        groups: dict[str, list[Node]] = {}
-        apart = []
-        for n in nodes:
-            if self.launcher(n) is None:
-                apart.append(n)
-            else:
-                groups.setdefault(n.transport, []).append(n)
-        for transport in groups:
-            self._launchers[transport].prepare()
-        return [(self._launchers[t], members) for t, members in groups.items()], apart
+        """The launcher that runs `node` together with the run's other nodes of its
+        transport (srun: one job step), or None: its transport runs node by node."""
+        return self.launchers.of(node)
 
     def probe_together(self, launcher: Launcher, nodes: list[Node], check: Check,
                        payloads: dict[str, dict], timeouts: dict[str, float],
@@ -356,11 +333,7 @@ class Run:
     def close(self) -> None:
         transports, self._transports = list(self._transports.values()), {}
         fan_out(transports, lambda t: t.close(), self.fanout)
-        with self._launchers_lock:
-            launchers, self._launchers = list(self._launchers.values()), {}
-        for launcher in launchers:
-            if launcher is not None:
-                launcher.close()
+        self.launchers.close()
 
 
 @contextmanager

@@ -18,11 +18,13 @@ them sees CUDA_VISIBLE_DEVICES; one that does not, sees none. `gpus` may be a di
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -182,3 +184,42 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 pass
         self.procs = []
+
+
+# Logs a Slurm command's argv (and, for a step of a job, the job as Slurm shows it at that
+# moment: exclusive? which GRES?), then becomes the real command: same process, signals.
+LOGGING = """import json, os, subprocess, sys
+real, log = {real!r}, {log!r}
+entry = {{"cmd": os.path.basename(real), "argv": sys.argv[1:]}}
+job = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--jobid=")), None)
+if job:
+    entry["job"] = subprocess.run(["scontrol", "show", "job", job, "--oneliner"],
+                                  capture_output=True, text=True).stdout
+with open(log, "a") as f:
+    f.write(json.dumps(entry) + "\\n")
+os.execv(real, [real, *sys.argv[1:]])
+"""
+
+
+def logged_commands(directory: Path, commands=("srun", "salloc")) -> tuple[str, Path]:
+    """(a PATH on which each of `commands` logs every call, the log): one JSON line per
+    call, {"cmd", "argv", "job"}. Read it with calls(log)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    log = directory / "calls.jsonl"
+    log.touch()
+    for name in commands:
+        real = shutil.which(name)
+        wrapper = directory / name
+        wrapper.write_text(f"#!{sys.executable}\n" + LOGGING.format(real=real, log=str(log)))
+        wrapper.chmod(0o755)
+    return f"{directory}{os.pathsep}{os.environ.get('PATH', '')}", log
+
+
+def calls(log: Path, cmd: str | None = None) -> list[dict]:
+    entries = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
+    return [e for e in entries if cmd is None or e["cmd"] == cmd]
+
+
+def option(argv: list[str], name: str) -> str | None:
+    """The value of --name=VALUE in argv, or None."""
+    return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), None)

@@ -35,77 +35,21 @@ from ClusterShell.NodeSet import NodeSet
 
 from burnin.actions import REASON_PREFIX
 from burnin.nodes import Node
+from burnin.transports.slurmctl import (
+    TIMEOUT_S,
+    SlurmNode,
+    refusal,
+    scontrol,
+    show_nodes,
+    slurm_env,
+)
 
-TIMEOUT_S = 60
 RESERVATION_MINUTES = 24 * 60
 RELEASE_WAIT_S = 60.0  # a released job's nodes leave COMPLETING within this (epilogs)
-# Base states and flags under which Slurm gives a node to nobody (scontrol's State=).
-REFUSING = ("DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWERED_DOWN",
-            "POWERING_DOWN", "POWERING_UP", "POWER_DOWN", "REBOOT_ISSUED", "REBOOT_REQUESTED",
-            "INVALID_REG", "MAINT", "RESERVED")
-BUSY = ("ALLOCATED", "MIXED")
 # Runs on the controller as salloc's command: says which job it holds, then holds it
 # until its stdin closes (the controller released it, or died).
 HOLDER = ("import json, os, sys; print(json.dumps({k: os.environ.get(k, '') for k in "
           "('SLURM_JOB_ID', 'SLURM_JOB_NODELIST')}), flush=True); sys.stdin.buffer.read()")
-
-
-def slurm_env() -> dict:
-    """The environment for Slurm's commands: the surrounding job's SLURM_* variables (an
-    sbatch job's node count, tasks, memory) would be read as options; every call names its
-    job explicitly instead. SLURM_CONF stays: it says which cluster."""
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-
-
-def scontrol(*args: str) -> tuple[bool, str]:
-    """(ok, stdout or the error's text)."""
-    try:
-        res = subprocess.run(["scontrol", *args], capture_output=True, text=True,
-                             timeout=TIMEOUT_S, env=slurm_env())
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, str(e)
-    return res.returncode == 0, res.stdout if res.returncode == 0 else \
-        (res.stderr or res.stdout).strip()
-
-
-@dataclass(frozen=True)
-class SlurmNode:
-    """A node as `scontrol show node` reports it."""
-
-    name: str
-    state: str     # e.g. IDLE+DRAIN, ALLOCATED, DOWN+NOT_RESPONDING
-    reason: str    # the drain or down reason, '' when none
-    gpus: int      # GPUs declared as GRES
-
-    @property
-    def flags(self) -> set[str]:
-        return set(self.state.split("+"))
-
-
-def gres_gpus(gres: str) -> int:
-    """GPUs in a Gres= field: gpu:8, gpu:h100:8(S:0-1), gpu:a:2,gpu:b:2 -> 8, 8, 4."""
-    return sum(int(n) for n in re.findall(r"(?:^|,)gpu(?::[^:,(]+)?:(\d+)", gres))
-
-
-def show_nodes(names: list[str]) -> dict[str, SlurmNode]:
-    """Every named node Slurm knows, in one call (an unknown name is simply absent)."""
-    try:
-        res = subprocess.run(["scontrol", "show", "node", "--oneliner",
-                              str(NodeSet.fromlist(names))],
-                             capture_output=True, text=True, timeout=TIMEOUT_S, env=slurm_env())
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    out = {}
-    for line in res.stdout.splitlines():
-        fields = dict(re.findall(r"(?:^| )(NodeName|State|Gres)=(\S*)", line))
-        if "NodeName" not in fields:
-            continue
-        reason = line.split(" Reason=", 1)[1].rsplit(" [", 1)[0].strip() \
-            if " Reason=" in line else ""
-        out[fields["NodeName"]] = SlurmNode(fields["NodeName"], fields.get("State", ""),
-                                            reason, gres_gpus(fields.get("Gres", "")))
-    return out
 
 
 @dataclass(eq=False)
@@ -332,6 +276,24 @@ class Allocations:
         threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
         return facts, said, proc
 
+    def shared(self) -> dict:
+        """The allocations, for another process of the run (see attach)."""
+        self.prepare()
+        return {"allocations": [{"job": a.job_id, "nodes": list(a.nodes), "gpus": a.gpus}
+                                for a in self.allocations],
+                "unavailable": dict(self.unavailable)}
+
+    def attach(self, shared: dict) -> None:
+        """Use the allocations another process of the run made (a pytest-xdist worker uses
+        its controller's): never allocate, never release."""
+        with self._lock:
+            self._prepared = True
+            self.unavailable = dict(shared.get("unavailable", {}))
+            for a in shared.get("allocations", []):
+                held = Allocation(a["job"], tuple(a["nodes"]), a["gpus"], owned=False)
+                self.allocations.append(held)
+                self.where.update(dict.fromkeys(held.nodes, held))
+
     def close(self) -> None:
         """Release every allocation this run made (waiting until Slurm has its nodes back),
         drain burnin's nodes again with their reasons and delete the run's reservations.
@@ -354,18 +316,6 @@ class Allocations:
                 scontrol("update", f"nodename={NodeSet.fromlist(names)}", "state=drain",
                          f"reason={reason}")
             scontrol("delete", f"reservation={r.name}")
-
-
-def refusal(node: SlurmNode) -> str:
-    """Why Slurm would not give this node to a new job now, in its own words, or ''."""
-    flags = node.flags
-    bad = [f for f in REFUSING if f in flags]
-    if bad:
-        why = f"Slurm state {node.state}"
-        return f"{why}, reason: {node.reason}" if node.reason else why
-    if flags & set(BUSY):
-        return f"busy with other jobs (Slurm state {node.state})"
-    return ""
 
 
 def _drain(pipe) -> None:

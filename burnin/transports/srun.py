@@ -106,6 +106,12 @@ class SrunLauncher(Launcher):
                 have.append(r)
         return mine
 
+    def shared(self) -> dict:
+        return self.slurm.shared()
+
+    def attach(self, shared: dict) -> None:
+        self.slurm.attach(shared)
+
     def files(self) -> dict[str, str]:
         if self._files is None:
             self._files = {p.name: p.read_text() for p in sorted(self.probes_dir.glob("*.py"))}
