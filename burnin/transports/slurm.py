@@ -117,8 +117,9 @@ class Allocations:
             why = refusal(known[n.name])
             if why:
                 self.unavailable[n.name] = why
-        self._wait_completing([n for n in usable if n.name not in self.unavailable
-                               and n.name not in self.where])
+        self._wait_completing([n.name for n in usable if n.name not in self.unavailable
+                               and n.name not in self.where
+                               and "COMPLETING" in known[n.name].flags])
         groups: dict[tuple, list[Node]] = {}
         for n in usable:
             if n.name not in self.unavailable and n.name not in inside:
@@ -166,10 +167,10 @@ class Allocations:
             self.where.update(dict.fromkeys(names, a))
         return {n.name for n in mine}
 
-    def _wait_completing(self, nodes: list[Node]) -> None:
+    @staticmethod
+    def _wait_completing(names: list[str]) -> None:
         """A job that just ended (this run's previous one, say) leaves its nodes COMPLETING
         for a moment: wait for them rather than call them busy."""
-        names = [n.name for n in nodes]
         deadline = time.monotonic() + RELEASE_WAIT_S
         while names and time.monotonic() < deadline:
             states = show_nodes(names)

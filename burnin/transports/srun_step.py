@@ -19,7 +19,6 @@ together by its closing '~'.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import queue
 import re
@@ -30,97 +29,15 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from burnin.transports import HEARTBEAT_S, STDERR_TAIL_BYTES, CommandResult
 
 KILL_GRACE_S = 2.0
 STEP_GRACE_S = 10.0  # after every task settled, srun has this long to end by itself
 
-BOOTSTRAP = r"""
-import base64, json, os, shutil, signal, subprocess, sys, tempfile, threading, zlib
-probe, me = sys.argv[1], os.environ.get("SLURMD_NODENAME", "")
-pending = [b""]
-def lines():
-    while True:
-        while b"\n" not in pending[0]:
-            chunk = os.read(0, 65536)
-            if not chunk:
-                return
-            pending[0] += chunk
-        line, _, pending[0] = pending[0].partition(b"\n")
-        yield line
-feed = lines()
-first = next(feed, None)
-if first is None:
-    sys.exit(3)  # stdin closed before the envelope: the controller is gone
-envelope = json.loads(zlib.decompress(base64.b64decode(first)))
-mine = envelope.get("nodes", {}).get(me)
-if mine is None:
-    sys.stderr.write("burnin: no payload for node %r in this step\n" % me)
-    sys.exit(2)
-workdir = os.path.expanduser(mine["workdir"])
-os.makedirs(workdir, exist_ok=True)
-where = tempfile.mkdtemp(prefix="burnin-", dir=workdir)
-child = None
-def kill(sig=signal.SIGKILL):
-    if child is not None:
-        try:
-            os.killpg(child.pid, sig)
-        except OSError:
-            pass
-def stop(sig, frame):
-    kill()
-    shutil.rmtree(where, ignore_errors=True)
-    os._exit(128 + sig)
-signal.signal(signal.SIGTERM, stop)
-signal.signal(signal.SIGINT, stop)
-def timed_out():  # the controller's word: TERM, then KILL after a grace
-    kill(signal.SIGTERM)
-    threading.Timer(2.0, kill).start()
-code = None
-try:
-    for name, text in envelope["files"].items():
-        with open(os.path.join(where, name), "w") as f:
-            f.write(text)
-    child = subprocess.Popen([sys.executable, os.path.join(where, probe + ".py")],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             start_new_session=True)
-    def relay():  # the settings, then heartbeats (the lifeline) and the controller's word
-        live = envelope.get("lifeline")
-        try:
-            child.stdin.write(mine["stdin"].encode() + b"\n")
-            child.stdin.flush()
-            if not live:
-                child.stdin.close()
-            for line in feed:
-                if line.startswith(b"K "):
-                    if me in line[2:].decode().split():
-                        timed_out()
-                elif live:
-                    child.stdin.write(line + b"\n")
-                    child.stdin.flush()
-        except (OSError, ValueError):
-            pass
-        finally:
-            try:
-                child.stdin.close()
-            except (OSError, ValueError):
-                pass
-    threading.Thread(target=relay, daemon=True).start()
-    out = child.stdout.fileno()
-    while True:
-        chunk = os.read(out, 600)
-        if not chunk:
-            break
-        os.write(1, b"O" + base64.b64encode(chunk) + b"~\n")
-    code = child.wait()
-except Exception as e:  # the probe could not be started: said on stderr, status 126
-    sys.stderr.write("burnin: cannot start probe %s: %s: %s\n" % (probe, type(e).__name__, e))
-    code = 126
-finally:
-    shutil.rmtree(where, ignore_errors=True)
-os.write(1, b"X" + str(code).encode() + b"~\n")
-"""
+# Runs first on every task, ON the node (its docstring says what it does).
+BOOTSTRAP = (Path(__file__).with_name("srun_bootstrap.py")).read_text()
 
 # Picks the node's own interpreter when nodes of one step have different ones; the
 # names and paths are arguments, never shell text.
@@ -140,9 +57,18 @@ SIGNALS = {b"Killed": -9, b"Terminated": -15, b"Segmentation fault": -11, b"Abor
 
 
 def envelope(files: dict[str, str], per_node: dict[str, dict], lifeline: bool) -> bytes:
-    """The one stdin line every task receives: probes and every node's payload."""
-    doc = json.dumps({"files": files, "nodes": per_node, "lifeline": lifeline}).encode()
-    return base64.b64encode(zlib.compress(doc, 6)) + b"\n"
+    """The one stdin line every task receives: the probes, and every node's stdin and
+    workdir (srun_bootstrap.py reads it)."""
+    parts = [_record(b"F", name, text) for name, text in files.items()]
+    for node, mine in per_node.items():
+        parts += [_record(b"S", node, mine["stdin"]), _record(b"W", node, mine["workdir"]),
+                  _record(b"L", node, "1" if lifeline else "0")]
+    return base64.b64encode(zlib.compress(b"".join(parts), 6)) + b"\n"
+
+
+def _record(kind: bytes, name: str, value: str) -> bytes:
+    n, v = name.encode(), value.encode()
+    return b"%s %d %d\n%s%s" % (kind, len(n), len(v), n, v)
 
 
 def command(pythons: dict[str, str], probe: str) -> list[str]:
@@ -152,7 +78,9 @@ def command(pythons: dict[str, str], probe: str) -> list[str]:
     for p in pythons.values():
         counts[p] = counts.get(p, 0) + 1
     common = max(counts, key=lambda p: counts[p])
-    tail = ["-c", BOOTSTRAP, probe]
+    # -S: the bootstrap needs only the standard library, and site's start-up is most of
+    # an interpreter's (the probe itself starts with site, under the same interpreter).
+    tail = ["-S", "-c", BOOTSTRAP, probe]
     if len(counts) == 1:
         return [common, *tail]
     pairs = [x for n in names if pythons[n] != common for x in (n, pythons[n])]
