@@ -131,11 +131,17 @@ def test_a_killed_controller_leaves_no_probe_and_no_allocation(make_slurm, tmp_p
             "allocation released")
 
 
-def test_a_run_inside_an_sbatch_job_uses_that_job(make_slurm, monkeypatch, tmp_path):
-    cluster = make_slurm(3)
+def test_a_run_inside_an_sbatch_job_uses_that_job_and_slurms_gpu_count(make_slurm,
+                                                                        monkeypatch, tmp_path):
+    """`gpus: auto`: each step asks for the GPUs Slurm declares on the node; an exclusive
+    job holds them all even when it did not name them."""
+    cluster = make_slurm(3, gpus=2)
     path, log = logged_commands(tmp_path / "bin")
     monkeypatch.setenv("PATH", path)
-    inv = slurm_inventory(cluster, tmp_path / "inv.yaml")
+    scenario = nvmlemu.write_scenario(tmp_path / "gpus.json", {"devices": [gpu(0), gpu(1)]})
+    py = nvmlemu.python_wrapper(tmp_path / "py-gpus", scenario)
+    inv = slurm_inventory(cluster, tmp_path / "inv.yaml", defaults={"gpus": "auto",
+                                                                    "python": py})
     out = tmp_path / "job.out"
     res = subprocess.run(
         ["sbatch", "--wait", "--exclusive", "-N3", "--partition=test", f"--output={out}",
@@ -150,6 +156,7 @@ def test_a_run_inside_an_sbatch_job_uses_that_job(make_slurm, monkeypatch, tmp_p
     (srun,) = calls(log, "srun")
     batch_job = res.stdout.split()[-1]
     assert option(srun["argv"], "jobid") == batch_job
+    assert "--gres=gpu:2" in srun["argv"]
 
 
 def test_xdist_workers_share_the_controllers_allocation(pytester, make_slurm, monkeypatch,
