@@ -112,6 +112,37 @@ def test_a_node_whose_task_dies_or_hangs_fails_alone_in_the_one_step(pytester, m
     assert jobs_left(cluster) == ""
 
 
+def test_an_unsafe_workdir_fails_its_node_alone_and_srun_ends_its_options_with_dashes(
+        pytester, make_slurm, monkeypatch, tmp_path):
+    cluster = make_slurm(3)
+    path, log = logged_commands(tmp_path / "bin")
+    monkeypatch.setenv("PATH", path)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "theirs").mkdir(mode=0o700)
+    os.chown(tmp_path / "theirs", 4242, 4242)  # another local user made it first
+    inv = slurm_inventory(cluster, pytester.path / "inv.yaml",
+                          nodes={"h2": {"workdir": str(tmp_path / "link")},
+                                 "h3": {"workdir": str(tmp_path / "theirs")}})
+    result, reports = run_suite(pytester, inv, "-k", "health")
+    cases = junit_cases(reports)
+    assert cases["h1"]["health"] == ("passed", "")
+    for node, why in (("h2", f"{tmp_path}/link is a symbolic link"),
+                      ("h3", f"{tmp_path}/theirs is owned by uid 4242, not by the login user")):
+        outcome, message = cases[node]["health"]
+        assert outcome == "failure" and "refusing to stage probes in workdir" in message \
+            and why in message, message
+    assert list((tmp_path / "elsewhere").iterdir()) == [], "nothing staged through the link"
+    assert list((tmp_path / "theirs").iterdir()) == []
+    (srun,) = calls(log, "srun")
+    argv = srun["argv"]
+    # srun's options, then `--`, then the remote command: nothing after it is srun's.
+    dashes = argv.index("--")
+    assert all(a.startswith("--") for a in argv[1:dashes]), argv[:dashes]
+    assert argv[dashes + 1:dashes + 3] == [sys.executable, "-S"], argv[dashes:dashes + 3]
+    assert jobs_left(cluster) == ""
+
+
 def test_a_killed_controller_leaves_no_probe_and_no_allocation(make_slurm, tmp_path,
                                                                finding):
     cluster = make_slurm(3)

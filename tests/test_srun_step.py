@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from burnin.transports import CommandResult
-from burnin.transports.srun_step import command, envelope, run_step
+from burnin.transports.srun_step import Refused, command, envelope, run_step
 
 REPO = Path(__file__).resolve().parent.parent
 # Task i runs on node i of argv[1]; stdin goes to every task; each output line comes back
@@ -92,12 +92,13 @@ def probes(tmp_path: Path) -> dict[str, str]:
 
 def step(tmp_path: Path, nodes: list[str], acts: dict[str, str], timeout_s: float = 60,
          max_stdout: int = 1 << 20, cancel=None, on_stderr=None, split: int = 100,
-         timeouts: dict[str, float] | None = None):
+         timeouts: dict[str, float] | None = None, workdirs: dict[str, Path] | None = None):
     fake = tmp_path / "fake_srun.py"
     fake.write_text(FAKE_SRUN)
     per_node = {n: {"stdin": json.dumps({"node": n, "act": acts.get(n, "echo"),
                                          "watchdog_s": 30}),
-                    "workdir": str(tmp_path / "remote")} for n in dict.fromkeys(nodes)}
+                    "workdir": str((workdirs or {}).get(n, tmp_path / "remote"))}
+                for n in dict.fromkeys(nodes)}
     argv = [sys.executable, str(fake), ",".join(nodes), "--",
             *command(dict.fromkeys(nodes, sys.executable), "echo")]
     env = {**os.environ, "FAKE_SPLIT": str(split)}
@@ -113,6 +114,29 @@ def test_each_task_gets_its_nodes_payload_and_its_output_back_whole(tmp_path):
         doc = json.loads(r.stdout)  # put back together from 100-byte pieces
         assert doc["payload"]["node"] == node and doc["pad"] == "p" * 3000
     assert list((tmp_path / "remote").iterdir()) == [], "probes left behind on the node"
+
+
+def test_a_workdir_another_user_could_swap_is_refused_on_that_node_alone(tmp_path):
+    """The bootstrap runs the SSH staging's own check (nodeside.SAFE_WORKDIR) first."""
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "theirs").mkdir(mode=0o700)
+    os.chown(tmp_path / "theirs", 4242, 4242)  # another local user made it first
+    (tmp_path / "open").mkdir()
+    (tmp_path / "open").chmod(0o777)
+    results, _ = step(tmp_path, ["a", "b", "c", "d"], {},
+                      workdirs={"b": tmp_path / "link", "c": tmp_path / "theirs",
+                                "d": tmp_path / "open"})
+    a, b, c, d = results
+    assert isinstance(a, CommandResult) and a.exit_code == 0, a
+    for r, node, why in ((b, "b", "is a symbolic link"),
+                         (c, "c", "is owned by uid 4242, not by the login user"),
+                         (d, "d", "is writable by group or others (mode 777)")):
+        assert isinstance(r, Refused), r
+        assert r.startswith(f"refusing to stage probes in workdir {tmp_path}") \
+            and f" on {node}: " in r and why in r, r
+    for refused in ("elsewhere", "theirs", "open"):
+        assert list((tmp_path / refused).iterdir()) == [], "nothing may be staged there"
 
 
 def test_a_task_that_dies_or_hangs_fails_alone_and_the_step_ends(tmp_path):

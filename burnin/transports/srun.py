@@ -19,7 +19,7 @@ from pathlib import Path
 from burnin.nodes import Node
 from burnin.transports import CommandResult, Launcher, NodeUnreachable, Transport
 from burnin.transports.slurm import Allocation, Allocations, slurm_env
-from burnin.transports.srun_step import command, envelope, run_step
+from burnin.transports.srun_step import Refused, command, envelope, run_step
 
 CANCEL_WAIT_S = 20.0
 
@@ -87,7 +87,8 @@ class SrunLauncher(Launcher):
             argv.append(f"--ntasks-per-node={per_node.pop()}")
         if a.gpus:
             argv.append(f"--gres=gpu:{a.gpus}")  # the step holds every GPU of its nodes
-        argv += command({n.name: n.python or "python3" for n in nodes}, probe)
+        # `--`: what follows is the remote command, never an option of srun's.
+        argv += ["--", *command({n.name: n.python or "python3" for n in nodes}, probe)]
         payloads = {n.name: {"stdin": stdins[n.name].decode(), "workdir": n.workdir}
                     for n in nodes}
         results, said = run_step(argv, slurm_env(), envelope(self.files(), payloads, lifeline),
@@ -99,7 +100,9 @@ class SrunLauncher(Launcher):
             have = mine.setdefault(name, [])
             if isinstance(have, str):
                 continue
-            if isinstance(r, str):
+            if isinstance(r, Refused):
+                mine[name] = str(r)  # the node's own workdir is unsafe: not srun's doing
+            elif isinstance(r, str):
                 mine[name] = f"srun lost the task on {name}: {r}" + \
                     (f" ({'; '.join(last)})" if last else "")
             else:

@@ -15,7 +15,9 @@ cross srun's 1 KiB I/O messages whole, then "X<status>~" (negative: killed by th
 126: the probe could not be started). stderr is the probe's own, labelled by srun.
 
 The probes are written into a fresh 0700 directory under the node's workdir, removed when
-the probe ends and when the task is signalled (a cancelled step).
+the probe ends and when the task is signalled (a cancelled step). A workdir another local
+user could swap the probes in (nodeside.SAFE_WORKDIR's `unsafe_workdir`, which srun_step.py
+puts in front of this file) is refused: "U<base64 of why>~", and nothing is written.
 """
 
 import binascii
@@ -102,9 +104,14 @@ def main():
     signal.signal(signal.SIGINT, stop)
     live = mine.get(b"L") == b"1"
     try:
-        workdir = os.path.expanduser(mine[b"W"].decode())
-        os.makedirs(workdir, exist_ok=True)
-        path = os.path.join(workdir, "burnin-" + binascii.hexlify(os.urandom(6)).decode())
+        workdir = mine[b"W"].decode()
+        why = unsafe_workdir(workdir)  # noqa: F821 (nodeside.SAFE_WORKDIR, put in front)
+        if why:
+            said = f"refusing to stage probes in workdir {workdir} on {me.decode()}: {why}"
+            frame(b"U", binascii.b2a_base64(said.encode()[:600], newline=False))
+            return 0
+        path = os.path.join(os.path.abspath(os.path.expanduser(workdir)),
+                            "burnin-" + binascii.hexlify(os.urandom(6)).decode())
         os.mkdir(path, 0o700)
         where = path
         for name, text in files.items():

@@ -9,9 +9,11 @@ takes its node's by SLURMD_NODENAME), then the controller's heartbeat (the probe
 lifeline: a controller that dies closes srun's stdin and every probe stops itself), and
 "K <node>..." lines that stop a node's probe (its timeout, or output past its bound).
 
-On the node a bootstrap unpacks the probes into a private directory under the node's
-workdir, runs the probe, and frames its stdout as short base64 lines ("O<data>~") and its
-status ("X<code>~"); stderr passes through, labelled by srun. Frames are shorter than
+On the node a bootstrap checks the node's workdir as every staging transport does
+(nodeside.SAFE_WORKDIR: an unsafe one is refused, "U<why>~", and nothing is staged),
+unpacks the probes into a private directory under it, runs the probe, and frames its
+stdout as short base64 lines ("O<data>~") and its status ("X<code>~"); stderr passes
+through, labelled by srun. Frames are shorter than
 srun's 1 KiB I/O message, so they arrive whole; a frame srun split anyway is put back
 together by its closing '~'.
 """
@@ -32,12 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from burnin.transports import HEARTBEAT_S, STDERR_TAIL_BYTES, CommandResult
+from burnin.transports.nodeside import SAFE_WORKDIR
 
 KILL_GRACE_S = 2.0
 STEP_GRACE_S = 10.0  # after every task settled, srun has this long to end by itself
 
-# Runs first on every task, ON the node (its docstring says what it does).
-BOOTSTRAP = (Path(__file__).with_name("srun_bootstrap.py")).read_text()
+# Runs first on every task, ON the node (its docstring says what it does), after the
+# workdir check every staging transport shares.
+BOOTSTRAP = SAFE_WORKDIR + (Path(__file__).with_name("srun_bootstrap.py")).read_text()
 
 # Picks the node's own interpreter when nodes of one step have different ones; the
 # names and paths are arguments, never shell text.
@@ -87,6 +91,10 @@ def command(pythons: dict[str, str], probe: str) -> list[str]:
     return ["/bin/sh", "-c", SELECT, "sh", common, *pairs, "--", *tail]
 
 
+class Refused(str):
+    """A task's node refused to stage the probes (its workdir is unsafe): why, in full."""
+
+
 @dataclass
 class _Task:
     node: str
@@ -99,6 +107,7 @@ class _Task:
     timed_out: bool = False
     overflow: bool = False
     lost: str = ""                 # srun's word on a task that ended without a status
+    refused: str = ""              # the node's workdir is unsafe: nothing was staged
 
     @property
     def settled(self) -> bool:
@@ -216,6 +225,12 @@ def _line(stream: str, line: bytes, state: list[_Task], said: bytearray, max_std
         if len(t.out) > max_stdout:
             t.overflow = True
             words.put(b"K " + t.node.encode() + b"\n")
+    elif frame.startswith(b"U"):
+        try:
+            t.refused = base64.b64decode(frame[1:], validate=True).decode(errors="replace")
+        except ValueError:
+            t.refused = "refusing to stage probes (an unreadable reason)"
+        t.ended = time.monotonic()
     elif frame.startswith(b"X"):
         try:
             t.code = int(frame[1:])
@@ -261,6 +276,8 @@ def _ranges(text: str) -> list[int]:
 def _result(t: _Task, start: float, end: float, cancelled: bool) -> CommandResult | str:
     if t.partial:
         t.out.extend(t.partial)
+    if t.refused:
+        return Refused(t.refused)
     stopped = cancelled and not t.settled
     if not (t.settled or stopped):
         return t.lost or "the task ended without a status (its node or its slurmd died?)"
