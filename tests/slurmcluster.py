@@ -40,8 +40,10 @@ def missing_requirements() -> str:
 
 
 class SlurmCluster:
-    def __init__(self, hosts: TestHosts, gpus: int | dict[str, int] = 0, cpus: int = 2):
+    def __init__(self, hosts: TestHosts, gpus: int | dict[str, int] = 0, cpus: int = 2,
+                 epilog_s: float = 0):
         self.hosts = hosts
+        self.epilog_s = epilog_s  # an Epilog this long keeps a finished job's nodes COMPLETING
         self.gpus = {h.name: gpus.get(h.name, 0) if isinstance(gpus, dict) else gpus
                      for h in hosts.hosts}
         self.cpus = cpus  # per host: an all-reduce step runs one task per GPU
@@ -96,7 +98,7 @@ class SlurmCluster:
             "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nGresTypes=gpu\n"
             "MpiDefault=none\nJobAcctGatherType=jobacct_gather/none\n"
             "AccountingStorageType=accounting_storage/none\nInactiveLimit=0\nKillWait=2\n"
-            "MinJobAge=5\n"
+            "MinJobAge=5\n" + self._epilog() +
             # The hosts share this machine's cores: slurmd reports the configured CPUs.
             "SlurmdParameters=config_overrides\n"
             f"{nodes}PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
@@ -112,6 +114,14 @@ class SlurmCluster:
                          h.name, str(hosts_file), "slurmd", "-D", "-N", h.name,
                          "-f", str(self.conf)])
         self._wait(self._all_idle, "every slurmd to register idle", timeout_s=60)
+
+    def _epilog(self) -> str:
+        if not self.epilog_s:
+            return ""
+        script = self.dir / "epilog.sh"
+        script.write_text(f"#!/bin/sh\nsleep {self.epilog_s}\n")
+        script.chmod(0o755)
+        return f"Epilog={script}\n"
 
     def _cpus(self, node: str) -> int:
         return max(self.cpus, self.gpus[node])

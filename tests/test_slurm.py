@@ -34,6 +34,14 @@ def slurm_inventory(cluster, path: Path, nodes: dict | None = None,
     return path
 
 
+def jobs_left(cluster) -> str:
+    """Slurm's jobs (pending, running or still completing) on the test cluster."""
+    res = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster.env(),
+                         timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
+
+
 def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pytester,
                                                                          make_slurm,
                                                                          monkeypatch):
@@ -69,6 +77,7 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
 
     (first,) = calls(log, "salloc")
     assert option(first["argv"], "nodelist") == "h[1-2]" and "--reservation" not in str(first)
+    assert jobs_left(cluster) == "", "a run ends only when Slurm has its allocation back"
 
     h2_python(healthy=True)  # repaired
     for clean in (1, 2):
@@ -82,6 +91,8 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
         salloc = calls(log, "salloc")[-1]
         assert option(salloc["argv"], "nodelist") == "h2"
         assert option(salloc["argv"], "reservation").startswith("burnin-")
+        # The next run starts on nodes Slurm says are free, not after some sleep.
+        assert jobs_left(cluster) == "", "a run ends only when Slurm has its allocation back"
         if clean == 1:
             assert cluster.state("h2") == ("drained", "burnin: failed health")
     assert cluster.state("h2")[0] == "idle", "released and resumed"
@@ -93,5 +104,3 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
     reservations = subprocess.run(["scontrol", "show", "reservation"], capture_output=True,
                                   text=True, env=cluster.env(), timeout=30).stdout
     assert "burnin-" not in reservations, "re-test reservations must be deleted"
-    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster.env(),
-                          timeout=30).stdout.strip() == "", "an allocation outlived its run"

@@ -114,3 +114,25 @@ def test_ctrl_c_leaves_slurm_as_it_was_before_the_run(make_slurm, tmp_path, find
     assert Ledger(tmp_path / "ledger.db").quarantined() == set()
     res = admit(reports / "latest" / "junit.xml")
     assert res.returncode == 2 and "did not complete" in res.stderr, res.stderr
+
+
+def test_a_retest_waits_until_slurm_says_the_nodes_last_job_has_completed(make_slurm, tmp_path):
+    """The job before the run (the previous run's, or anyone's) has ended but its epilog
+    still runs past salloc's --immediate (10 s here): the node stays COMPLETING. The re-test
+    waits for Slurm to say the node is free instead of failing it as busy."""
+    cluster = make_slurm(2, epilog_s=20)
+    ledger = tmp_path / "ledger.db"
+    subprocess.run(["salloc", "--exclusive", "--nodelist=h2", "--nodes=1", "--", "true"],
+                   capture_output=True, env=cluster.env(), timeout=120, check=True)
+    quarantined_by_burnin(cluster, ledger, "h2")
+    assert "COMPLETING" in subprocess.run(
+        ["scontrol", "show", "node", "h2", "--oneliner"], capture_output=True, text=True,
+        env=cluster.env(), timeout=30).stdout, "the job before must still be completing"
+    inv = slurm_inventory(cluster, tmp_path / "inv.yaml",
+                          quarantine={"ledger": str(ledger), "actions": ["slurm"]})
+    res = subprocess.run([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
+                          "--reports", str(tmp_path / "reports"), "-k", "health",
+                          "--revalidate", "-p", "no:cacheprovider", "-q"], cwd=REPO,
+                         capture_output=True, text=True, env=cluster.env(), timeout=600)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert slurm_state(cluster) == ("", ""), "no job or reservation left"

@@ -20,14 +20,9 @@ from slurmcluster import calls, logged_commands, option
 from suiterun import CHECKS, REPO, SUITES, junit_cases, run_suite, script
 from test_health import gpu
 from test_interrupt import LONG, probes_on, quiet_python, wait_for
-from test_slurm import TINY, slurm_inventory
+from test_slurm import TINY, jobs_left, slurm_inventory
 
 SINGLE = ("health", "sdc", "burn", "storage", "allreduce")
-
-
-def jobs_left(cluster) -> str:
-    return subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster.env(),
-                          timeout=30).stdout.strip()
 
 
 def test_the_suite_runs_in_one_allocation_one_step_per_check_holding_every_gpu(

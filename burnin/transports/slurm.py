@@ -117,8 +117,10 @@ class Allocations:
             why = refusal(known[n.name])
             if why:
                 self.unavailable[n.name] = why
-        self._wait_completing([n.name for n in usable if n.name not in self.unavailable
-                               and n.name not in self.where
+        # Burnin's own drained nodes too: the previous run's job may still be completing
+        # on them, and a job from the reservation would wait on it past --immediate.
+        self._wait_completing([n.name for n in [*usable, *drained]
+                               if n.name not in self.unavailable and n.name not in self.where
                                and "COMPLETING" in known[n.name].flags])
         groups: dict[tuple, list[Node]] = {}
         for n in usable:
@@ -169,12 +171,13 @@ class Allocations:
 
     @staticmethod
     def _wait_completing(names: list[str]) -> None:
-        """A job that just ended (this run's previous one, say) leaves its nodes COMPLETING
-        for a moment: wait for them rather than call them busy."""
+        """A job that just ended (the previous run's, say) leaves its nodes COMPLETING for a
+        moment: wait until Slurm says they left it rather than call them busy. A node Slurm
+        did not answer for (a slow slurmctld) is still waited for."""
         deadline = time.monotonic() + RELEASE_WAIT_S
         while names and time.monotonic() < deadline:
             states = show_nodes(names)
-            names = [m for m in names if m in states and "COMPLETING" in states[m].flags]
+            names = [m for m in names if m not in states or "COMPLETING" in states[m].flags]
             if names:
                 time.sleep(0.5)
 
@@ -351,13 +354,26 @@ def _release_holder(proc: subprocess.Popen | None, job_id: str, job_name: str) -
         return
     if not job_id:
         return
+    released(job_id)
+
+
+def released(job_id: str) -> bool:
+    """Wait until Slurm says job `job_id` is gone (no longer pending, running or completing:
+    its nodes are free for the next job); False if it did not say so in RELEASE_WAIT_S. A
+    squeue that fails (slurmctld slow to answer) is asked again, never taken for 'gone'."""
     deadline = time.monotonic() + RELEASE_WAIT_S
     while time.monotonic() < deadline:
         try:
-            res = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
-                                 text=True, timeout=TIMEOUT_S, env=slurm_env())
-        except (OSError, subprocess.TimeoutExpired):
-            return
-        if res.returncode != 0 or not res.stdout.strip():
-            return
+            res = subprocess.run(["squeue", "-h", f"--jobs={job_id}", "-o", "%T"],
+                                 capture_output=True, text=True, timeout=TIMEOUT_S,
+                                 env=slurm_env())
+        except OSError:
+            return False
+        except subprocess.TimeoutExpired:
+            continue
+        if res.returncode == 0 and not res.stdout.strip():
+            return True
+        if res.returncode != 0 and "Invalid job id" in res.stderr:
+            return True  # already purged (MinJobAge)
         time.sleep(0.3)
+    return False
