@@ -91,6 +91,9 @@ class BurninState:
                 self._run = Run(inventory, nodes, self.config.getoption("profile"),
                                 self.reports_dir, self.run_id,
                                 fanout=self.config.getoption("fanout"))
+                if self.worker:  # the controller holds the Slurm allocation for all
+                    self._run.launchers.attach(self.config.workerinput.get(
+                        "burnin_launchers", {}))
                 self._attach_progress()
         return self._run
 
@@ -144,6 +147,7 @@ class BurninState:
         run = self.run()
         held = self.ledger.quarantined() if run is not None and self.ledger else set()
         node.workerinput["burnin_held"] = sorted(held)
+        node.workerinput["burnin_launchers"] = run.launchers.shared() if run else {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 
 from burnin.schema import Num, Obj, Str
-from burnin.transports import WATCHDOG_S, CommandResult, NodeUnreachable, Transport
+from burnin.transports import WATCHDOG_S, CommandResult, Launcher, NodeUnreachable, Transport
 from burnin.verdict import clean
 
 SCHEMA_VERSION = 1
@@ -72,6 +72,27 @@ def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float
     except NodeUnreachable as e:
         return ProbeOutcome(node, probe, ok=False, reason=str(e))
     return judge_output(node, probe, result, timeout_s, max_output, schema)
+
+
+def run_probes(launcher: Launcher, nodes: list, probe: str, payloads: dict[str, dict],
+               timeouts: dict[str, float], max_output: int = DEFAULT_MAX_OUTPUT,
+               on_progress: dict | None = None, schema=None, lifeline: bool = False,
+               cancel=None, tasks: dict[str, int] | None = None) -> dict[str, list[ProbeOutcome]]:
+    """run_probe() for many nodes at once, through a launcher that runs them as one (srun:
+    one job step), `tasks[node]` tasks on a node (default one). Every task's output is
+    judged on its own, exactly as run_probe judges a node's; a node that could not be
+    reached gets one failed outcome."""
+    stdins = {n.name: json.dumps({**payloads[n.name], "watchdog_s": WATCHDOG_S} if lifeline
+                                 else payloads[n.name]).encode() for n in nodes}
+    on_stderr = {name: _progress_lines(cb) for name, cb in (on_progress or {}).items()}
+    results = launcher.run(nodes, probe, stdins, timeouts, max_output, on_stderr=on_stderr,
+                           lifeline=lifeline, cancel=cancel, tasks=tasks)
+    out = {}
+    for n in nodes:
+        r = results[n.name]
+        out[n.name] = [ProbeOutcome(n.name, probe, ok=False, reason=r)] if isinstance(r, str) \
+            else [judge_output(n.name, probe, t, timeouts[n.name], max_output, schema) for t in r]
+    return out
 
 
 def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,

@@ -24,10 +24,10 @@ from pathlib import Path
 from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
 from burnin.files import append_durably, private_dirs, write_atomically
 from burnin.nodes import Inventory, Node
-from burnin.probe import ProbeOutcome, run_probe
+from burnin.probe import ProbeOutcome, run_probe, run_probes
 from burnin.progress import Progress
 from burnin.shipped import shipped
-from burnin.transports import NodeUnreachable, Transport, transport_for
+from burnin.transports import Launcher, Launchers, NodeUnreachable, Transport, transport_for
 from burnin.verdict import Verdict
 
 PROBES_DIR = shipped("probes")  # inside the package from a wheel, beside it in a checkout
@@ -99,9 +99,12 @@ class Run:
     _flock_depth: int = 0
     # Set when the run is interrupted: every probe's command is killed, nothing new starts.
     cancel: threading.Event = field(default_factory=threading.Event)
+    # The launchers of transports that run a check's nodes as one (srun: one job step).
+    launchers: Launchers | None = None
 
     def __post_init__(self):
         raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
+        self.launchers = Launchers(self.nodes, self.probes_dir, self.run_id, self.cancel)
 
     @property
     def run_dir(self) -> Path:
@@ -251,34 +254,55 @@ class Run:
         # Learned here, in this thread: it holds the run's lock the fan-out threads lack.
         gpus = {n.name: n.gpus if spec.facts else self.gpus(n) for n in self.nodes}
 
-        def one(node: Node) -> ProbeOutcome:
-            settings = self.settings(check, node)
-            payload = {"check": check, "node": node.name, "run_id": self.run_id,
-                       "profile": self.profile, "gpus": gpus[node.name],
-                       "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
-                       "storage": {"path": node.storage.path, "mount": node.storage.mount},
-                       "settings": settings}
+        def payload(node: Node) -> dict:
+            out = {"check": check, "node": node.name, "run_id": self.run_id,
+                   "profile": self.profile, "gpus": gpus[node.name],
+                   "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
+                   "storage": {"path": node.storage.path, "mount": node.storage.mount},
+                   "settings": self.settings(check, node)}
             if spec.facts:  # the commands checks need, for the facts probe to look for
-                payload["tools"] = {c.name: c.tool(self.settings(c.name, node))
-                                    for c in CHECKS.values() if c.tool is not None}
-            on_progress = None
-            if self.progress:
-                def on_progress(info, name=node.name):
-                    self.progress.update(name, info)
-            return self.probe(node, spec, payload, float(settings["timeout_s"]), on_progress)
+                out["tools"] = {c.name: c.tool(self.settings(c.name, node))
+                                for c in CHECKS.values() if c.tool is not None}
+            return out
 
+        def timeout(node: Node) -> float:
+            return float(self.settings(check, node)["timeout_s"])
+
+        def on_progress(node: Node):
+            if not self.progress:
+                return None
+            return lambda info, name=node.name: self.progress.update(name, info)
+
+        def one(item: tuple[Launcher | None, list[Node]]) -> dict[str, ProbeOutcome]:
+            launcher, nodes = item
+            if launcher is not None:  # the nodes run as one (srun: one job step)
+                return self.probe_together(launcher, nodes, spec,
+                                           {n.name: payload(n) for n in nodes},
+                                           {n.name: timeout(n) for n in nodes},
+                                           {n.name: on_progress(n) for n in nodes})
+            node = nodes[0]
+            return {node.name: self.probe(node, spec, payload(node), timeout(node),
+                                          on_progress(node))}
+
+        together, apart = self.launchers.split(self.nodes)
         if self.progress:
             self.progress.begin(check)
         try:
-            outcomes = fan_out(self.nodes, one, self.fanout, self.cancel)
+            done = fan_out(together + [(None, [n]) for n in apart], one, self.fanout,
+                           self.cancel)
         finally:
             if self.progress:
                 self.progress.end()
-        return dict(zip((n.name for n in self.nodes), outcomes, strict=True))
+        outcomes = {name: o for part in done for name, o in part.items()}
+        return {n.name: outcomes[n.name] for n in self.nodes}
 
     def probe(self, node: Node, check: Check, payload: dict, timeout_s: float,
               on_progress=None) -> ProbeOutcome:
         """Run the check's probe on one node; whatever happens is this node's outcome."""
+        launcher = self.launcher(node)
+        if launcher is not None:
+            return self.probe_together(launcher, [node], check, {node.name: payload},
+                                       {node.name: timeout_s}, {node.name: on_progress})[node.name]
         try:
             transport = self.transport(node)
             if self.cancel.is_set():
@@ -292,6 +316,32 @@ class Run:
         except Exception as e:  # a controller bug must fail this node, not the run
             return ProbeOutcome(node.name, check.probe_name, False, f"controller error "
                                 f"running {check.name}: {type(e).__name__}: {e}")
+
+    # --- transports that run a check's nodes as one (srun: one job step per check) ------
+
+    def launcher(self, node: Node) -> Launcher | None:
+        """The launcher that runs `node` together with the run's other nodes of its
+        transport (srun: one job step), or None: its transport runs node by node."""
+        return self.launchers.of(node)
+
+    def probe_together(self, launcher: Launcher, nodes: list[Node], check: Check,
+                       payloads: dict[str, dict], timeouts: dict[str, float],
+                       on_progress: dict | None = None) -> dict[str, ProbeOutcome]:
+        """Run the check's probe on `nodes` as one; whatever happens is each node's own
+        outcome, judged as run_probe judges one."""
+        if self.cancel.is_set():
+            return {n.name: ProbeOutcome(n.name, check.probe_name, False,
+                                         "not started: the run was interrupted") for n in nodes}
+        try:
+            done = run_probes(launcher, nodes, check.probe_name, payloads, timeouts,
+                              max_output=check.max_output,
+                              on_progress={k: v for k, v in (on_progress or {}).items() if v},
+                              schema=check.schema, lifeline=True, cancel=self.cancel)
+            return {name: tasks[0] for name, tasks in done.items()}
+        except Exception as e:  # a controller bug must fail these nodes, not the run
+            return {n.name: ProbeOutcome(n.name, check.probe_name, False, f"controller error "
+                                         f"running {check.name}: {type(e).__name__}: {e}")
+                    for n in nodes}
 
     def at_once(self, items: list, fn: Callable) -> list:
         """fn(item) for every item, all at once (a group that must start together), and
@@ -309,6 +359,7 @@ class Run:
     def close(self) -> None:
         transports, self._transports = list(self._transports.values()), {}
         fan_out(transports, lambda t: t.close(), self.fanout)
+        self.launchers.close()
 
 
 @contextmanager

@@ -4,11 +4,15 @@
 Runs ON a node. Starts one rank process per GPU (NCCL), or `ranks` processes on a CPU
 node (gloo), and joins a group: the node's own (intra-node, by default) or, when the
 controller says so, a group across nodes (`group`: world size, this node's first rank,
-master address and port). For each size: the result is checked exactly (integer-valued
-fp32 inputs whose sums are exact), then back-to-back iterations after a warm-up are
-timed; the time is the mean across ranks, as nccl-tests reports it by default (the slowest
-rank's is recorded beside it); algbw = bytes / time, busbw = algbw x 2(n-1)/n, decimal
-GB/s. The rank 0 process reports the sweep.
+master address and port). Under a launcher that starts one task per GPU itself (a Slurm
+step, `group.per_task`), this process is one rank: the node's first rank plus
+SLURM_LOCALID, on the node's device of that index, and it reports that rank alone.
+
+For each size: the result is checked exactly (integer-valued fp32 inputs whose sums are
+exact), then back-to-back iterations after a warm-up are timed; the time is the mean
+across ranks, as nccl-tests reports it by default (the slowest rank's is recorded beside
+it); algbw = bytes / time, busbw = algbw x 2(n-1)/n, decimal GB/s. The rank 0 process
+reports the sweep.
 
     echo '{"settings": {"max_bytes": 16777216}}' | python3 probes/allreduce.py
 
@@ -63,16 +67,24 @@ def sizes(settings: dict, gpu: bool) -> list[int]:
 
 
 def worker() -> int:
-    """One rank: join the group, sweep the sizes, print one JSON line."""
+    """One rank process: join the group, sweep the sizes, print one JSON line."""
+    ordinal = os.environ.get("BURNIN_CUDA_ORDINAL")
+    record = measure(json.loads(os.environ["BURNIN_SETTINGS"]), int(os.environ["RANK"]),
+                     int(os.environ["WORLD_SIZE"]), None if ordinal is None else int(ordinal),
+                     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
+            master_port) -> dict:
+    """One rank: join the group, sweep the sizes; rank 0's record carries the sweep."""
     import torch
     import torch.distributed as dist
-    settings = json.loads(os.environ["BURNIN_SETTINGS"])
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    ordinal = os.environ.get("BURNIN_CUDA_ORDINAL")
     gpu = ordinal is not None
-    dev = torch.device("cuda", int(ordinal)) if gpu else torch.device("cpu")
+    dev = torch.device("cuda", ordinal) if gpu else torch.device("cpu")
     timeout = datetime.timedelta(seconds=float(settings.get("rendezvous_timeout_s", 60)))
-    init = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    init = f"tcp://{master_addr}:{master_port}"
     if gpu:
         torch.cuda.set_device(dev)
         # device_id makes NCCL's communicator eager: a hang in NCCL's own start-up is
@@ -127,8 +139,7 @@ def worker() -> int:
         record["sweep"] = results
         record["backend"] = "nccl" if gpu else "gloo"
         record["world"] = world
-    print(json.dumps(record), flush=True)
-    return 0
+    return record
 
 
 def rank_devices(payload: dict, devs: list[probelib.Device]) -> list[probelib.Device | None]:
@@ -142,26 +153,32 @@ def rank_devices(payload: dict, devs: list[probelib.Device]) -> list[probelib.De
     return [None] * int(group.get("ranks_here", count))
 
 
-def hello(group: dict, me: str, timeout_s: float, ready: bool = True) -> list[str]:
+def hello(group: dict, me: str, timeout_s: float, ready: bool = True,
+          master: bool | None = None) -> list[str]:
     """Meet the other nodes before torch does, so that the group ends at once when one
     node cannot take part, rather than at torch's timeout.
 
-    The master node listens on master_port + 1 until every node has said its name (and
+    The master listens on master_port + 1 until every node has said its name (and
     whether it is ready), or the timeout; it answers each 'go', or 'abort' when a node is
     missing or not ready. Returns the problems seen ([] = go). What one node says about
     another is only logged and reported as its own view: the controller names culprits
-    from what it observes itself.
+    from what it observes itself. With one task per rank (`per_task`), every task says
+    hello and the master waits for each node's `ranks` of them.
     """
     addr, port = group["master_addr"], int(group["master_port"]) + 1
-    expected = set(group.get("nodes", [])) - {me}
+    names = group.get("nodes", [])
+    counts = group.get("ranks") if group.get("per_task") else None
+    expected = dict(zip(names, counts or [1] * len(names), strict=True))
+    expected[me] = expected.get(me, 1) - 1  # the master does not greet itself
     deadline = time.monotonic() + timeout_s
-    if group.get("rank_offset", 0) == 0:
-        seen, conns, unready = set(), [], set()
+    if master if master is not None else group.get("rank_offset", 0) == 0:
+        seen, conns, unready = dict.fromkeys(expected, 0), [], set()
         with socket.socket() as srv:
             srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             srv.bind(("", port))
             srv.listen(256)
-            while seen < expected and time.monotonic() < deadline:
+            while any(seen[n] < want for n, want in expected.items()) and \
+                    time.monotonic() < deadline:
                 srv.settimeout(max(0.1, deadline - time.monotonic()))
                 try:
                     conn, _ = srv.accept()
@@ -173,12 +190,12 @@ def hello(group: dict, me: str, timeout_s: float, ready: bool = True) -> list[st
                 except OSError:
                     conn.close()
                     continue
-                seen.add(name)
+                seen[name] = seen.get(name, 0) + 1
                 conns.append(conn)
                 if state == "abort" or not ready:
                     unready.add(name)
                     break  # no group this time: tell everyone now
-            missing = sorted(expected - seen)
+            missing = sorted(n for n, want in expected.items() if seen.get(n, 0) < want)
             go = ready and not missing and not unready
             for conn in conns:
                 try:
@@ -209,6 +226,48 @@ def hello(group: dict, me: str, timeout_s: float, ready: bool = True) -> list[st
             time.sleep(0.2)
 
 
+def one_rank(payload: dict, settings: dict, group: dict, node: dict) -> int:
+    """This task is one rank of an inter-node group whose tasks a launcher started (a
+    Slurm step, one task per GPU): rank = the node's first rank + SLURM_LOCALID."""
+    local = int(os.environ.get("SLURM_LOCALID", "0"))
+    world, first = int(group["world"]), int(group.get("rank_offset", 0))
+    rank = first + local
+    devs, problem = probelib.node_devices(payload)
+    ranks = rank_devices(payload, devs)
+    figures = {"world": world, "ranks_here": 1, "first_rank": rank, "mode": "inter-node"}
+    if not problem and len(ranks) != group.get("ranks_here", len(ranks)):
+        problem = (f"the group gives this node {group['ranks_here']} ranks, one per GPU, but "
+                   f"it has {len(devs)} GPUs")
+    if not problem and local >= len(ranks):
+        problem = f"task {local} of this node has no device of its own ({len(ranks)} ranks)"
+    if not problem and world > MAX_WORLD:
+        problem = f"a world of {world} ranks is beyond the {MAX_WORLD} whose sums stay exact"
+    me, timeout_s = payload.get("node", ""), float(settings.get("rendezvous_timeout_s", 60))
+    problems = [problem] if problem else []
+    problems += hello(group, me, timeout_s, ready=not problem, master=rank == 0)
+    if problems:
+        log("; ".join(problems))
+        probelib.emit(PROBE, node, [], {**figures, "joined": False}, problems)
+        return 0
+    d = ranks[local]
+    log(f"rank {rank} of {world} (task {local} here), master "
+        f"{group['master_addr']}:{group['master_port']}")
+    try:
+        record = measure(settings, rank, world, d.ordinal if d is not None and d.kind == "cuda"
+                         else None, group["master_addr"], group["master_port"])
+    except Exception as e:  # the group broke under this rank: its own report says so
+        log(f"rank {rank}: {type(e).__name__}: {e}")
+        probelib.emit(PROBE, node, [], figures, [f"rank {rank} failed: {type(e).__name__}: "
+                                                 f"{str(e)[:500]}"])
+        return 0
+    for key in ("sweep", "backend"):
+        if key in record:
+            figures[key] = record.pop(key)
+    record.pop("world", None)
+    probelib.emit(PROBE, node, [record], figures, [])
+    return 0
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -226,6 +285,8 @@ def main() -> int:
     settings = {**payload.get("settings", {}), "gpus": payload.get("gpus")}
     group = payload.get("group") or {}
     node = {"hostname": socket.gethostname()}
+    if group.get("per_task"):
+        return one_rank(payload, settings, group, node)
     devs, problem = probelib.node_devices(payload)
     ranks = rank_devices(payload, devs)
     world = group.get("world", len(ranks))

@@ -49,16 +49,20 @@ def make_hosts(tmp_path):
 
 @pytest.fixture
 def make_slurm(make_hosts, monkeypatch):
-    """make_slurm(n) -> SlurmCluster on n new test hosts; SLURM_CONF points at it for the
-    test (and so for burnin's srun and scontrol). Fails in CI when it cannot be built."""
+    """make_slurm(n, gpus=0, epilog_s=0) -> SlurmCluster on n new test hosts, each declaring
+    `gpus` GPUs as Slurm GRES (and an Epilog of epilog_s seconds, when given); SLURM_CONF
+    points at it for the test (and so for burnin's srun and scontrol). Fails in CI when it
+    cannot be built."""
     with ExitStack() as stack:
-        def make(count: int) -> slurmcluster.SlurmCluster:
+        def make(count: int, gpus: int | dict[str, int] = 0,
+                 epilog_s: float = 0) -> slurmcluster.SlurmCluster:
             problem = slurmcluster.missing_requirements()
             if problem:
                 if os.environ.get("CI"):
                     pytest.fail(f"the Slurm test cluster cannot be built in CI: {problem}")
                 pytest.skip(problem)
-            cluster = stack.enter_context(slurmcluster.SlurmCluster(make_hosts(count)))
+            cluster = stack.enter_context(slurmcluster.SlurmCluster(make_hosts(count), gpus,
+                                                                       epilog_s=epilog_s))
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
             return cluster
         yield make

@@ -6,16 +6,25 @@ address under its own hostname; one munged serves all through its socket file. C
 (srun, scontrol, sinfo) find the cluster through SLURM_CONF, which env() returns.
 Needs root and Debian's slurmctld, slurmd, slurm-client and munge.
 
-    with TestHosts(4, d) as hosts, SlurmCluster(hosts) as slurm:
-        subprocess.run(["srun", "-N4", "hostname"], env=slurm.env())
+GPUs are declared as Slurm GRES, as on a GPU cluster: `SlurmCluster(hosts, gpus=2)` gives
+each host `Gres=gpu:2` backed by character devices standing in for /dev/nvidia0.. (aliases
+of /dev/null; gres.conf with AutoDetect=off), under select/cons_tres. A job that asks for
+them sees CUDA_VISIBLE_DEVICES; one that does not, sees none. `gpus` may be a dict
+{host name: count} for a mixed cluster.
+
+    with TestHosts(4, d) as hosts, SlurmCluster(hosts, gpus=2) as slurm:
+        subprocess.run(["srun", "-N4", "--gres=gpu:2", "env"], env=slurm.env())
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
+import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -31,8 +40,13 @@ def missing_requirements() -> str:
 
 
 class SlurmCluster:
-    def __init__(self, hosts: TestHosts):
+    def __init__(self, hosts: TestHosts, gpus: int | dict[str, int] = 0, cpus: int = 2,
+                 epilog_s: float = 0):
         self.hosts = hosts
+        self.epilog_s = epilog_s  # an Epilog this long keeps a finished job's nodes COMPLETING
+        self.gpus = {h.name: gpus.get(h.name, 0) if isinstance(gpus, dict) else gpus
+                     for h in hosts.hosts}
+        self.cpus = cpus  # per host: an all-reduce step runs one task per GPU
         self.dir = hosts.workdir / "slurm"
         self.conf = self.dir / "slurm.conf"
         self.port = random.randrange(20000, 30000)
@@ -69,8 +83,9 @@ class SlurmCluster:
                      f"--log-file={d}/log/munged.log", f"--seed-file={d}/munge/seed"])
         self._wait(lambda: self.socket.exists(), "munged")
         ctl = f"{self.hosts.subnet}.1"
-        nodes = "".join(f"NodeName={h.name} NodeAddr={h.address} CPUs=1 State=UNKNOWN\n"
-                        for h in self.hosts.hosts)
+        nodes = "".join(f"NodeName={h.name} NodeAddr={h.address} CPUs={self._cpus(h.name)}"
+                        f"{self._gres(h.name)} State=UNKNOWN\n" for h in self.hosts.hosts)
+        self._write_gres_conf()
         self.conf.write_text(
             f"ClusterName=burnintest\nSlurmctldHost=ctl({ctl})\nSlurmctldPort={self.port}\n"
             "SlurmdPort=6818\nSlurmUser=root\nSlurmdUser=root\n"
@@ -80,8 +95,12 @@ class SlurmCluster:
             f"SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd.%n.log\n"
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nReturnToService=2\n"
             "SlurmdTimeout=10\nMessageTimeout=5\nSchedulerType=sched/builtin\n"
-            "SelectType=select/linear\nMpiDefault=none\nJobAcctGatherType=jobacct_gather/none\n"
+            "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nGresTypes=gpu\n"
+            "MpiDefault=none\nJobAcctGatherType=jobacct_gather/none\n"
             "AccountingStorageType=accounting_storage/none\nInactiveLimit=0\nKillWait=2\n"
+            "MinJobAge=5\n" + self._epilog() +
+            # The hosts share this machine's cores: slurmd reports the configured CPUs.
+            "SlurmdParameters=config_overrides\n"
             f"{nodes}PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
         hosts_file = d / "hosts"
         hosts_file.write_text(self.hosts.hosts_file.read_text() + f"{ctl} ctl\n")
@@ -95,6 +114,38 @@ class SlurmCluster:
                          h.name, str(hosts_file), "slurmd", "-D", "-N", h.name,
                          "-f", str(self.conf)])
         self._wait(self._all_idle, "every slurmd to register idle", timeout_s=60)
+
+    def _epilog(self) -> str:
+        if not self.epilog_s:
+            return ""
+        script = self.dir / "epilog.sh"
+        script.write_text(f"#!/bin/sh\nsleep {self.epilog_s}\n")
+        script.chmod(0o755)
+        return f"Epilog={script}\n"
+
+    def _cpus(self, node: str) -> int:
+        return max(self.cpus, self.gpus[node])
+
+    def _gres(self, node: str) -> str:
+        return f" Gres=gpu:{self.gpus[node]}" if self.gpus[node] else ""
+
+    def _write_gres_conf(self) -> None:
+        """Device files standing in for each host's /dev/nvidia*: character devices (as
+        /dev/null), which is what slurmd's gres/gpu plugin requires of a File=."""
+        lines = ["AutoDetect=off\n"]
+        for h in self.hosts.hosts:
+            count = self.gpus[h.name]
+            if not count:
+                continue
+            devices = self.dir / "dev" / h.name
+            devices.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                dev = devices / f"nvidia{i}"
+                if not dev.exists():
+                    os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+                    dev.chmod(0o666)  # past the umask
+            lines.append(f"NodeName={h.name} Name=gpu File={devices}/nvidia[0-{count - 1}]\n")
+        (self.dir / "gres.conf").write_text("".join(lines))
 
     def _spawn(self, argv: list[str]) -> None:
         log = open(self.dir / "log" / f"{Path(argv[0]).name}-{len(self.procs)}.out", "ab")
@@ -143,3 +194,42 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 pass
         self.procs = []
+
+
+# Logs a Slurm command's argv (and, for a step of a job, the job as Slurm shows it at that
+# moment: exclusive? which GRES?), then becomes the real command: same process, signals.
+LOGGING = """import json, os, subprocess, sys
+real, log = {real!r}, {log!r}
+entry = {{"cmd": os.path.basename(real), "argv": sys.argv[1:]}}
+job = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--jobid=")), None)
+if job:
+    entry["job"] = subprocess.run(["scontrol", "show", "job", job, "--oneliner"],
+                                  capture_output=True, text=True).stdout
+with open(log, "a") as f:
+    f.write(json.dumps(entry) + "\\n")
+os.execv(real, [real, *sys.argv[1:]])
+"""
+
+
+def logged_commands(directory: Path, commands=("srun", "salloc")) -> tuple[str, Path]:
+    """(a PATH on which each of `commands` logs every call, the log): one JSON line per
+    call, {"cmd", "argv", "job"}. Read it with calls(log)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    log = directory / "calls.jsonl"
+    log.touch()
+    for name in commands:
+        real = shutil.which(name)
+        wrapper = directory / name
+        wrapper.write_text(f"#!{sys.executable}\n" + LOGGING.format(real=real, log=str(log)))
+        wrapper.chmod(0o755)
+    return f"{directory}{os.pathsep}{os.environ.get('PATH', '')}", log
+
+
+def calls(log: Path, cmd: str | None = None) -> list[dict]:
+    entries = [json.loads(ln) for ln in log.read_text().splitlines() if ln.strip()]
+    return [e for e in entries if cmd is None or e["cmd"] == cmd]
+
+
+def option(argv: list[str], name: str) -> str | None:
+    """The value of --name=VALUE in argv, or None."""
+    return next((a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")), None)

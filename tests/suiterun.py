@@ -12,6 +12,9 @@ SUITES = str(REPO / "suites")
 # The full suite on CPU-only nodes, in run order (pcie does not apply to them).
 CHECKS = ("health", "fabric", "memory", "sdc", "burn", "storage", "allreduce",
           "allreduce_internode")
+# The same on GPU nodes (emulated): pcie applies there; dcgm only where dcgmi is installed.
+GPU_CHECKS = ("health", "fabric", "pcie", "memory", "sdc", "burn", "storage", "allreduce",
+              "allreduce_internode")
 # Tiny settings for the memory check where a test runs the full suite.
 TINY_MEMORY = {"host_bytes": 1 << 20, "retention_s": 0.2, "passes": 1}
 

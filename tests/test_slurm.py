@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from suiterun import CHECKS, TINY_MEMORY, junit_cases, run_suite, script
+from slurmcluster import calls, logged_commands, option
+from suiterun import TINY_MEMORY, junit_cases, run_suite, script
 
 from burnin.actions import REASON_MAX, drain_reason
 from burnin.ledger import Ledger
@@ -22,11 +22,13 @@ TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2}, "memory": TINY
                       "pair_fraction": 0}}
 
 
-def slurm_inventory(cluster, path: Path, nodes: dict | None = None, **extra) -> Path:
+def slurm_inventory(cluster, path: Path, nodes: dict | None = None,
+                    defaults: dict | None = None, **extra) -> Path:
     doc = cluster.hosts.inventory(transport="srun",
                                   workdir=str(cluster.hosts.workdir / "remote"))
     doc["defaults"]["srun"] = {"partition": "test"}
-    doc["defaults"]["ssh"] = {"connect_timeout_s": 3}  # srun's --immediate
+    doc["defaults"]["ssh"] = {"connect_timeout_s": 3}  # salloc's --immediate
+    doc["defaults"].update(defaults or {})
     for entry in doc["nodes"]:
         entry.update((nodes or {}).get(entry["name"], {}))
     doc.update(extra)
@@ -34,25 +36,20 @@ def slurm_inventory(cluster, path: Path, nodes: dict | None = None, **extra) -> 
     return path
 
 
-def test_the_whole_suite_through_srun(pytester, make_slurm):
-    cluster = make_slurm(4)
-    inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=TINY)
-    result, reports = run_suite(pytester, inv)
-    result.assert_outcomes(passed=4 * len(CHECKS))
-    passed = ("passed", "")
-    assert junit_cases(reports) == {h.name: dict.fromkeys(CHECKS, passed)
-                                    for h in cluster.hosts.hosts}
-    health = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
-              if '"check": "health"' in ln]
-    # Each probe ran in its node's namespaces, through a Slurm job step.
-    assert {r["node"]: r["data"]["node"]["hostname"] for r in health} == {
-        h.name: h.name for h in cluster.hosts.hosts}
-    assert list((cluster.hosts.workdir / "remote").iterdir()) == [], "probes left behind"
+def jobs_left(cluster) -> str:
+    """Slurm's jobs (pending, running or still completing) on the test cluster."""
+    res = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster.env(),
+                         timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.strip()
 
 
 def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pytester,
-                                                                         make_slurm):
+                                                                         make_slurm,
+                                                                         monkeypatch):
     cluster = make_slurm(3)
+    path, log = logged_commands(pytester.path / "bin")
+    monkeypatch.setenv("PATH", path)
     py = pytester.path / "py-h2"
 
     def h2_python(healthy: bool) -> None:
@@ -82,6 +79,9 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
                            text=True, timeout=60)
     assert admit.returncode == 1
     assert "admitted (1): h1" in admit.stdout and "  h2: health: failure:" in admit.stdout
+    (first,) = calls(log, "salloc")
+    assert option(first["argv"], "nodelist") == "h[1-2]" and "--reservation" not in str(first)
+    assert jobs_left(cluster) == "", "a run ends only when Slurm has its allocation back"
 
     # By hand: the inventory's actions drain the node with the operator's reason, made one
     # safe line (quotes, $(), backquotes, a newline); releasing it resumes it.
@@ -99,11 +99,18 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
 
     h2_python(healthy=True)  # repaired
     for clean in (1, 2):
+        # Back to back: the previous run's allocation is gone before the next one asks.
         result, reports = run_suite(pytester, inv, "-k", "health", "--revalidate")
         cases = junit_cases(reports)
         assert sorted(cases) == ["h2", "h3"]
         assert cases["h2"]["health"] == ("passed", "")
         assert cases["h3"]["health"][0] == "failure"
+        # The drained node is re-tested inside a reservation of the run's own.
+        salloc = calls(log, "salloc")[-1]
+        assert option(salloc["argv"], "nodelist") == "h2"
+        assert option(salloc["argv"], "reservation").startswith("burnin-")
+        # The next run starts on nodes Slurm says are free, not after some sleep.
+        assert jobs_left(cluster) == "", "a run ends only when Slurm has its allocation back"
         if clean == 1:
             assert cluster.state("h2") == drained
     assert cluster.state("h2")[0] == "idle", "released and resumed"

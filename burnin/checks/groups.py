@@ -8,6 +8,10 @@ first node's document only, and only when every member ran, reported no error, a
 reported the layout the controller gave it. Localisation pairs nodes (n/2 pairs at a
 time, two rounds); nodes in a good pair are known-good, and each remaining suspect is
 re-paired with a known-good node: a node is named only when it fails with a good partner.
+
+Where the nodes' transport launches many tasks as one (srun), a group is one step with
+one task per rank (one per GPU), each task reporting its rank, and a node's ranks are put
+together into its outcome.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.allreduce import judged
 from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
+from burnin.probe import ProbeOutcome, run_probes
 
 
 @dataclass(frozen=True)
@@ -45,18 +49,63 @@ def run_group(run, nodes: list[Node], settings: dict, facts: Facts) -> dict[str,
     world, offsets = layout(nodes, facts)
     out: dict[str, ProbeOutcome] = {}
 
+    def payload(node: Node) -> dict:
+        return {"check": "allreduce", "node": node.name, "run_id": run.run_id,
+                "gpus": facts.gpus[node.name], "cpu_devices": node.cpu_devices,
+                "settings": settings,
+                "group": {"world": world, "rank_offset": offsets[node.name],
+                          "ranks_here": facts.ranks[node.name],
+                          "master_addr": nodes[0].address, "master_port": port,
+                          "nodes": [n.name for n in nodes]}}
+
+    launcher = run.launcher(nodes[0])
+    if launcher is not None and all(run.launcher(n) is launcher for n in nodes):
+        return _as_ranks(run, launcher, nodes, {n.name: payload(n) for n in nodes},
+                         float(settings["timeout_s"]), facts.ranks)
+
     def one(node: Node) -> None:
-        payload = {"check": "allreduce", "node": node.name, "run_id": run.run_id,
-                   "gpus": facts.gpus[node.name], "cpu_devices": node.cpu_devices,
-                   "settings": settings,
-                   "group": {"world": world, "rank_offset": offsets[node.name],
-                             "ranks_here": facts.ranks[node.name],
-                             "master_addr": nodes[0].address, "master_port": port,
-                             "nodes": [n.name for n in nodes]}}
-        out[node.name] = run.probe(node, INTRA, payload, float(settings["timeout_s"]))
+        out[node.name] = run.probe(node, INTRA, payload(node), float(settings["timeout_s"]))
 
     run.at_once(nodes, one)
     return out
+
+
+def _as_ranks(run, launcher, nodes: list[Node], payloads: dict[str, dict], timeout_s: float,
+              ranks: dict[str, int]) -> dict[str, ProbeOutcome]:
+    """The group as one launch with one task per rank (Slurm: one step, one task per GPU);
+    each task is its node's next rank (probes/allreduce.py: per_task)."""
+    for p in payloads.values():
+        p["group"].update(per_task=True, ranks=[ranks[n.name] for n in nodes])
+    if run.cancel.is_set():
+        return {n.name: ProbeOutcome(n.name, "allreduce", False, "not started: the run was "
+                                     "interrupted") for n in nodes}
+    per_task = run_probes(launcher, nodes, INTRA.probe_name, payloads,
+                          dict.fromkeys(payloads, timeout_s), max_output=INTRA.max_output,
+                          schema=INTRA.schema, lifeline=True, cancel=run.cancel,
+                          tasks={n.name: ranks[n.name] for n in nodes})
+    return {name: node_of_ranks(name, outs) for name, outs in per_task.items()}
+
+
+def node_of_ranks(name: str, outs: list[ProbeOutcome]) -> ProbeOutcome:
+    """A node's ranks, one validated document each, as the node's one outcome."""
+    for i, o in enumerate(outs):
+        if not o.ok:
+            reason = o.reason if len(outs) == 1 else f"rank task {i} on the node: {o.reason}"
+            return ProbeOutcome(name, o.probe, False, reason, {}, o.duration_s, o.exit_code,
+                                o.stderr_tail)
+    figs = [o.data["figures"] for o in outs]
+    figures = {"world": figs[0]["world"], "ranks_here": len(outs), "mode": "inter-node",
+               "first_rank": min(f["first_rank"] for f in figs)}
+    for f in figs:
+        figures.update({k: f[k] for k in ("sweep", "backend") if k in f})
+        if f.get("joined") is False:
+            figures["joined"] = False
+    data = {"probe": outs[0].data["probe"], "schema": outs[0].data["schema"],
+            "node": outs[0].data["node"], "figures": figures,
+            "devices": [d for o in outs for d in o.data["devices"]],
+            "errors": list(dict.fromkeys(e for o in outs for e in o.data["errors"]))}
+    return ProbeOutcome(name, outs[0].probe, True, "", data, max(o.duration_s for o in outs), 0,
+                        outs[0].stderr_tail)
 
 
 def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],

@@ -3,6 +3,10 @@ looked up by name in TRANSPORTS and imported only when an inventory uses it.
 
 A transport returns what happened (exit code, bounded output, timeout); it raises
 NodeUnreachable only when the node cannot be reached at all.
+
+A transport whose scheduler is itself a distributed launcher (srun) also gives the run a
+Launcher: the run hands it a check's whole node set, which it runs as one (one job step)
+rather than one command per node.
 """
 
 from __future__ import annotations
@@ -74,11 +78,110 @@ class Transport:
     def close(self) -> None:
         """Release connections and remove what was staged; never raises."""
 
+    @classmethod
+    def launcher(cls, nodes: list[Node], probes_dir: Path, run_id: str,
+                 cancel: threading.Event) -> Launcher | None:
+        """A launcher for the run's `nodes` of this transport, or None: one command per
+        node through run()."""
+        return None
+
+
+class Launcher:
+    """Runs a probe on many nodes as one (srun: one job step over all of them). One per
+    run and transport, closed at the end of the run, also when it was interrupted."""
+
+    def prepare(self) -> None:
+        """Get hold of the nodes (Slurm: the allocation). Called from the run's main
+        thread before anything runs, so that Ctrl-C finds it there."""
+
+    def run(self, nodes: list[Node], probe: str, stdins: dict[str, bytes],
+            timeouts: dict[str, float], max_stdout: int, on_stderr: dict | None = None,
+            lifeline: bool = False, cancel: threading.Event | None = None,
+            tasks: dict[str, int] | None = None) -> dict[str, list[CommandResult] | str]:
+        """Run `probe` on every node at once: `tasks[node]` tasks on a node (default one),
+        each given the node's stdin, each bounded by the node's timeout and max_stdout;
+        on_stderr[node](chunk) sees the node's stderr. Returns, per node, its tasks'
+        results in task order, or why the node could not be reached."""
+        raise NotImplementedError
+
+    def shared(self) -> dict:
+        """What prepare() got, JSON-able, for another process of the same run (a
+        pytest-xdist worker) to launch through without getting or releasing it again."""
+        return {}
+
+    def attach(self, shared: dict) -> None:
+        """Launch through what another process of the run got (its shared())."""
+
+    def close(self) -> None:
+        """Release what prepare() got; never raises; safe to call twice."""
+
+
+class Launchers:
+    """A run's launchers, one per transport that has one, each over every node of the run
+    with that transport, made on first use and closed with the run."""
+
+    def __init__(self, nodes: list[Node], probes_dir: Path, run_id: str,
+                 cancel: threading.Event):
+        self.nodes, self.probes_dir, self.run_id, self.cancel = nodes, probes_dir, run_id, cancel
+        self._made: dict[str, Launcher | None] = {}
+        self._lock = threading.Lock()
+
+    def of(self, node: Node) -> Launcher | None:
+        with self._lock:
+            if node.transport not in self._made:
+                try:
+                    cls = transport_class(node.transport)
+                except NodeUnreachable:
+                    cls = Transport  # unknown here: its nodes fail one by one, with the reason
+                self._made[node.transport] = cls.launcher(
+                    [n for n in self.nodes if n.transport == node.transport], self.probes_dir,
+                    self.run_id, self.cancel)
+            return self._made[node.transport]
+
+    def split(self, nodes: list[Node]) -> tuple[list[tuple[Launcher, list[Node]]], list[Node]]:
+        """([(launcher, its nodes)], the nodes that run one by one). Each launcher gets
+        hold of its nodes here, in the calling thread (the run's main one, where Ctrl-C
+        lands)."""
+        groups: dict[str, list[Node]] = {}
+        apart = []
+        for n in nodes:
+            if self.of(n) is None:
+                apart.append(n)
+            else:
+                groups.setdefault(n.transport, []).append(n)
+        for transport in groups:
+            self._made[transport].prepare()
+        return [(self._made[t], members) for t, members in groups.items()], apart
+
+    def shared(self) -> dict[str, dict]:
+        """Every launcher's hold on its nodes, got now, for pytest-xdist workers (which
+        attach to it rather than each allocate the same nodes)."""
+        together, _ = self.split(self.nodes)
+        return {nodes[0].transport: launcher.shared() for launcher, nodes in together}
+
+    def attach(self, shared: dict[str, dict]) -> None:
+        for transport, state in shared.items():
+            node = next((n for n in self.nodes if n.transport == transport), None)
+            launcher = self.of(node) if node else None
+            if launcher is not None:
+                launcher.attach(state)
+
+    def close(self) -> None:
+        with self._lock:
+            made, self._made = list(self._made.values()), {}
+        for launcher in made:
+            if launcher is not None:
+                launcher.close()
+
+
+def transport_class(name: str) -> type[Transport]:
+    target = TRANSPORTS.get(name)
+    if target is None:
+        raise NodeUnreachable(f"transport {name!r} is not available in this burnin")
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
 
 def transport_for(node: Node, probes_dir: Path, run_id: str = "unnamed") -> Transport:
     """The transport `node.transport` names, for that node, in run `run_id`."""
-    target = TRANSPORTS.get(node.transport)
-    if target is None:
-        raise NodeUnreachable(f"transport {node.transport!r} is not available in this burnin")
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)(node, probes_dir, run_id)
+    return transport_class(node.transport)(node, probes_dir, run_id)

@@ -1,147 +1,145 @@
-"""The srun transport: probes run as one-task Slurm job steps, `srun -w NODE -N1 ...`.
+"""The srun transport: Slurm is the distributed launcher.
 
-Probes travel on stdin, not through a shared file system: a small bootstrap (run by the
-node's Python) writes them into a private directory under workdir, runs the probe with
-its settings and removes the directory, also when killed. `--immediate` makes a node
-Slurm cannot give (down, drained by someone else) fail with Slurm's reason, never hang.
+The run's srun nodes are held in one exclusive allocation holding every GPU as GRES
+(burnin/transports/slurm.py), or the job burnin runs inside. Each check is then one job
+step over all its nodes, one task per node (burnin/transports/srun_step.py): one srun on
+the controller per check, whatever the fleet's size, with probes and payloads travelling
+on the step's stdin (no shared file system needed) and each node's output, status and
+time limit kept apart. The inter-node all-reduce is one step with one task per GPU.
 
-A node that burnin itself drained is re-tested inside a reservation of its own for the
-run (created, node resumed into it, drained again and the reservation deleted at the
-end), so that no production job lands on it meanwhile.
+A node Slurm cannot give fails with Slurm's reason; a node whose task dies or hangs fails
+alone (--kill-on-bad-exit=0; each task's timeout is the controller's).
 """
 
 from __future__ import annotations
 
-import getpass
-import json
-import secrets
-import subprocess
+import threading
+from pathlib import Path
 
-from burnin.actions import REASON_PREFIX, slurm_reason
-from burnin.transports import NodeUnreachable, Transport
-from burnin.transports.local import run_bounded
+from burnin.nodes import Node
+from burnin.transports import CommandResult, Launcher, NodeUnreachable, Transport
+from burnin.transports.slurm import Allocation, Allocations, slurm_env
+from burnin.transports.srun_step import Refused, command, envelope, run_step
 
-BOOTSTRAP = r"""
-import json, os, shutil, signal, subprocess, sys, tempfile, threading
-probe, workdir = sys.argv[1], os.path.expanduser(sys.argv[2])
-envelope = json.loads(sys.stdin.buffer.readline())
-os.makedirs(workdir, exist_ok=True)
-where = tempfile.mkdtemp(prefix="burnin-", dir=workdir)
-child = None
-def stop(sig, frame):
-    if child is not None:
-        try:
-            os.killpg(child.pid, signal.SIGKILL)
-        except OSError:
-            pass
-    shutil.rmtree(where, ignore_errors=True)
-    os._exit(128 + sig)
-signal.signal(signal.SIGTERM, stop)
-signal.signal(signal.SIGINT, stop)
-try:
-    for name, text in envelope["files"].items():
-        with open(os.path.join(where, name), "w") as f:
-            f.write(text)
-    child = subprocess.Popen([sys.executable, os.path.join(where, probe + ".py")],
-                             stdin=subprocess.PIPE, start_new_session=True)
-    def relay():  # the settings, then the controller's heartbeat and its end: the lifeline
-        try:
-            child.stdin.write(envelope["stdin"].encode() + b"\n")
-            child.stdin.flush()
-            while envelope.get("lifeline"):
-                chunk = os.read(0, 4096)
-                if not chunk:
-                    break
-                child.stdin.write(chunk)
-                child.stdin.flush()
-        except OSError:
-            pass
-        finally:
-            try:
-                child.stdin.close()
-            except OSError:
-                pass
-    threading.Thread(target=relay, daemon=True).start()
-    code = child.wait()
-finally:
-    shutil.rmtree(where, ignore_errors=True)
-sys.exit(code if code >= 0 else 128 - code)
-"""
-
-REFUSALS = (b"Unable to allocate resources", b"Required node not available",
-            b"Invalid node name", b"invalid partition", b"Unable to contact slurm controller")
-RESERVATION_MINUTES = 24 * 60
+CANCEL_WAIT_S = 20.0
 
 
 class SrunTransport(Transport):
-    def __init__(self, node, probes_dir, run_id="unnamed"):
-        super().__init__(node, probes_dir, run_id)
-        self._prepared = False
-        self._reservation: str | None = None
-        self._drain_reason = ""
-        self._files: dict[str, str] | None = None
+    """The table's entry for `transport: srun`: its nodes run through SrunLauncher."""
 
-    def _scontrol(self, *args: str) -> tuple[bool, str]:
-        try:
-            res = subprocess.run(["scontrol", *args], capture_output=True, text=True,
-                                 timeout=self.node.ssh.connect_timeout_s + 30)
-        except (FileNotFoundError, subprocess.TimeoutExpired) as e:
-            return False, str(e)
-        return res.returncode == 0, (res.stderr or res.stdout).strip()
-
-    def _prepare(self) -> None:
-        """Once per run: a node burnin drained is resumed into a reservation of its own."""
-        if self._prepared:
-            return
-        self._prepared = True
-        reason = slurm_reason(self.node.name) or ""
-        if not reason.startswith(REASON_PREFIX):
-            return  # not ours: if Slurm cannot give it, srun says so
-        name = f"burnin-{self.node.name}-{secrets.token_hex(3)}"
-        ok, msg = self._scontrol("create", "reservation", f"ReservationName={name}",
-                                 f"Nodes={self.node.name}", f"Users={getpass.getuser()}",
-                                 "StartTime=now", f"Duration={RESERVATION_MINUTES}",
-                                 "Flags=MAINT,IGNORE_JOBS")
-        if not ok:
-            raise NodeUnreachable(f"cannot reserve {self.node.name} to re-test it: {msg}")
-        self._reservation, self._drain_reason = name, reason
-        ok, msg = self._scontrol("update", f"nodename={self.node.name}", "state=resume")
-        if not ok:
-            raise NodeUnreachable(f"cannot resume {self.node.name} into {name}: {msg}")
+    @classmethod
+    def launcher(cls, nodes, probes_dir, run_id, cancel):
+        return SrunLauncher(nodes, probes_dir, run_id, cancel)
 
     def probe_command(self, probe: str) -> list[str]:
-        self._prepare()
-        srun = self.node.srun
-        argv = ["srun", "-w", self.node.name, "-N1", "--ntasks=1",
-                f"--immediate={max(1, int(self.node.ssh.connect_timeout_s))}",
-                f"--job-name=burnin-{probe}"]
-        if srun.partition:
-            argv.append(f"--partition={srun.partition}")
-        if self._reservation:
-            argv.append(f"--reservation={self._reservation}")
-        return [*argv, *srun.extra_args, self.python, "-c", BOOTSTRAP, probe, self.node.workdir]
+        raise NodeUnreachable("srun nodes run through the run's Slurm launcher")
 
     def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
             cancel=None):
+        raise NodeUnreachable("srun nodes run through the run's Slurm launcher")
+
+
+class SrunLauncher(Launcher):
+    def __init__(self, nodes: list[Node], probes_dir: Path, run_id: str,
+                 cancel: threading.Event | None = None):
+        self.probes_dir = probes_dir
+        self.slurm = Allocations(nodes, run_id, cancel)
+        self._files: dict[str, str] | None = None
+
+    def prepare(self) -> None:
+        self.slurm.prepare()
+
+    def run(self, nodes, probe, stdins, timeouts, max_stdout, on_stderr=None, lifeline=False,
+            cancel=None, tasks=None):
+        self.prepare()
+        out: dict[str, list[CommandResult] | str] = {}
+        steps: dict[int, tuple[Allocation, list[Node]]] = {}
+        for n in nodes:
+            a = self.slurm.where.get(n.name)
+            if a is None:
+                why = self.slurm.unavailable.get(n.name, "not in the run's Slurm allocation")
+                out[n.name] = f"Slurm cannot give node {n.name}: {why}"
+            else:
+                steps.setdefault(id(a), (a, []))[1].append(n)
+
+        def one(step: tuple[Allocation, list[Node]]) -> None:
+            a, members = step
+            try:
+                out.update(self._step(a, members, probe, stdins, timeouts, max_stdout,
+                                      on_stderr, lifeline, cancel, tasks or {}))
+            except Exception as e:  # a controller bug fails these nodes, not the run
+                out.update({n.name: f"controller error running a step: {type(e).__name__}: "
+                                    f"{e}" for n in members})
+
+        _together(list(steps.values()), one, cancel)
+        return {n.name: out[n.name] for n in nodes}
+
+    def _step(self, a: Allocation, nodes: list[Node], probe: str, stdins, timeouts,
+              max_stdout, on_stderr, lifeline, cancel, tasks) -> dict:
+        """One job step over `nodes` of allocation `a`: task i on layout[i]."""
+        layout = [n.name for n in nodes for _ in range(tasks.get(n.name, 1))]
+        argv = ["srun", f"--jobid={a.job_id}", f"--nodelist={','.join(layout)}",
+                f"--ntasks={len(layout)}", "--distribution=arbitrary", "--label",
+                "--input=all", "--kill-on-bad-exit=0", "--mpi=none",
+                f"--job-name=burnin-{probe}"]
+        per_node = {tasks.get(n.name, 1) for n in nodes}
+        if len(per_node) == 1:
+            argv.append(f"--ntasks-per-node={per_node.pop()}")
+        if a.gpus:
+            argv.append(f"--gres=gpu:{a.gpus}")  # the step holds every GPU of its nodes
+        # `--`: what follows is the remote command, never an option of srun's.
+        argv += ["--", *command({n.name: n.python or "python3" for n in nodes}, probe)]
+        payloads = {n.name: {"stdin": stdins[n.name].decode(), "workdir": n.workdir}
+                    for n in nodes}
+        results, said = run_step(argv, slurm_env(), envelope(self.files(), payloads, lifeline),
+                                 layout, [timeouts[name] for name in layout], max_stdout,
+                                 on_stderr, cancel)
+        last = [ln for ln in said.splitlines() if ln.strip()][-2:]
+        mine: dict[str, list[CommandResult] | str] = {}
+        for name, r in zip(layout, results, strict=True):
+            have = mine.setdefault(name, [])
+            if isinstance(have, str):
+                continue
+            if isinstance(r, Refused):
+                mine[name] = str(r)  # the node's own workdir is unsafe: not srun's doing
+            elif isinstance(r, str):
+                mine[name] = f"srun lost the task on {name}: {r}" + \
+                    (f" ({'; '.join(last)})" if last else "")
+            else:
+                have.append(r)
+        return mine
+
+    def shared(self) -> dict:
+        return self.slurm.shared()
+
+    def attach(self, shared: dict) -> None:
+        self.slurm.attach(shared)
+
+    def files(self) -> dict[str, str]:
         if self._files is None:
             self._files = {p.name: p.read_text() for p in sorted(self.probes_dir.glob("*.py"))}
-        envelope = json.dumps({"files": self._files, "stdin": stdin.decode(),
-                               "lifeline": lifeline}).encode()
-        # The envelope is one line; with a lifeline the heartbeat follows and is relayed.
-        result = run_bounded(argv, envelope, timeout_s, max_stdout, on_stderr=on_stderr,
-                             lifeline=True, cancel=cancel)
-        if result.exit_code and any(r in result.stderr_tail for r in REFUSALS):
-            said = [ln.strip() for ln in result.stderr_tail.decode(errors="replace").splitlines()
-                    if ln.startswith("srun:")]
-            raise NodeUnreachable(f"Slurm cannot give node {self.node.name}: "
-                                  f"{'; '.join(said[-2:]) or 'srun refused'}")
-        return result
+        return self._files
 
     def close(self) -> None:
-        if not self._reservation:
-            return
-        # Back as it was: drained with burnin's reason. The gate resumes it if released.
-        self._scontrol("update", f"nodename={self.node.name}", "state=drain",
-                       f"reason={self._drain_reason}")
-        self._scontrol("delete", f"reservation={self._reservation}")
-        self._reservation = None
+        self.slurm.close()
+
+
+def _together(items: list, fn, cancel: threading.Event | None) -> None:
+    """fn(item) for every item at once (steps of different allocations), in threads when
+    there are several; Ctrl-C sets `cancel`, which every step honours."""
+    if len(items) <= 1:
+        for item in items:
+            fn(item)
+        return
+    threads = [threading.Thread(target=fn, args=(item,), daemon=True) for item in items]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        if cancel is not None:
+            cancel.set()
+        for t in threads:
+            t.join(timeout=CANCEL_WAIT_S)
+        raise
