@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+if TYPE_CHECKING:
+    from burnin.inventory import Node
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
 
@@ -92,26 +97,44 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
 
 
 def publish(run_dir: Path, cluster: str, run_id: str,
-            verdicts: dict[str, dict[str, tuple[str, str]]], floors: dict | None = None) -> None:
+            verdicts: dict[str, dict[str, tuple[str, str]]], floors: dict | None = None,
+            nodes: Iterable[Node] | None = None) -> None:
     """summary.html, metrics.prom and an evidence folder per failed node, from the run's
-    verdicts and its results.jsonl."""
-    from burnin import evidence, html, metrics
+    verdicts and its results.jsonl. `nodes`: the inventory's nodes, whose labels group the
+    page's fleet grid (by rack) and whose addresses it shows; without them (`burnin
+    report` on a run directory) the grid is one group. Earlier runs of the cluster beside
+    this one under reports/ give the page its trend."""
+    from burnin import evidence, metrics, summary
     from burnin.figures import read_records
+    from burnin.summary import page, trend
 
     records = read_records(run_dir / "results.jsonl") if (run_dir / "results.jsonl").exists() \
         else []
     by_node: dict[str, list[dict]] = {}
     for r in records:
-        by_node.setdefault(r["node"], []).append(r)
+        if isinstance(r, dict) and isinstance(r.get("node"), str) \
+                and isinstance(r.get("check"), str):
+            by_node.setdefault(r["node"], []).append(r)
+    bundles = set()
     for node, v in verdicts.items():
         if any(outcome in ("failure", "error") for outcome, _ in v.values()):
             evidence.write_bundle(run_dir, node, v, by_node.get(node, []))
-    page = html.render(cluster, run_id, verdicts, records, floors)
+            bundles.add(node)
+    info = {n.name: summary.NodeInfo(n.name, n.address, dict(n.labels)) for n in nodes or ()}
+    report = summary.build(cluster, run_id, verdicts, records, floors, info, bundles)
+    try:
+        report.trend = trend.load(run_dir, cluster, report.figures)
+    except (OSError, ValueError) as e:  # an unreadable earlier run costs the trend only
+        report.problems.append(f"trend over earlier runs not drawn: {e}")
     tmp = run_dir / ".summary.html.tmp"
-    tmp.write_text(page, encoding="utf-8")
+    tmp.write_text(page.render(report), encoding="utf-8")
     os.replace(tmp, run_dir / "summary.html")
-    metrics.write(run_dir / "metrics.prom",
-                  metrics.render(cluster, run_id, time.time(), verdicts, records))
+    try:
+        text = metrics.render(cluster, run_id, time.time(), verdicts, records)
+    except (TypeError, ValueError):  # a figure that is not a number: leave its record out
+        text = metrics.render(cluster, run_id, time.time(), verdicts,
+                              [r for r in records if summary.figures_readable(r)])
+    metrics.write(run_dir / "metrics.prom", text)
 
 
 def verdicts_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, tuple]]:
