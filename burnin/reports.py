@@ -115,13 +115,17 @@ def publish(run_dir: Path, cluster: str, run_id: str,
         if isinstance(r, dict) and isinstance(r.get("node"), str) \
                 and isinstance(r.get("check"), str):
             by_node.setdefault(r["node"], []).append(r)
-    bundles = set()
+    bundles, problems = set(), []
     for node, v in verdicts.items():
         if any(outcome in ("failure", "error") for outcome, _ in v.values()):
-            evidence.write_bundle(run_dir, node, v, by_node.get(node, []))
-            bundles.add(node)
+            try:
+                evidence.write_bundle(run_dir, node, v, by_node.get(node, []))
+                bundles.add(node)
+            except Exception as e:  # a malformed record must not cost the whole report
+                problems.append(f"{node}: evidence folder not written: {type(e).__name__}: {e}")
     info = {n.name: summary.NodeInfo(n.name, n.address, dict(n.labels)) for n in nodes or ()}
     report = summary.build(cluster, run_id, verdicts, records, floors, info, bundles)
+    report.problems += problems
     try:
         report.trend = trend.load(run_dir, cluster, report.figures)
     except (OSError, ValueError) as e:  # an unreadable earlier run costs the trend only
@@ -131,7 +135,7 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     os.replace(tmp, run_dir / "summary.html")
     try:
         text = metrics.render(cluster, run_id, time.time(), verdicts, records)
-    except (TypeError, ValueError):  # a figure that is not a number: leave its record out
+    except Exception:  # a figure that is not a number: leave its record out
         text = metrics.render(cluster, run_id, time.time(), verdicts,
                               [r for r in records if summary.figures_readable(r)])
     metrics.write(run_dir / "metrics.prom", text)

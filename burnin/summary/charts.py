@@ -321,7 +321,7 @@ def svg(w: int, h: int, title: str, items: list, cls: str = "chart") -> str:
             out.append(f'<rect x="{it[1]}" y="{it[2]}" width="{it[3]}" height="{it[4]}" '
                        f'fill="{it[5]}" opacity="{it[6]}">{_title(it[7])}</rect>')
         elif kind in ("poly", "polygon"):
-            pts = " ".join(f"{x},{y}" for x, y in it[1])
+            pts = " ".join(f"{x:.0f},{y:.0f}" for x, y in it[1])  # a pixel is fine enough
             paint = (f'fill="none" stroke="{it[2]}" stroke-width="{it[3]}"' if kind == "poly"
                      else f'fill="{it[2]}" opacity="{it[3]}"')
             tag = "polyline" if kind == "poly" else "polygon"

@@ -13,6 +13,7 @@ from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt, fmt_by
 from burnin.summary.model import (
     OUTCOME_WORD,
     Report,
+    check_key,
     data_of,
     floor_for,
     group_key,
@@ -121,7 +122,9 @@ def banner(report: Report, moved: str) -> str:
 
 
 def first_problem(report: Report, node: str) -> str:
-    for check, (outcome, message) in sorted(report.verdicts.get(node, {}).items()):
+    verdicts = report.verdicts.get(node, {})
+    for check in sorted(verdicts, key=check_key):
+        outcome, message = verdicts[check]
         if outcome != "passed":
             return f"{check} {OUTCOME_WORD.get(outcome, outcome)}: {message or 'no message'}"
     return "passed every check"

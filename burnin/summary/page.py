@@ -69,7 +69,11 @@ section.node:target{box-shadow:0 0 0 3px #54aeff}"""
 def render(report: Report) -> str:
     """The whole page, from the run as summary.Report holds it."""
     nodes = report.ordered
-    fleet = fleet_mod.fleet_of(report)
+    try:
+        fleet = fleet_mod.fleet_of(report)
+    except Exception as e:  # the fleet's yardsticks are missing; the nodes are still drawn
+        fleet = fleet_mod.Fleet()
+        report.problems.append(f"fleet figures not drawn: {type(e).__name__}: {e}")
     detail = max(16, min(DETAIL, FLEET_DETAIL // max(len(nodes), 1)))
     data = {n: node_data(NodeView(report, fleet, n, DETAIL if report.failing(n) else detail),
                          trend_mod.node_trend) for n in nodes}
