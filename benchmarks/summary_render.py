@@ -12,8 +12,11 @@ trend. Published with burnin.reports.publish, then opened in Chromium:
   a copy of the page that has a timing script appended (median of --repeat);
 - screenshot: wall time of `chromium --headless --screenshot` on the page, minus the
   same on an empty page (Chromium's own start-up), median of --repeat;
-- open: performance.now() when the section of a passing node (kept compressed in the
-  page) is in the DOM after loading the page at its #n-NODE link.
+- open: ms from asking for a passing node's section (its #n-NODE link, what a click on
+  its tile does) to the section in the DOM, the page loaded (on a big fleet it travels
+  compressed and is drawn then);
+- publish: wall and CPU seconds of burnin.reports.publish (results.jsonl read, evidence,
+  summary.html, metrics.prom): the dev VM is shared, so CPU is the steadier figure.
 
     python benchmarks/summary_render.py --nodes 1000 --nodes 10000:60
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import shutil
@@ -258,9 +262,9 @@ def measure(nodes: int, samples: int, repeat: int, earlier: int, out: Path) -> d
     began = time.monotonic()
     verdicts, inventory = synthetic_run(run, nodes, samples, group_names=cap)
     made = time.monotonic() - began
-    began = time.monotonic()
+    began, cpu = time.monotonic(), time.process_time()
     publish(run, "synthetic", run.name, verdicts, FLOORS, inventory)
-    wrote = time.monotonic() - began
+    wrote, wrote_cpu = time.monotonic() - began, time.process_time() - cpu
     page = run / "summary.html"
     passing = next(n for n, v in verdicts.items()
                    if all(o == "passed" for o, _ in v.values()))
@@ -272,6 +276,7 @@ def measure(nodes: int, samples: int, repeat: int, earlier: int, out: Path) -> d
     result = {"nodes": nodes, "samples": samples, "earlier_runs": earlier,
               "results_jsonl_mb": (run / "results.jsonl").stat().st_size / 1e6,
               "page_mb": page.stat().st_size / 1e6, "generate_s": made, "publish_s": wrote,
+              "publish_cpu_s": wrote_cpu, "load": os.getloadavg()[0],
               "render_ms": statistics.median(t.get("render", float("nan")) for t in inside),
               "open_ms": statistics.median(t.get("open", float("nan")) for t in inside),
               "screenshot_s": statistics.median(shots),
@@ -298,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         print(f"summary.html {r['nodes']} nodes x 8 GPUs, {r['samples']} samples/GPU, "
               f"{r['earlier_runs']} earlier runs: results.jsonl {r['results_jsonl_mb']:.0f} MB, "
-              f"page {r['page_mb']:.2f} MB, publish {r['publish_s']:.1f} s, render "
+              f"page {r['page_mb']:.2f} MB, publish {r['publish_s']:.1f} s ("
+              f"{r['publish_cpu_s']:.1f} s CPU, load {r['load']:.1f}), render "
               f"{r['render_ms']:.0f} ms, open a lazy section {r['open_ms']:.0f} ms, screenshot "
               f"{r['screenshot_s']:.2f} s over a blank page; {r['screenshot']}")
     return 0

@@ -133,12 +133,10 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     tmp = run_dir / ".summary.html.tmp"
     tmp.write_text(page.render(report), encoding="utf-8")
     os.replace(tmp, run_dir / "summary.html")
-    try:
-        text = metrics.render(cluster, run_id, time.time(), verdicts, records)
-    except Exception:  # a figure that is not a number: leave its record out
-        text = metrics.render(cluster, run_id, time.time(), verdicts,
-                              [r for r in records if summary.figures_readable(r)])
-    metrics.write(run_dir / "metrics.prom", text)
+    # A record with a figure that is not a number would stop metrics.render: left out.
+    readable = [r for r in records if id(r) not in report.unreadable]
+    metrics.write(run_dir / "metrics.prom",
+                  metrics.render(cluster, run_id, time.time(), verdicts, readable))
 
 
 def verdicts_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, tuple]]:

@@ -12,12 +12,11 @@ lazy sections)."""
 
 from __future__ import annotations
 
-from burnin.summary.model import NodeInfo, Report, build, figures_readable
+from burnin.summary.model import NodeInfo, Report, build
 from burnin.summary.page import render as render_page
 from burnin.summary.sections import SECTIONS, NodeView, section
 
-__all__ = ["SECTIONS", "NodeInfo", "NodeView", "Report", "build", "figures_readable", "render",
-           "section"]
+__all__ = ["SECTIONS", "NodeInfo", "NodeView", "Report", "build", "render", "section"]
 
 
 def render(cluster: str, run_id: str, verdicts: dict[str, dict[str, tuple[str, str]]],

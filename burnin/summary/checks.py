@@ -113,7 +113,8 @@ def burn(view: NodeView, record: dict) -> list:
     data = record["data"]
     devices = [d for d in seq(data.get("devices")) if isinstance(d, dict)]
     time_axis = Axis("time into the burn", "s")
-    tflops = Chart("TFLOPS per GPU over the burn", time_axis, Axis("TFLOPS", "TFLOPS"), 440, 210)
+    tflops = Chart("TFLOPS per device over the burn", time_axis, Axis("TFLOPS", "TFLOPS"), 440,
+                   210)
     temp = Chart("temperature", time_axis, Axis("°C", "°C", zero=False, span=30), 440, 210)
     clock = Chart("SM clock (clock events shaded)", time_axis,
                   Axis("MHz", "MHz", zero=False, span=300), 440, 210)

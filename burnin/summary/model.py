@@ -48,6 +48,7 @@ class Report:
     trend: object | None = None                  # trend.Trend, when earlier runs exist
     figures: dict[str, list[Figure]] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    unreadable: set[int] = field(default_factory=set)  # id() of records with junk figures
 
     @cached_property
     def checks(self) -> list[str]:
@@ -73,19 +74,26 @@ def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors
     by_node: dict[str, dict[str, dict]] = {}
     figures: dict[str, list[Figure]] = {}
     problems: list[str] = []
+    unreadable: set[int] = set()
     for r in records:
         if not isinstance(r, dict) or not isinstance(r.get("node"), str) \
                 or not isinstance(r.get("check"), str):
             problems.append("a results.jsonl line without node and check was left out")
+            unreadable.add(id(r))
             continue
         by_node.setdefault(r["node"], {})[r["check"]] = r
-        figs = safe_figures(r)
-        if figs is None:
-            problems.append(f"{r['node']} {r['check']}: figures not readable, left out of "
-                            "the fleet charts")
-        figures.setdefault(r["node"], []).extend(figs or [])
+        try:
+            raw = key_figures(r)
+        except Exception:  # a record too malformed to read any figure from
+            raw = None
+        figs = [f for f in raw or [] if num(f.value) is not None]
+        if raw is None or len(figs) < len(raw):
+            unreadable.add(id(r))
+            problems.append(f"{r['node']} {r['check']}: figures that are not numbers, left "
+                            "out of the charts (and the record out of metrics.prom)")
+        figures.setdefault(r["node"], []).extend(figs)
     return Report(cluster, run_id, verdicts, by_node, dict(floors or {}), dict(nodes or {}),
-                  evidence, trend, figures, problems)
+                  evidence, trend, figures, problems, unreadable)
 
 
 def safe_figures(record: dict) -> list[Figure] | None:
@@ -96,14 +104,6 @@ def safe_figures(record: dict) -> list[Figure] | None:
     except Exception:
         return None
     return [f for f in figs if num(f.value) is not None]
-
-
-def figures_readable(record: dict) -> bool:
-    """True when every key figure of the record is a number (metrics.prom can hold it)."""
-    try:
-        return all(num(f.value) is not None for f in key_figures(record))
-    except Exception:
-        return False
 
 
 def num(v) -> float | None:

@@ -87,8 +87,9 @@ def render(report: Report) -> str:
     lazy = nodes[len(inline):]  # failing nodes come first: the inline ones are a prefix
     drawn_at_load = lazy if len(nodes) <= DRAW_ALL else \
         [n for n in lazy if report.failing(n)][:DRAW_FAILING]
+    # One node has no fleet to compare with: its own charts, in its section, say it all.
     charts = "".join(guarded(what, fn, *args) for what, fn, *args in
-                     fleet_mod.charts(report, fleet))
+                     fleet_mod.charts(report, fleet)) if len(nodes) > 1 else ""
     moved = trend_mod.summary_line(report.trend, nodes)
     later = len(lazy) - len(drawn_at_load)
     return "".join([

@@ -72,9 +72,8 @@ def node_data(view: NodeView, trend_part: Callable[[NodeView], list] | None = No
     info = report.info(node)
     checks = [c for c in report.checks
               if c in report.verdicts.get(node, {}) or c in report.records.get(node, {})]
-    verdicts = [[c, *view.verdict(c)] for c in checks]
-    for v in verdicts:
-        v[2] = v[2][:1200]
+    verdicts = [[c, str(view.verdict(c)[0]), str(view.verdict(c)[1] or "")[:1200]]
+                for c in checks]
     return {"n": node, "a": info.address if info.address != node else "",
             "l": sorted(info.labels.items()), "e": int(node in report.evidence),
             "b": int(report.failing(node)), "v": verdicts,

@@ -124,23 +124,23 @@ def _unescape(m: re.Match) -> str:
 
 
 def _from_prom(path: Path) -> dict[str, dict[Key, float]]:
-    """metrics.prom back into key figures: labels after cluster and node, in order, are
-    the Figure's labels (metrics.render writes them so)."""
+    """metrics.prom back into key figures: cluster, node, then the Figure's labels in
+    order (metrics.render writes them so)."""
     out: dict[str, dict[Key, float]] = {}
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             m = SAMPLE.match(line.rstrip("\n"))
             if not m or m.group(1) in RUN_WIDE:
                 continue
-            labels = [(k, ESCAPED.sub(_unescape, v)) for k, v in LABEL.findall(m.group(2))]
-            node = dict(labels).get("node")
+            labels = [(k, ESCAPED.sub(_unescape, v) if "\\" in v else v)
+                      for k, v in LABEL.findall(m.group(2))]
+            if len(labels) < 2 or labels[1][0] != "node":
+                continue
             try:
                 value = float(m.group(3))
             except ValueError:
                 continue
-            if node is not None:
-                key = (m.group(1), tuple((k, v) for k, v in labels if k not in ("cluster", "node")))
-                out.setdefault(node, {})[key] = value
+            out.setdefault(labels[1][1], {})[(m.group(1), tuple(labels[2:]))] = value
     return out
 
 
