@@ -362,7 +362,10 @@ def health(view: NodeView, record: dict) -> list:
                      d.get("ecc_uncorrected_volatile"), link,
                      ", ".join(f"{k} {v}" for k, v in remap.items() if v) or
                      ("none" if remap else "")])
+    head = ["#", "model", "UUID", "PCI bus", "VBIOS", "ECC", "uncorrected ECC",
+            "PCIe (now/max)", "row remaps"]
+    if rows and not any(r[4] for r in rows):  # the health probe reads no VBIOS (yet)
+        head, rows = head[:4] + head[5:], [r[:4] + r[5:] for r in rows]
     if rows:
-        out.append(table(["#", "model", "UUID", "PCI bus", "VBIOS", "ECC", "uncorrected ECC",
-                      "PCIe (now/max)", "row remaps"], rows))
+        out.append(table(head, rows))
     return out

@@ -113,7 +113,9 @@ def banner(report: Report, moved: str) -> str:
     worst = "".join(f"<li><a href='#n-{escape(n)}'>{escape(n)}</a>: "
                     f"{escape(first_problem(report, n)[:160])}</li>" for n in bad[:5])
     more = f"<li>and {len(bad) - 5} more, below</li>" if len(bad) > 5 else ""
-    problems = "".join(f"<li class='warn'>{escape(p)}</li>" for p in report.problems[:5])
+    problems = "".join(f"<li class='warn'>{escape(p)}</li>" for p in report.problems[:3])
+    if len(report.problems) > 3:
+        problems += f"<li class='warn'>and {len(report.problems) - 3} more such notes</li>"
     return (f"<div id='verdict' class='banner {cls}'><div class='head'>{escape(head)}</div>"
             f"<div class='chips'>{''.join(chips)}</div>"
             + (f"<ul class='worst'>{worst}{more}</ul>" if worst else "")
@@ -144,7 +146,8 @@ def grid(report: Report) -> str:
     patterns: dict[tuple, str] = {}
     # Tiles as big as the fleet allows: a glance at 10 nodes, a map at 10,000.
     size = len(report.ordered)
-    width, stripe = (22, 6) if size <= 100 else (13, 4) if size <= 1000 else (9, 3)
+    width, stripe = (22, 6) if size <= 100 else (13, 4) if size <= 1000 else \
+        (9, 3) if size <= 3000 else (6, 2)
     height = max(9, stripe * len(checks))
     boxes = []
     order = sorted(groups, key=lambda g: (-sum(map(report.failing, groups[g])), natural_key(g)))
@@ -159,20 +162,25 @@ def grid(report: Report) -> str:
                 else f"{n}: passed"
             tiles.append(f"<a href='#n-{escape(n)}' class={cls} title='{escape(hover)}'></a>")
         failing = sum(map(report.failing, members))
-        columns = min(40, max(8, math.ceil(math.sqrt(len(members)) * 2)))
+        columns = 16 if size > 3000 else min(40, max(8, math.ceil(math.sqrt(len(members)) * 2)))
         box = "" if len(groups) == 1 else f" style='width:{columns * (width + 1)}px'"
-        caption = (f"{escape(key)} {escape(label)}: " if key else "") + \
+        full = (f"{escape(key)} {escape(label)}: " if key else "") + \
             f"{len(members)} node{'s' * (len(members) != 1)}" + \
             (f", <b>{failing} failing</b>" if failing else "")
-        boxes.append(f"<div class='grp'><div class='gh'>{caption}</div><div class='tiles'"
-                     f"{box}>{''.join(tiles)}</div></div>")
+        # Hundreds of racks: a caption as narrow as its tiles, the whole of it on hover.
+        caption = full if len(groups) <= 24 else \
+            escape(label) + (f" · <b>{failing} failing</b>" if failing else "")
+        boxes.append(f"<div class='grp'{box}><div class='gh' title='"
+                     f"{escape(full.replace('<b>', '').replace('</b>', ''))}'>{caption}</div>"
+                     f"<div class='tiles'>{''.join(tiles)}</div></div>")
     css = "".join(f".{cls}{{background:linear-gradient({_stops(p)})}}"
                   for p, cls in patterns.items())
     legend = "".join(f"<span class='sw' style='background:{COLOUR[o]}'></span>{w} "
                      for o, w in OUTCOME_WORD.items())
     stripes = " / ".join(escape(c) for c in checks)
     return (f"<style>.tiles a{{height:{height}px;width:{width}px}}{css}</style><section id='grid'>"
-            f"<h2>Fleet: every node, one stripe per check</h2><p class='legend'>Stripes top "
+            f"<h2>Fleet: every node, one stripe per check</h2><p class='legend'>"
+            f"{f'Grouped by {escape(key)}, failures first. ' if key else ''}Stripes top "
             f"to bottom: {stripes}. {legend}· hover a tile for the node and its reason, click "
             f"for its section.</p><div class='groups'>{''.join(boxes)}</div></section>")
 

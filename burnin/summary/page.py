@@ -43,7 +43,7 @@ border-color:#ff8182}.banner .head{font-size:18px;font-weight:700}
 .banner ul{margin:6px 0 0;padding-left:20px}.chip{display:inline-block;margin:6px 6px 0 0;
 padding:1px 8px;border-radius:10px;font-size:13px;color:#fff}.chip.ok{background:#1a7f37}
 .chip.bad{background:#cf222e}.groups{display:flex;flex-wrap:wrap;gap:10px 14px}
-.gh{font-size:12px;color:#57606a}.tiles{display:flex;flex-wrap:wrap;gap:1px}
+.gh{font-size:12px;color:#57606a;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}.tiles{display:flex;flex-wrap:wrap;gap:1px}
 .tiles a{display:block}.tiles a:hover{outline:2px solid #1f2328}
 .legend{font-size:12px;color:#57606a;margin:4px 0}.sw{display:inline-block;width:10px;
 height:10px;margin:0 3px 0 8px;vertical-align:-1px}.charts{display:flex;flex-wrap:wrap;gap:12px}
