@@ -257,13 +257,13 @@ def measure(nodes: int, samples: int, repeat: int, earlier: int, out: Path) -> d
     for k in range(earlier):  # earlier runs of the cluster, published, for the trend
         past = reports / f"20261121T{k:02d}0000Z-e{k}"
         verdicts, inventory = synthetic_run(past, nodes, samples, seed=10 + k, group_names=cap)
-        publish(past, "synthetic", past.name, verdicts, FLOORS, inventory)
+        publish(past, "synthetic", past.name, verdicts, FLOORS, nodes=inventory)
     run = reports / "20261122T120000Z-now"
     began = time.monotonic()
     verdicts, inventory = synthetic_run(run, nodes, samples, group_names=cap)
     made = time.monotonic() - began
     began, cpu = time.monotonic(), time.process_time()
-    publish(run, "synthetic", run.name, verdicts, FLOORS, inventory)
+    publish(run, "synthetic", run.name, verdicts, FLOORS, nodes=inventory)
     wrote, wrote_cpu = time.monotonic() - began, time.process_time() - cpu
     page = run / "summary.html"
     passing = next(n for n, v in verdicts.items()

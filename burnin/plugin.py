@@ -160,7 +160,7 @@ class BurninState:
         write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
                     [(n.name, n.address) for n in run.nodes + self.held], self.cases)
         publish(run.run_dir, run.inventory.cluster, run.run_id, verdicts_of(self.cases),
-                chart_floors(run), run.nodes + self.held)
+                chart_floors(run), nodes=run.nodes + self.held)
         point_latest(run.reports_dir, run.run_id)
 
     def pytest_terminal_summary(self, terminalreporter) -> None:

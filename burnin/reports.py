@@ -98,7 +98,7 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
 
 def publish(run_dir: Path, cluster: str, run_id: str,
             verdicts: dict[str, dict[str, tuple[str, str]]], floors: dict | None = None,
-            nodes: Iterable[Node] | None = None) -> None:
+            *, nodes: Iterable[Node] | None = None) -> None:
     """summary.html, metrics.prom and an evidence folder per failed node, from the run's
     verdicts and its results.jsonl. `nodes`: the inventory's nodes, whose labels group the
     page's fleet grid (by rack) and whose addresses it shows; without them (`burnin

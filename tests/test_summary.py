@@ -38,10 +38,10 @@ def fleet(tmp_path, nodes=11, earlier=0, samples=60, failing=5, kinds=KINDS):
     for k in range(earlier):
         past = reports / f"20261121T{k:02d}0000Z-e{k}"
         v, inv = bench.synthetic_run(past, nodes, samples, failing=0, seed=10 + k)
-        publish(past, "synthetic", past.name, v, bench.FLOORS, inv)
+        publish(past, "synthetic", past.name, v, bench.FLOORS, nodes=inv)
     run = reports / "20261122T120000Z-now"
     verdicts, inventory = bench.synthetic_run(run, nodes, samples, failing=failing, kinds=kinds)
-    publish(run, "synthetic", run.name, verdicts, bench.FLOORS, inventory)
+    publish(run, "synthetic", run.name, verdicts, bench.FLOORS, nodes=inventory)
     return run, verdicts
 
 
