@@ -197,7 +197,7 @@ class BurninState:
         point_latest(run.reports_dir, run.run_id)
         self.report_problems = publish(run.run_dir, run.inventory.cluster, run.run_id,
                                        verdicts_of(self.cases), chart_floors(run),
-                                       self._in_ledger(run))
+                                       self._in_ledger(run), nodes=run.nodes + self.held)
 
     def _in_ledger(self, run: Run) -> dict[str, bool] | None:
         """{node: in quarantine} at the end of the run, for metrics.prom; None when the

@@ -9,12 +9,17 @@ from __future__ import annotations
 import os
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from burnin.files import write_atomically
+
+if TYPE_CHECKING:
+    from burnin.nodes import Node
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
 
@@ -113,45 +118,66 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
 
 def publish(run_dir: Path, cluster: str, run_id: str,
             verdicts: dict[str, dict[str, tuple[str, str]]],
-            floors: dict | None = None, quarantined: dict[str, bool] | None = None) -> list[str]:
+            floors: dict | None = None, quarantined: dict[str, bool] | None = None,
+            *, nodes: Iterable[Node] | None = None) -> list[str]:
     """summary.html, metrics.prom and an evidence folder per failed node, from the run's
     verdicts and its results.jsonl (and `quarantined`, {node: in the ledger at the end of
-    the run}, for metrics.prom). Each is made on its own: one that fails (a node's
-    record of an unexpected shape, a full disk) is named in the returned problems and the
-    others are still made; nothing here can stop a run or its junit.xml."""
-    from burnin import evidence, html, metrics
+    the run}, for metrics.prom). `nodes`: the inventory's nodes, whose labels group the
+    page's fleet grid (by rack) and whose addresses it shows; without them (`burnin
+    report` on a run directory) the grid is one group. Earlier runs of the cluster beside
+    this one under reports/ give the page its trend. Each part is made on its own: one
+    that fails (a node's record of an unexpected shape, a full disk) is named in the
+    returned problems and the others are still made; nothing here can stop a run or its
+    junit.xml."""
+    from burnin import evidence, metrics, summary
     from burnin.figures import read_records
+    from burnin.summary import page, trend
 
     problems: list[str] = []
 
-    def attempt(what: str, fn) -> None:
+    def attempt(what: str, fn) -> bool:
         try:
             fn()
+            return True
         except Exception as e:  # a report part degrades; the verdicts are already written
             problems.append(f"{what} could not be made: {type(e).__name__}: {e}")
+            return False
 
     records: list[dict] = []
     if (run_dir / "results.jsonl").exists():
         attempt("results.jsonl", lambda: records.extend(read_records(run_dir / "results.jsonl")))
     by_node: dict[str, list[dict]] = {}
     for r in records:
-        by_node.setdefault(str(r.get("node")), []).append(r)
+        if isinstance(r, dict) and isinstance(r.get("node"), str) \
+                and isinstance(r.get("check"), str):
+            by_node.setdefault(r["node"], []).append(r)
+    bundles = set()
     for node, v in verdicts.items():
-        if any(outcome in ("failure", "error") for outcome, _ in v.values()):
-            attempt(f"the evidence folder of {node}",
-                    lambda node=node, v=v: evidence.write_bundle(run_dir, node, v,
-                                                                 by_node.get(node, [])))
+        if any(outcome in ("failure", "error") for outcome, _ in v.values()) and attempt(
+                f"the evidence folder of {node}",
+                lambda node=node, v=v: evidence.write_bundle(run_dir, node, v,
+                                                             by_node.get(node, []))):
+            bundles.add(node)
+    info = {n.name: summary.NodeInfo(n.name, n.address, dict(n.labels)) for n in nodes or ()}
+    unreadable: set[int] = set()
 
-    def page() -> None:
-        write_atomically(run_dir / "summary.html", html.render(cluster, run_id, verdicts, records,
-                                                       floors))
-    attempt("summary.html", page)
-    if any(p.startswith("summary.html") for p in problems):
+    def draw() -> None:
+        report = summary.build(cluster, run_id, verdicts, records, floors, info, bundles)
+        unreadable.update(report.unreadable)
+        report.problems += problems
+        try:
+            report.trend = trend.load(run_dir, cluster, report.figures)
+        except (OSError, ValueError) as e:  # an unreadable earlier run costs the trend only
+            report.problems.append(f"trend over earlier runs not drawn: {e}")
+        write_atomically(run_dir / "summary.html", page.render(report))
+    if not attempt("summary.html", draw):
         attempt("a plain summary.html", lambda: write_atomically(
             run_dir / "summary.html", html_fallback(cluster, run_id, verdicts, problems)))
+    # A record with a figure that is not a number would stop metrics.render: left out.
+    readable = [r for r in records if id(r) not in unreadable]
     attempt("metrics.prom", lambda: metrics.write(
         run_dir / "metrics.prom", metrics.render(cluster, run_id, time.time(), verdicts,
-                                                 records, quarantined)))
+                                                 readable, quarantined)))
     return problems
 
 

@@ -143,17 +143,17 @@ def test_a_node_name_that_is_a_path_is_refused(tmp_path):
 def test_a_report_part_that_cannot_be_drawn_degrades_and_latest_still_moves(pytester):
     # The page renderer breaking (a bug, a record of a shape it did not expect) must not
     # stop the run: junit.xml is written and latest moved first.
-    # The plugin runs in this process (pytester runs inline): it puts the renderer back
-    # when its run ends, or every later test's page would be the degraded one.
+    # Patched for this inner run only: it runs in this process, where burnin.summary is
+    # already imported, and a patch left behind would break every later page.
     pytester.makepyfile(breakpage="""
-        import burnin.html
-        real = burnin.html.render
+        import burnin.summary.page
+        real = burnin.summary.page.render
         def broken(*args, **kwargs):
             raise ValueError("cannot draw this")
         def pytest_configure(config):
-            burnin.html.render = broken
+            burnin.summary.page.render = broken
         def pytest_unconfigure(config):
-            burnin.html.render = real
+            burnin.summary.page.render = real
     """)
     pytester.syspathinsert()
     inv = three_nodes(pytester, "pass")

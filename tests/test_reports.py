@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -129,14 +128,12 @@ def test_report_renders_again_from_a_run_directory_and_compare_shows_moves(tmp_p
     assert cli("report", str(tmp_path / "nope")).returncode == 2
 
 
-def test_ten_thousand_nodes_render_quickly(tmp_path, finding):
+def test_ten_thousand_nodes_each_have_a_row_and_the_charts_stay_capped(tmp_path):
+    # Behaviour at fleet scale, not speed: how long it takes is
+    # benchmarks/summary_render.py's figure, on a machine quiet enough to measure.
     run_dir = tmp_path / "fleet"
     verdicts = make_run(run_dir, 10_000)
-    started = time.monotonic()
     publish(run_dir, "big", "run-10k", verdicts, {"burn": 550})
-    took = time.monotonic() - started
-    size = (run_dir / "summary.html").stat().st_size
-    finding(f"reports: 10,000 nodes rendered in {took:.1f} s, summary.html {size / 1e6:.1f} MB")
     page = Page()
     page.feed((run_dir / "summary.html").read_text())
     assert len(page.rows) == 10_000 and page.circles <= 4 * 1500 + 100

@@ -1,0 +1,181 @@
+"""The run as summary.html draws it, and the defensive readers every part of the page
+uses: a probe record is untrusted input, so a string where a number belongs is skipped
+and said, never a traceback that loses the whole page."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from burnin.figures import Figure, key_figures
+from burnin.reference import GPU_MODELS
+
+# The order checks read in, from what the node is to what it does with others; checks
+# the page does not know (memory, pcie, fabric, ...) follow in alphabetical order.
+CHECK_ORDER = ("health", "sdc", "burn", "memory", "pcie", "storage", "allreduce",
+               "allreduce_internode", "fabric")
+OUTCOME_WORD = {"passed": "passed", "failure": "failed", "error": "error",
+                "skipped": "skipped", "": "not run"}
+# Which label groups the fleet grid: the first of these a node carries, else the label
+# most nodes carry.
+GROUP_KEYS = ("rack", "row", "pod", "zone", "switch", "chassis")
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the inventory says about a node (nothing when rendered from a run dir)."""
+
+    name: str
+    address: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    """Everything one page is drawn from."""
+
+    cluster: str
+    run_id: str
+    verdicts: dict[str, dict[str, tuple[str, str]]]
+    records: dict[str, dict[str, dict]]          # node -> check -> results.jsonl record
+    floors: dict
+    nodes: dict[str, NodeInfo]
+    evidence: set[str]                           # nodes with a nodes/<node>/ folder
+    trend: object | None = None                  # trend.Trend, when earlier runs exist
+    figures: dict[str, list[Figure]] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    unreadable: set[int] = field(default_factory=set)  # id() of records with junk figures
+
+    @cached_property
+    def checks(self) -> list[str]:
+        found = {c for v in self.verdicts.values() for c in v}
+        found |= {c for recs in self.records.values() for c in recs}
+        return sorted(found, key=check_key)
+
+    def failing(self, node: str) -> bool:
+        return any(o != "passed" for o, _ in self.verdicts.get(node, {}).values())
+
+    @cached_property
+    def ordered(self) -> list[str]:
+        """Failing nodes first, then the rest, each in natural order (g2 before g10)."""
+        names = set(self.verdicts) | set(self.records)
+        return sorted(names, key=lambda n: (not self.failing(n), natural_key(n)))
+
+    def info(self, node: str) -> NodeInfo:
+        return self.nodes.get(node) or NodeInfo(node)
+
+
+def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors: dict | None,
+          nodes: dict[str, NodeInfo] | None, evidence: set[str], trend=None) -> Report:
+    by_node: dict[str, dict[str, dict]] = {}
+    figures: dict[str, list[Figure]] = {}
+    problems: list[str] = []
+    unreadable: set[int] = set()
+    for r in records:
+        if not isinstance(r, dict) or not isinstance(r.get("node"), str) \
+                or not isinstance(r.get("check"), str):
+            problems.append("a results.jsonl line without node and check was left out")
+            unreadable.add(id(r))
+            continue
+        by_node.setdefault(r["node"], {})[r["check"]] = r
+        try:
+            raw = key_figures(r)
+        except Exception:  # a record too malformed to read any figure from
+            raw = None
+        figs = [f for f in raw or [] if num(f.value) is not None]
+        if raw is None or len(figs) < len(raw):
+            unreadable.add(id(r))
+            problems.append(f"{r['node']} {r['check']}: figures that are not numbers, left "
+                            "out of the charts (and the record out of metrics.prom)")
+        figures.setdefault(r["node"], []).extend(figs)
+    return Report(cluster, run_id, verdicts, by_node, dict(floors or {}), dict(nodes or {}),
+                  evidence, trend, figures, problems, unreadable)
+
+
+def safe_figures(record: dict) -> list[Figure] | None:
+    """key_figures of a record, with the malformed ones (a string for a number) dropped;
+    None when the record cannot be read at all."""
+    try:
+        figs = key_figures(record)
+    except Exception:
+        return None
+    return [f for f in figs if num(f.value) is not None]
+
+
+def num(v) -> float | None:
+    """A finite number, or None for anything else (strings, None, booleans, NaN)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def mapping(v) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def seq(v) -> list:
+    return v if isinstance(v, list) else []
+
+
+def data_of(record: dict | None) -> dict:
+    """The probe document of a record that measured something, else {}."""
+    if not isinstance(record, dict) or not record.get("ok"):
+        return {}
+    return mapping(record.get("data"))
+
+
+def natural_key(name: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def check_key(check: str) -> tuple:
+    return (CHECK_ORDER.index(check), "") if check in CHECK_ORDER else (len(CHECK_ORDER), check)
+
+
+def group_key(nodes: dict[str, NodeInfo]) -> str | None:
+    """The label the fleet grid groups by, or None (no inventory, or no labels)."""
+    counts: dict[str, int] = {}
+    for info in nodes.values():
+        for k in info.labels:
+            counts[k] = counts.get(k, 0) + 1
+    for k in GROUP_KEYS:
+        if k in counts:
+            return k
+    return max(sorted(counts), key=lambda k: counts[k]) if counts else None
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def reference_floor(check: str, model_name: str) -> float | None:
+    """The shipped floor of the GPU model whose NVML name this is: burn TFLOPS, or the
+    all-reduce busbw of a full 8-GPU node (the caller knows the ranks), as the judges
+    use them when the inventory sets none."""
+    for model in GPU_MODELS.values():
+        if model_name.strip() in model.nvml_names:
+            return {"burn": model.burn_tflops,
+                    "allreduce": model.allreduce_intra_gbps}.get(check)
+    return None
+
+
+def floor_for(report: Report, check: str, model_name: str = "") -> tuple[float | None, str]:
+    """(floor, where it comes from): the run's setting, else the model's reference."""
+    given = num(report.floors.get(check))
+    if given is not None:
+        return given, "floor"
+    ref = reference_floor(check, model_name) if model_name else None
+    return (ref, "floor (model reference)") if ref is not None else (None, "")
+
+
+def guarded(what: str, fn, *args) -> str:
+    """One part of the page: drawn, or a line saying what could not be drawn and why."""
+    try:
+        return fn(*args)
+    except Exception as e:  # a malformed record costs its own section, nothing more
+        return (f"<p class='warn'>{html.escape(what)}: could not draw this part: "
+                f"{html.escape(type(e).__name__)}: {html.escape(str(e)[:200])}</p>")

@@ -1,0 +1,259 @@
+"""Trend: each node's key figures (burnin/figures.py, the ones metrics.prom and `burnin
+compare` use) across the last runs of the same cluster found beside this one under
+reports/, as sparklines; a figure that moved by more than the compare threshold since
+the previous run is marked, as `burnin compare PREVIOUS THIS` would list it."""
+
+from __future__ import annotations
+
+import calendar
+import json
+import re
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+
+from burnin.figures import Figure
+from burnin.metrics import BASE_UNITS, UUID_LABEL
+from burnin.summary.charts import fmt
+from burnin.summary.model import natural_key, safe_figures
+
+RUNS = 6              # this run and up to five before it
+THRESHOLD = 0.1       # burnin compare's default
+MAX_MOVERS = 30       # rows of the fleet's "moved" table
+STAMP = re.compile(r"^(\d{8}T\d{6}Z)")
+UNITS = {"device_tflops": "TFLOPS", "gpu_temperature_max_celsius": "°C",
+         "storage_gbps": "GB/s", "allreduce_busbw_gbps": "GB/s"}
+
+Key = tuple[str, tuple]          # (metric, labels) of a Figure
+
+
+@dataclass
+class Trend:
+    """Per node and figure, its value in each run (oldest first, this run last; None
+    where a run lacked it)."""
+
+    runs: list[str]
+    values: dict[str, dict[Key, list[float | None]]] = field(default_factory=dict)
+    threshold: float = THRESHOLD
+
+    def moved(self, node: str) -> list[tuple[Key, float, float, float]]:
+        """(figure, previous, now, relative change) past the threshold, largest first."""
+        out = []
+        for key, series in self.values.get(node, {}).items():
+            now = series[-1]
+            before = [v for v in series[:-1] if v is not None]
+            if now is None or not before:
+                continue
+            old = before[-1]
+            change = (now - old) / old if old else (0.0 if now == old else float("inf"))
+            if abs(change) > self.threshold:
+                out.append((key, old, now, change))
+        return sorted(out, key=lambda m: -abs(m[3]))
+
+
+def when(run_dir: Path) -> float:
+    """When a run happened: its run id's timestamp, else its junit.xml's mtime."""
+    m = STAMP.match(run_dir.name)
+    if m:
+        return calendar.timegm(time.strptime(m.group(1), "%Y%m%dT%H%M%SZ"))
+    try:
+        return (run_dir / "junit.xml").stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _cluster(junit: Path) -> str | None:
+    try:
+        for _, el in ET.iterparse(junit):
+            if el.tag == "property" and el.get("name") == "cluster":
+                return el.get("value")
+    except (ET.ParseError, OSError):
+        return None
+    return None
+
+
+def earlier_runs(run_dir: Path, cluster: str, limit: int = RUNS - 1) -> list[Path]:
+    """Sibling run directories of the same cluster from before this run, oldest first."""
+    here = run_dir.resolve()
+    mine = when(here)
+    try:
+        siblings = [p for p in here.parent.iterdir() if p.is_dir() and not p.is_symlink()
+                    and p.resolve() != here and (p / "junit.xml").is_file()
+                    and (p / "results.jsonl").is_file()]
+    except OSError:
+        return []
+    found: list[Path] = []
+    for p in sorted(siblings, key=when, reverse=True):
+        if len(found) >= limit:
+            break
+        if when(p) < mine and _cluster(p / "junit.xml") == cluster:
+            found.append(p)
+    return found[::-1]
+
+
+def _figures_of(run: Path) -> dict[str, dict[Key, float]]:
+    """One earlier run's key figures: from its metrics.prom, which publish wrote from
+    key_figures, when it is there; else from results.jsonl through key_figures, read
+    line by line (a fleet's results.jsonl holds every telemetry sample: parsing it costs
+    seconds per thousand nodes, metrics.prom a fraction of one)."""
+    prom, jsonl = run / "metrics.prom", run / "results.jsonl"
+    if prom.is_file() and prom.stat().st_mtime >= jsonl.stat().st_mtime:
+        return _from_prom(prom)
+    out: dict[str, dict[Key, float]] = {}
+    with open(jsonl, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(r, dict) and isinstance(r.get("node"), str):
+                for fig in safe_figures(r) or []:
+                    out.setdefault(r["node"], {})[(fig.metric, fig.labels)] = fig.value
+    return out
+
+
+SAMPLE = re.compile(r"^burnin_(\w+)\{(.*)\} (\S+)$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+ESCAPED = re.compile(r"\\(.)")
+RUN_WIDE = ("check_passed", "check_outcome", "run_info", "run_timestamp_seconds",
+            "last_run_timestamp_seconds", "node_quarantined")
+
+
+def _unescape(m: re.Match) -> str:
+    return "\n" if m.group(1) == "n" else m.group(1)
+
+
+def _figure_metric(name: str) -> tuple[str, float] | None:
+    """A metrics.prom family's name, in base units, back to its Figure's metric and the
+    factor metrics.render multiplied by (metrics.BASE_UNITS read backwards)."""
+    for unit, base, factor, _ in BASE_UNITS:
+        if name.endswith(base):
+            return name[:-len(base)] + unit, factor
+    return None
+
+
+def _from_prom(path: Path) -> dict[str, dict[Key, float]]:
+    """metrics.prom back into key figures: cluster, node, then the Figure's labels in
+    order, then the GPU's UUID where it has one (metrics.render writes them so), values
+    in base units."""
+    out: dict[str, dict[Key, float]] = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            m = SAMPLE.match(line.rstrip("\n"))
+            if not m or m.group(1) in RUN_WIDE:
+                continue
+            labels = [(k, ESCAPED.sub(_unescape, v) if "\\" in v else v)
+                      for k, v in LABEL.findall(m.group(2))]
+            figure = _figure_metric(m.group(1))
+            if len(labels) < 2 or labels[1][0] != "node" or figure is None:
+                continue
+            try:
+                value = float(m.group(3)) / figure[1]
+            except ValueError:
+                continue
+            key = tuple(kv for kv in labels[2:] if kv[0] != UUID_LABEL)
+            out.setdefault(labels[1][1], {})[(figure[0], key)] = value
+    return out
+
+
+def load(run_dir: Path, cluster: str, current: dict[str, list[Figure]]) -> Trend | None:
+    """The trend over this run and the earlier ones, or None when there are none."""
+    earlier = earlier_runs(run_dir, cluster)
+    if not earlier:
+        return None
+    past = [_figures_of(p) for p in earlier]
+    trend = Trend([p.name for p in earlier] + [run_dir.resolve().name])
+    for node, figs in current.items():
+        mine = trend.values.setdefault(node, {})
+        for fig in figs:
+            key = (fig.metric, fig.labels)
+            mine[key] = [run.get(node, {}).get(key) for run in past] + [fig.value]
+    return trend
+
+
+def figure_name(key: Key) -> str:
+    metric, labels = key
+    lab = dict(labels)
+    what = {"device_tflops": f"{lab.get('check', '')} TFLOPS {lab.get('device', '')}",
+            "gpu_temperature_max_celsius": f"hottest °C {lab.get('device', '')}",
+            "storage_gbps": f"storage {lab.get('phase', '')} stream {lab.get('stream', '')}",
+            "allreduce_busbw_gbps": f"busbw {lab.get('scope', '')}"}.get(metric)
+    return what or f"{metric} " + " ".join(f"{k}={v}" for k, v in labels)
+
+
+def summary_line(trend: Trend | None, nodes: list[str]) -> str:
+    if trend is None:
+        return ""
+    moved = {n: trend.moved(n) for n in nodes}
+    count = sum(len(m) for m in moved.values())
+    where = sum(1 for m in moved.values() if m)
+    return (f"Compared with {len(trend.runs) - 1} earlier run{'s' * (len(trend.runs) > 2)} of "
+            f"this cluster: {count} figure{'s' * (count != 1)} on {where} node"
+            f"{'s' * (where != 1)} moved by more than {trend.threshold:.0%} since the "
+            "previous one" + (" (<a href='#moved'>list</a>)." if count else "."))
+
+
+def movers(trend: Trend | None, nodes: list[str]) -> str:
+    """The fleet's largest moves since the previous run, each linked to its node."""
+    if trend is None:
+        return ""
+    rows = sorted(((n, *m) for n in nodes for m in trend.moved(n)),
+                  key=lambda r: (-abs(r[4]), natural_key(r[0])))
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr><td><a href='#n-{escape(n)}'>{escape(n)}</a></td><td>{escape(figure_name(k))}"
+        f"</td><td class='r'>{fmt(old)}</td><td class='r'>{fmt(now)}</td>"
+        f"<td class='r fail'>{change:+.1%}</td></tr>" for n, k, old, now, change in
+        rows[:MAX_MOVERS])
+    more = f"<p class='dim'>and {len(rows) - MAX_MOVERS} more.</p>" if len(rows) > MAX_MOVERS \
+        else ""
+    return (f"<h2 id='moved'>Moved since the previous run (more than {trend.threshold:.0%})</h2>"
+            f"<table class='figs'><thead><tr><th>node</th><th>figure</th><th>previous</th>"
+            f"<th>this run</th><th>change</th></tr></thead><tbody>{body}</tbody></table>{more}")
+
+
+def family(key: Key) -> str:
+    metric, labels = key
+    lab = dict(labels)
+    return {"device_tflops": f"{lab.get('check', '')} TFLOPS, slowest device",
+            "gpu_temperature_max_celsius": "hottest GPU °C",
+            "storage_gbps": f"storage {lab.get('phase', '')} GB/s, slowest stream",
+            "allreduce_busbw_gbps": f"busbw {lab.get('scope', '')} GB/s"}.get(metric, metric)
+
+
+def families(values: dict[Key, list[float | None]]) -> dict[str, list[float | None]]:
+    """A node's figures folded per family (burn TFLOPS, hottest °C, storage read, ...):
+    per run the worst device's value, the slowest or the hottest."""
+    out: dict[str, list[list[float]]] = {}
+    runs = len(next(iter(values.values()), []))
+    for key, series in values.items():
+        per_run = out.setdefault(family(key), [[] for _ in range(runs)])
+        for i, v in enumerate(series):
+            if v is not None:
+                per_run[i].append(v)
+    pick = {True: max, False: min}
+    return {name: [pick["°C" in name](vs) if vs else None for vs in per_run]
+            for name, per_run in sorted(out.items())}
+
+
+def node_trend(view) -> list:
+    """A node's figures across the runs: a sparkline per family, the moves listed."""
+    trend: Trend | None = view.report.trend
+    if trend is None or view.node not in trend.values:
+        return []
+    moved = trend.moved(view.node)
+    hot = {family(k) for k, *_ in moved}  # families with a moved figure: their point red
+    sparks = [[name, [None if v is None else float(fmt(v).replace("\u2009", "")) for v in series],
+               int(name in hot)] for name, series in families(trend.values[view.node]).items()]
+    out: list = [["note", f"Over the last {len(trend.runs)} runs of this cluster, oldest first "
+                          f"(this run last); {len(moved)} figure{'s' * (len(moved) != 1)} moved by"
+                          f" more than {trend.threshold:.0%} since the previous run.",
+                  "fail" if moved else "dim"], ["sparks", sparks]]
+    if moved:
+        out.append(["table", ["figure", "previous", "this run", "change"],
+                    [[figure_name(k), fmt(old), fmt(now), [f"{change:+.1%}", "fail"]]
+                     for k, old, now, change in moved[:40]]])
+    return out
