@@ -248,7 +248,10 @@ class Run:
             if self.progress:
                 def on_progress(info, name=node.name):
                     self.progress.update(name, info)
-            return self.probe(node, spec, payload, float(settings["timeout_s"]), on_progress)
+            known = gpus[node.name]
+            devices = None if known is None else known or node.cpu_devices
+            return self.probe(node, spec, payload, float(settings["timeout_s"]), on_progress,
+                              spec.output_limit(settings, devices))
 
         if self.progress:
             self.progress.begin(check)
@@ -260,15 +263,17 @@ class Run:
         return dict(zip((n.name for n in self.nodes), outcomes, strict=True))
 
     def probe(self, node: Node, check: Check, payload: dict, timeout_s: float,
-              on_progress=None) -> ProbeOutcome:
-        """Run the check's probe on one node; whatever happens is this node's outcome."""
+              on_progress=None, max_output: int | None = None) -> ProbeOutcome:
+        """Run the check's probe on one node; whatever happens is this node's outcome.
+        It may print `max_output` bytes (default: the check's own bound)."""
         try:
             transport = self.transport(node)
             if self.cancel.is_set():
                 return ProbeOutcome(node.name, check.probe_name, False,
                                     "not started: the run was interrupted")
             return run_probe(transport, check.probe_name, payload, timeout_s,
-                             max_output=check.max_output, on_progress=on_progress,
+                             max_output=max_output or check.max_output,
+                             on_progress=on_progress,
                              schema=check.schema, lifeline=True, cancel=self.cancel)
         except NodeUnreachable as e:
             return ProbeOutcome(node.name, check.probe_name, False, str(e))
