@@ -11,6 +11,7 @@ stdin, and prints one JSON object on stdout:
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 
 from burnin.schema import Num, Obj, Str
@@ -18,7 +19,13 @@ from burnin.transports import WATCHDOG_S, CommandResult, Launcher, NodeUnreachab
 from burnin.verdict import clean
 
 SCHEMA_VERSION = 1
-DEFAULT_MAX_OUTPUT = 32 * 1024 * 1024
+# Bytes of JSON a probe may print, unless its check declares its own bound. Parsed, JSON
+# grows up to ~36x (500-deep brackets), ~9x for numbers: the bound is the memory bound.
+DEFAULT_MAX_OUTPUT = 4 << 20
+# Documents parsed and shape-checked at once, whatever the fan-out: 256 nodes finishing
+# together hold their raw output (bounded), but at most this many parsed trees.
+PARSE_AT_ONCE = 2
+_parsing = threading.BoundedSemaphore(PARSE_AT_ONCE)
 
 
 @dataclass(frozen=True)
@@ -126,21 +133,32 @@ def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
                       f"(status {result.exit_code})")
     if result.exit_code != 0:
         return failed(f"probe {probe} exited with status {result.exit_code}")
-    try:
-        data = json.loads(result.stdout.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    if len(result.stdout) > max_output:  # a transport that read past the bound it was given
+        return failed(f"probe {probe} printed more than {max_output} bytes")
+    with _parsing:  # a rejected document's tree is freed before the next parse starts
+        data, problem = _read_document(probe, result.stdout, schema)
+    if problem:
         if not result.stdout.strip():
             return failed(f"probe {probe} printed nothing on stdout")
-        return failed(f"probe {probe} printed no valid JSON ({e})")
+        return failed(problem)
+    return ProbeOutcome(node, probe, True, "", data, result.duration_s, 0, stderr)
+
+
+def _read_document(probe: str, stdout: bytes, schema) -> tuple[dict, str]:
+    """(document, '') when stdout is a document of the declared shape, else ({}, why)."""
+    try:
+        data = json.loads(stdout.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return {}, f"probe {probe} printed no valid JSON ({e})"
     except RecursionError:
-        return failed(f"probe {probe} printed JSON nested too deeply to read")
+        return {}, f"probe {probe} printed JSON nested too deeply to read"
     problem = shape_problem(probe, data)
     if problem:
-        return failed(f"probe {probe} output has the wrong shape: {problem}")
+        return {}, f"probe {probe} output has the wrong shape: {problem}"
     problem = schema.problem(data, "") if schema is not None else ""
     if problem:
-        return failed(f"malformed probe output: {problem}")
-    return ProbeOutcome(node, probe, True, "", data, result.duration_s, 0, stderr)
+        return {}, f"malformed probe output: {problem}"
+    return data, ""
 
 
 def shape_problem(probe: str, data) -> str:

@@ -265,6 +265,11 @@ class Run:
                                 for c in CHECKS.values() if c.tool is not None}
             return out
 
+        def limit(node: Node) -> int:  # the bytes its probe may print
+            known = gpus[node.name]
+            devices = None if known is None else known or node.cpu_devices
+            return spec.output_limit(self.settings(check, node), devices)
+
         def timeout(node: Node) -> float:
             return float(self.settings(check, node)["timeout_s"])
 
@@ -279,10 +284,11 @@ class Run:
                 return self.probe_together(launcher, nodes, spec,
                                            {n.name: payload(n) for n in nodes},
                                            {n.name: timeout(n) for n in nodes},
-                                           {n.name: on_progress(n) for n in nodes})
+                                           {n.name: on_progress(n) for n in nodes},
+                                           max(limit(n) for n in nodes))
             node = nodes[0]
             return {node.name: self.probe(node, spec, payload(node), timeout(node),
-                                          on_progress(node))}
+                                          on_progress(node), limit(node))}
 
         together, apart = self.launchers.split(self.nodes)
         if self.progress:
@@ -297,19 +303,22 @@ class Run:
         return {n.name: outcomes[n.name] for n in self.nodes}
 
     def probe(self, node: Node, check: Check, payload: dict, timeout_s: float,
-              on_progress=None) -> ProbeOutcome:
-        """Run the check's probe on one node; whatever happens is this node's outcome."""
+              on_progress=None, max_output: int | None = None) -> ProbeOutcome:
+        """Run the check's probe on one node; whatever happens is this node's outcome.
+        It may print `max_output` bytes (default: the check's own bound)."""
         launcher = self.launcher(node)
         if launcher is not None:
             return self.probe_together(launcher, [node], check, {node.name: payload},
-                                       {node.name: timeout_s}, {node.name: on_progress})[node.name]
+                                       {node.name: timeout_s}, {node.name: on_progress},
+                                       max_output)[node.name]
         try:
             transport = self.transport(node)
             if self.cancel.is_set():
                 return ProbeOutcome(node.name, check.probe_name, False,
                                     "not started: the run was interrupted")
             return run_probe(transport, check.probe_name, payload, timeout_s,
-                             max_output=check.max_output, on_progress=on_progress,
+                             max_output=max_output or check.max_output,
+                             on_progress=on_progress,
                              schema=check.schema, lifeline=True, cancel=self.cancel)
         except NodeUnreachable as e:
             return ProbeOutcome(node.name, check.probe_name, False, str(e))
@@ -326,15 +335,17 @@ class Run:
 
     def probe_together(self, launcher: Launcher, nodes: list[Node], check: Check,
                        payloads: dict[str, dict], timeouts: dict[str, float],
-                       on_progress: dict | None = None) -> dict[str, ProbeOutcome]:
+                       on_progress: dict | None = None,
+                       max_output: int | None = None) -> dict[str, ProbeOutcome]:
         """Run the check's probe on `nodes` as one; whatever happens is each node's own
-        outcome, judged as run_probe judges one."""
+        outcome, judged as run_probe judges one. Each may print `max_output` bytes
+        (default: the check's own bound)."""
         if self.cancel.is_set():
             return {n.name: ProbeOutcome(n.name, check.probe_name, False,
                                          "not started: the run was interrupted") for n in nodes}
         try:
             done = run_probes(launcher, nodes, check.probe_name, payloads, timeouts,
-                              max_output=check.max_output,
+                              max_output=max_output or check.max_output,
                               on_progress={k: v for k, v in (on_progress or {}).items() if v},
                               schema=check.schema, lifeline=True, cancel=self.cancel)
             return {name: tasks[0] for name, tasks in done.items()}

@@ -124,7 +124,9 @@ class List(Shape):
         if not isinstance(value, list):
             return f"{path}: expected a list, got {_kind(value)}"
         if not self.min <= len(value) <= self.max:
-            return f"{path}: {len(value)} entries, expected {self.min} to {self.max}"
+            if self.min:
+                return f"{path}: {len(value)} items, expected {self.min} to {self.max}"
+            return f"{path}: {len(value)} items, at most {self.max} expected"
         for i, v in enumerate(value):
             p = self.item.problem(v, f"{path}[{i}]")
             if p:

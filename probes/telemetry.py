@@ -20,6 +20,7 @@ REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap",
 NVLINK_LINKS = 18  # NVLink 4 (H100/H200); links a GPU lacks answer NOT_SUPPORTED
 FIELD_VALUE = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                6: "usVal"}  # nvmlValueType_t -> the member of nvmlValue_t holding it
+MAX_XIDS = 1000  # recorded per GPU: burnin/checks/burn.py bounds the output on it
 
 
 class GpuTelemetry:
@@ -194,9 +195,11 @@ class GpuTelemetry:
                     raise
                 uuid = _text(nv.nvmlDeviceGetUUID(ev.device))
                 d = by_uuid.get(uuid)
-                if d is not None:
+                if d is not None and len(d["xid"]) < MAX_XIDS:
                     d["xid"].append({"t": round(time.monotonic() - self.started, 3),
                                      "xid": int(ev.eventData)})
+                elif d is not None:  # the node fails on its first; a flood is not news
+                    self._note(d, f"more than {MAX_XIDS} XID events: the rest not recorded")
         except nv.NVMLError as e:
             for d in self.devices:
                 d["errors"].append(f"xid events: {e}")

@@ -12,14 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
+from burnin.probe import DEFAULT_MAX_OUTPUT, ProbeOutcome
 from burnin.reference import GpuModel
 from burnin.schema import Obj
 from burnin.verdict import Verdict
 
 PROFILES = ("quick", "standard", "extended")
 DEFAULT_PROFILE = "standard"
-DEFAULT_MAX_OUTPUT = 4 << 20  # bytes of JSON a probe may print; parsed, it grows ~20x
 
 
 @dataclass(frozen=True)
@@ -132,11 +131,21 @@ class Check:
     # The command a check needs on the node (dcgm: dcgmi), from the node's settings for the
     # check: the facts check looks for it, and where it is missing the check does not apply.
     tool: Callable[[dict], str] | None = None
+    # Bytes of JSON the probe may print (burnin/probe.py): what its honest document can
+    # reach. output_bound(settings, devices), when given, derives it from the node's
+    # settings and device count (None: unknown) instead: burn's telemetry grows with both.
     max_output: int = DEFAULT_MAX_OUTPUT
+    output_bound: Callable[[dict, int | None], int] | None = None
 
     @property
     def probe_name(self) -> str:
         return self.probe or self.name
+
+    def output_limit(self, settings: dict, devices: int | None) -> int:
+        """The bytes this check's probe may print on a node with these settings."""
+        if self.output_bound is not None:
+            return self.output_bound(settings, devices)
+        return self.max_output
 
     @property
     def group(self) -> bool:

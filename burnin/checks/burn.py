@@ -184,6 +184,31 @@ def figures(record: dict) -> list[Figure]:
     return out
 
 
+# What an honest burn document can reach. Each sample adds to each device's record six
+# telemetry values (t, temp_c, sm_mhz, mem_mhz, power_w, reasons) and one [t, tflops]
+# pair; as json.dump writes them, at their widest (t to 3 decimals of a run of hours, a
+# 64-bit reasons mask, power to the milliwatt, TFLOPS to 6 digits, each with ", "):
+# 12 + 5 + 6 + 7 + 12 + 22 + 28 = 92 bytes. 128 leaves room. A probe cannot sample past
+# its own kill at timeout_s; the CPU's telemetry (4 series) counts as one more device;
+# each device's fixed fields and errors, and the document's own, get a fixed allowance.
+BYTES_PER_SAMPLE = 128
+DEVICE_BYTES = 64 << 10
+DOCUMENT_BYTES = 1 << 20
+
+
+# A `gpus: auto` node whose health failed has no known count (and fails admission
+# anyway): its burn may print what 8 GPUs' honestly can, not what 64 could.
+UNKNOWN_DEVICES = 8
+
+
+def output_bound(settings: dict, devices: int | None) -> int:
+    """The bytes a burn probe may print on a node with these settings and devices
+    (None: unknown)."""
+    samples = int(float(settings["timeout_s"]) / float(settings["sample_s"])) + 2
+    records = (UNKNOWN_DEVICES if devices is None else devices) + 1
+    return records * (samples * BYTES_PER_SAMPLE + DEVICE_BYTES) + DOCUMENT_BYTES
+
+
 SERIES = List(Num(null=True), max=1_000_000)
 COUNTERS = Obj(ecc_corrected=NULL_COUNT, ecc_uncorrected=NULL_COUNT, retired_pages=NULL_COUNT,
                remapped_rows=Obj(correctable=COUNT, uncorrectable=COUNT, pending=Bool(),
@@ -193,14 +218,15 @@ COUNTERS = Obj(ecc_corrected=NULL_COUNT, ecc_uncorrected=NULL_COUNT, retired_pag
 TELEMETRY = Obj(uuid=Str(256, null=True), temp_slowdown_c=Num(null=True),
                 power_limit_w=Num(null=True), pcie_gen=Int(null=True),
                 pcie_max_gen=Int(null=True), pcie_width=Int(null=True),
-                pcie_max_width=Int(null=True), series=Obj(values=SERIES), before=COUNTERS,
-                after=COUNTERS, xid=List(Obj(t=Num(), xid=COUNT), max=10_000),
+                pcie_max_width=Int(null=True), series=Obj(values=SERIES, max_keys=16),
+                before=COUNTERS,
+                after=COUNTERS, xid=List(Obj(t=Num(), xid=COUNT), max=1000),
                 unsupported=MESSAGES, errors=MESSAGES)
 DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
              tflops=Num(0, 1e5), tflops_series=List(List(Num(), min=2, max=2), max=1_000_000),
              products=COUNT, verified=COUNT, mismatched_products=COUNT,
              mismatched_elements=COUNT, telemetry=TELEMETRY, error=Str(4096))
-SCHEMA = document(DEVICE, Obj(cpu_telemetry=Obj(series=Obj(values=SERIES),
+SCHEMA = document(DEVICE, Obj(cpu_telemetry=Obj(series=Obj(values=SERIES, max_keys=16),
                                                 unsupported=MESSAGES),
                               duration_s=Scalar(), sample_s=Scalar()))
 
@@ -216,7 +242,7 @@ def evidence(record: dict) -> dict[str, object]:
 
 CHECK = Check(
     name="burn", evidence=evidence, doc="the node holds full load", judge=judge, schema=SCHEMA,
-    summarize=fleet_summary, figures=figures, max_output=16 << 20, settings={
+    summarize=fleet_summary, figures=figures, output_bound=output_bound, settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
         "duration_s": Setting("positive", {"quick": 60, "standard": 600, "extended": 3600}),
         "n": Setting("int", None, "matrix size; default 8192 on GPU, 1024 on CPU"),
