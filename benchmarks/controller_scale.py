@@ -1,15 +1,30 @@
 """The controller's own overhead at fleet scale: `pytest suites/` over N nodes whose
 probes answer instantly (benchmarks/instant_transport.py). Measures the whole user-
-facing run (inventory, collection, fan-out, judging, junit.xml and results.jsonl) in
-wall seconds and peak resident memory of the pytest process.
+facing run (inventory, collection, fan-out, judging, the quarantine ledger, junit.xml,
+results.jsonl, summary.html, metrics.prom, evidence folders) in wall seconds and the peak
+resident memory of its largest process (pytest, or an xdist worker).
+
+The instant documents are captured first from a real run of every probe on this machine
+(one node, tiny settings), so they fit each check's schema as today's probes do. Fleets:
+`pass` (every node passes), `fail` (every node fails every check it runs: a fleet-wide
+bad rollout, the path that quarantines and writes evidence), `max` (every probe prints
+the most output its check allows: peak memory). Each run is checked: every node has its
+testsuite, and its testcases say what the fleet was made to say (passed, or failed with
+the planted error, never "controller error").
 
     python benchmarks/controller_scale.py [--nodes 10000] [--repeat 3]
+        [--checks health,all] [--fleets pass,fail] [--modes serial,-n2]
+    python benchmarks/controller_scale.py --nodes 256 --fleets max --checks all
+
+Prints the failing/passing wall-time ratio last (goal: 2 or less).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -19,48 +34,135 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+
+from instant_transport import FAILURE  # noqa: E402, F401  (fails here if it cannot load)
+
+from burnin.checks import CHECKS  # noqa: E402
+
+# Settings that make a real probe quick on a CPU, where a check has them.
+TINY = {"duration_s": 1, "n": 64, "random_repeats": 2, "max_products": 16, "size_gb": 0.01,
+        "streams": 2, "min_bytes": 1 << 16, "max_bytes": 1 << 18, "seconds_per_size": 0.05,
+        "ranks": 2, "sample_s": 0.5, "stream_fraction": 0}
+MODES = {"serial": [], "-n2": ["-n", "2"]}
 
 
-def one_run(nodes: int, workdir: Path, extra: list[str]) -> tuple[float, float]:
-    inv = workdir / "fleet.yaml"
-    inv.write_text(f"version: 1\ncluster: scale\ndefaults: {{transport: local, gpus: 0}}\n"
-                   f"nodes:\n  - name: n[{1:05d}-{nodes:05d}]\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get(
-        "PYTHONPATH", "")])}
-    argv = [sys.executable, "-m", "pytest", str(REPO / "suites"), "--inventory", str(inv),
-            "--reports", str(workdir / "reports"), "-q", "-p", "instant_transport",
-            "-p", "no:cacheprovider", *extra]
+def pytest_argv(inv: Path, reports: Path, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", str(REPO / "suites"), "--inventory", str(inv),
+            "--reports", str(reports), "-q", "-p", "no:cacheprovider", *extra]
+
+
+def write_inventory(path: Path, cluster: str, names: str, storage: Path) -> Path:
+    """CPU nodes with the TINY settings: the fleet runs with the settings the documents
+    were captured with (its judges expect the streams and ranks those had)."""
+    checks = {name: {k: v for k, v in TINY.items() if k in spec.settings}
+              for name, spec in CHECKS.items()}
+    path.write_text(json.dumps({"version": 1, "cluster": cluster,
+                                "defaults": {"transport": "local", "gpus": 0,
+                                             "storage": {"path": str(storage)}},
+                                "nodes": [{"name": names}], "checks": checks}))
+    return path
+
+
+def capture_documents(workdir: Path) -> Path:
+    """Every probe's document from one real run on this machine, as {probe: document}."""
+    inv = write_inventory(workdir / "capture.yaml", "capture", "capture", workdir)
+    reports = workdir / "capture-reports"
+    res = subprocess.run(pytest_argv(inv, reports, ["--profile", "quick"]),
+                         capture_output=True, text=True, cwd=REPO, timeout=900)
+    if res.returncode != 0:
+        raise SystemExit(f"capturing the probes' documents failed:\n{res.stdout[-3000:]}")
+    docs = {}
+    for line in (reports / "latest" / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["ok"] and record["data"].get("probe") == record["check"]:
+            docs[record["check"]] = record["data"]
+    path = workdir / "documents.json"
+    path.write_text(json.dumps(docs))
+    return path
+
+
+def expected_cases(nodes: int, checks: str) -> dict[str, int]:
+    """Testcases per node the run must report: every check that applies to a CPU node."""
+    names = ["health"] if checks == "health" else \
+        [c.name for c in CHECKS.values() if c.applies(0, nodes)]
+    return dict.fromkeys(names, nodes)
+
+
+def check_report(junit: str, nodes: int, fleet: str, checks: str) -> None:
+    """The run measured what it was meant to: every node there, every verdict as planted."""
+    assert junit.count("<testsuite ") == nodes, "every node must have its testsuite"
+    assert "controller error" not in junit, "a controller error, not a measurement"
+    assert "malformed probe output" not in junit, "the instant documents do not fit"
+    cases = re.findall(r'<testcase name="(\w+)"[^>]*?(/>|>)', junit)
+    got: dict[str, int] = {}
+    for name, _ in cases:
+        got[name] = got.get(name, 0) + 1
+    want = expected_cases(nodes, checks)
+    assert {k: v for k, v in got.items() if k in want} == want, (got, want)
+    failures = junit.count("<failure ")
+    if fleet == "fail":
+        single = sum(v for k, v in want.items() if not CHECKS[k].group)
+        assert failures == single and junit.count(FAILURE) >= single, (failures, single)
+    else:
+        assert failures == 0 and "<error" not in junit and "<skipped" not in junit, \
+            f"{failures} failures in a passing fleet"
+
+
+def one_run(nodes: int, workdir: Path, docs: Path, fleet: str, checks: str,
+            extra: list[str]) -> tuple[float, float]:
+    inv = write_inventory(workdir / "fleet.yaml", "scale", f"n[{1:05d}-{nodes:05d}]", workdir)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), str(REPO), os.environ.get(
+        "PYTHONPATH", "")]), "BURNIN_INSTANT_DOCS": str(docs),
+        "BURNIN_INSTANT_MODE": "fail" if fleet == "fail" else fleet}
+    select = ["-k", "health"] if checks == "health" else []
+    argv = pytest_argv(inv, workdir / "reports", ["-p", "instant_transport", *select, *extra])
     # Peak RSS of children is a high-water mark: run each measurement in a fresh helper.
     code = ("import resource, subprocess, sys, time; t = time.monotonic(); "
-            "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, env=None); "
+            "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
             "w = time.monotonic() - t; "
             "m = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss; "
             "print(r.returncode, w, m)")
     out = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
+                         text=True, check=True, cwd=workdir).stdout.split()
     rc, wall, maxrss_kib = int(out[0]), float(out[1]), int(out[2])
-    if rc != 0:
-        raise SystemExit(f"pytest exited {rc}")
-    junit = (workdir / "reports" / "latest" / "junit.xml").read_text()
-    assert junit.count("<testsuite ") == nodes, "every node must have its testsuite"
+    if rc != (1 if fleet == "fail" else 0):
+        raise SystemExit(f"pytest exited {rc} for a {fleet}ing fleet")
+    check_report((workdir / "reports" / "latest" / "junit.xml").read_text(), nodes, fleet,
+                 checks)
     return wall, maxrss_kib / 1024
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=10000)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--checks", default="health,all", help="health (-k health) and/or all")
+    p.add_argument("--fleets", default="pass,fail", help="pass, fail, max")
+    p.add_argument("--modes", default="serial,-n2", help="serial and/or -n2 (xdist)")
     args = p.parse_args()
-    for label, extra in (("serial", []), ("-n 2", ["-n", "2"])):
-        walls, mems = [], []
-        for _ in range(args.repeat):
-            with tempfile.TemporaryDirectory() as d:
-                wall, mem = one_run(args.nodes, Path(d), extra)
-            walls.append(wall)
-            mems.append(mem)
-        print(f"{args.nodes} nodes, {label}: wall median {statistics.median(walls):.1f} s "
-              f"(runs {', '.join(f'{w:.1f}' for w in walls)}), "
-              f"peak RSS max {max(mems):.0f} MiB", flush=True)
+    walls: dict[tuple, float] = {}
+    with tempfile.TemporaryDirectory() as d:
+        docs = capture_documents(Path(d))
+        for checks in args.checks.split(","):
+            for mode in args.modes.split(","):
+                for fleet in args.fleets.split(","):
+                    runs = []
+                    for _ in range(args.repeat):
+                        with tempfile.TemporaryDirectory() as w:
+                            runs.append(one_run(args.nodes, Path(w), docs, fleet, checks,
+                                                MODES[mode]))
+                    wall = statistics.median(r[0] for r in runs)
+                    walls[(checks, mode, fleet)] = wall
+                    print(f"{args.nodes} nodes, {checks}, {mode}, {fleet}ing fleet: wall median "
+                          f"{wall:.1f} s (runs {', '.join(f'{r[0]:.1f}' for r in runs)}), peak "
+                          f"RSS max {max(r[1] for r in runs):.0f} MiB", flush=True)
+    ratios = [walls[(c, m, "fail")] / walls[(c, m, "pass")] for c, m, f in walls
+              if f == "pass" and (c, m, "fail") in walls]
+    if ratios:
+        print(f"failing / passing fleet wall time: worst {max(ratios):.2f} "
+              f"(over {len(ratios)} pairs)")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,56 @@
 """pytest plugin for benchmarks only: every local probe answers at once with a canned
-health document, so a run measures the controller alone (collection, dispatch, judging,
-reports). Load with `-p instant_transport` and benchmarks/ on PYTHONPATH."""
+document, so a run measures the controller alone (collection, dispatch, judging, reports,
+the ledger). Load with `-p instant_transport` and benchmarks/ on PYTHONPATH.
+
+BURNIN_INSTANT_DOCS names a JSON file {probe name: document}: controller_scale.py
+captures them from a real run of every probe on this machine, so they fit each check's
+schema as today's probes do. BURNIN_INSTANT_MODE says what every node answers:
+  pass  the documents as captured (every node passes every check)
+  fail  each document with a probe error (every node fails every check it runs)
+  max   each document padded with a telemetry-like series of numbers to the most output
+        the check allows (its max_output): the controller's worst case in memory
+"""
+
+from __future__ import annotations
 
 import json
+import os
+import threading
 
 from burnin.transports import CommandResult
 from burnin.transports.local import LocalTransport
 
-DOC = {"probe": "health", "schema": 1, "devices": [], "errors": [],
-       "figures": {"torch": {"present": True, "version": "2.13.0"},
-                   "gpu": {"nvml": "absent", "reason": "benchmark"}}}
+FAILURE = "benchmark: every node of this fleet fails (a fleet-wide bad rollout)"
+_cache: dict[tuple[str, int], bytes] = {}
+_lock = threading.Lock()
 
 
-def _instant(self, argv, stdin, timeout_s, max_stdout):
-    doc = {**DOC, "node": {"hostname": self.node.name}}
-    return CommandResult(0, json.dumps(doc).encode(), b"", 0.0)
+def answer(probe: str, max_stdout: int) -> bytes:
+    """The bytes every node prints for `probe`, made once per probe."""
+    key = (probe, max_stdout)
+    with _lock:
+        if key not in _cache:
+            with open(os.environ["BURNIN_INSTANT_DOCS"], encoding="utf-8") as f:
+                doc = json.load(f)[probe]
+            mode = os.environ.get("BURNIN_INSTANT_MODE", "pass")
+            if mode == "fail":
+                doc["errors"] = [*doc["errors"], FAILURE]
+            out = json.dumps(doc).encode()
+            if mode == "max":
+                # Numbers like a telemetry series, "71.25, " each: what a big probe
+                # document is made of.
+                room = max_stdout - len(out) - 64
+                doc["figures"]["padding"] = [71.25] * max(0, room // len(b"71.25, "))
+                out = json.dumps(doc).encode()
+                assert len(out) <= max_stdout, (len(out), max_stdout)
+            _cache[key] = out
+        return _cache[key]
+
+
+def _instant(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
+             cancel=None):
+    probe = os.path.basename(argv[-1]).removesuffix(".py")
+    return CommandResult(0, answer(probe, max_stdout), b"", 0.0)
 
 
 LocalTransport.run = _instant

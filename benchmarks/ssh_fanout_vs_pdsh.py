@@ -1,7 +1,8 @@
 """burnin against pdsh: the health probe on N real SSH test hosts, side by side.
 
 Builds N hosts (tests/testhosts.py: network namespaces, one sshd each), then alternates
-`pytest suites/ --inventory` (paramiko, SFTP staging, judging, reports) with
+`pytest suites/ -k health --inventory` (paramiko, SFTP staging, judging, reports: the
+health check alone, as pdsh runs only the health probe) with
 `pdsh -R ssh -f N` running the same probe on the same hosts (OpenSSH client, no staging:
 the probe is read from the shared file system). Reports wall-time medians and the ratio
 burnin / pdsh (goal: 1.0 or less). Needs root, openssh-server and pdsh.
@@ -46,7 +47,7 @@ def main() -> None:
         inv = hosts.write_inventory(Path(d) / "inv.yaml")
         burnin = [sys.executable, "-m", "pytest", str(REPO / "suites"), "--inventory", str(inv),
                   "--reports", str(Path(d) / "reports"), "-q", "-p", "no:cacheprovider",
-                  "--fanout", str(args.hosts)]
+                  "-k", "health", "--fanout", str(args.hosts)]
         ssh_args = (f"-2 -a -x -i {hosts.client_key} -o BatchMode=yes "
                     f"-o StrictHostKeyChecking=yes -o UserKnownHostsFile={hosts.known_hosts} "
                     f"-o ConnectTimeout=10 -l%u %h")
@@ -66,7 +67,7 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in times.items()}
         for k, v in times.items():
             print(f"{k:6s} median {med[k]:.2f} s (runs {', '.join(f'{x:.2f}' for x in v)})")
-        print(f"{args.hosts} hosts: burnin / pdsh = {med['burnin'] / med['pdsh']:.2f}")
+        print(f"{args.hosts} hosts: burnin / pdsh = {med['burnin'] / med['pdsh']:.3f}")
 
 
 if __name__ == "__main__":

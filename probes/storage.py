@@ -3,11 +3,13 @@
 and every block verified.
 
 Runs ON a node. One stream per GPU (settings.streams on a CPU-only node), each with its
-own file under the storage path, all at once: a write phase, then a read phase,
-sequential, large blocks, `iodepth` requests in flight per stream, O_DIRECT with aligned
-buffers where the file system allows it (said so in the result where it does not: then
-files are fsynced and dropped from the page cache before reading). Throughput as fio
-defines it: bytes over the longest stream's time, and per stream.
+own file under the storage path, all at once: a write phase, then a read phase. fio's
+terms for it: per file, `iodepth` threads of synchronous requests (psync, numjobs=iodepth,
+interleaved block by block), block_mb requests, O_DIRECT, files preallocated
+(fallocate=native); buffers on huge pages (io_buffers says why). Where the file system
+refuses O_DIRECT: buffered, fsynced and dropped from the page cache before reading, and
+said so. Throughput as fio defines it: bytes over one clock, from the moment every
+stream's threads are released to the last completion; per stream, to its own last.
 
 Every block carries its run token, stream, offset, pattern and the CRC-32 of its payload;
 every block read is checked (inline, in the timed window, unless verify is 'after').
@@ -17,14 +19,15 @@ Files are removed at the end, also on failure or when killed.
         | python3 probes/storage.py
 
 Settings: size_gb (per stream), duration_s (time-based instead), block_mb (4), iodepth
-(4), streams (CPU nodes, 4), verify (inline | after). FOR TESTS ONLY: handshake_dir, the
-probe writes 'written' there after the write phase and waits for 'go' before reading.
+(4), streams (CPU nodes, 4), verify (inline | after). FOR TESTS AND BENCHMARKS ONLY:
+handshake_dir, the probe writes 'written' there after the write phase and waits for 'go'
+before reading; after the read phase it writes 'read' and, if 'hold' is there, waits for
+'end' before its untimed checks and clean-up (another tool may read the files meanwhile).
 """
 
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import secrets
 import signal
@@ -36,6 +39,7 @@ import time
 import zlib
 
 import probelib
+from directio import io_buffers, preallocate
 
 PROBE = "storage"
 HEADER = struct.Struct("<8s16sIIQII")  # magic, token, stream, pattern, offset, length, crc
@@ -56,6 +60,8 @@ class Stream:
             index, path, block, iodepth, token
         self.patterns = [os.urandom(block - HEADER_SIZE) for _ in range(iodepth)]
         self.crcs = [zlib.crc32(p) for p in self.patterns]
+        self.buffers, self.huge_pages = io_buffers(iodepth, block)
+        self.preallocated = False
         self.written = 0
         self.results: dict[str, dict] = {}
         self.bad: list[dict] = []
@@ -109,12 +115,16 @@ def open_file(path: str, flags: int, direct: bool) -> tuple[int, bool, str]:
 
 def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: float | None,
               verify_inline: bool, stop: threading.Event) -> tuple[bool, str, list[str]]:
-    """Every stream at once; each with iodepth workers on consecutive offsets."""
+    """Every stream at once, each with iodepth threads issuing synchronous requests at
+    consecutive offsets (fio's psync engine with numjobs=iodepth per file). Files are
+    opened, preallocated and buffers filled first; then every thread is released at once
+    and one clock runs from that moment: a stream's time ends at its last completion, the
+    phase's at the last completion of any stream (fio's group runtime)."""
     errors: list[str] = []
     state = {"direct": direct, "why": ""}
-
-    def one(s: Stream) -> None:
-        write = phase == "write"
+    write = phase == "write"
+    opened = []
+    for s in streams:
         # Our own new file, never one planted there before us, never through a link.
         flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL) if write else os.O_RDONLY
         flags |= os.O_NOFOLLOW
@@ -123,70 +133,86 @@ def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: flo
         except OSError as e:
             errors.append(f"stream {s.index}: cannot open {s.path}: {e.strerror}")
             stop.set()
-            return
+            break
         if not is_direct:
             state.update(direct=False, why=why)
+        if write and size:
+            s.preallocated = preallocate(fd, size)
+        opened.append((s, fd, is_direct))
+    if stop.is_set() or not opened:
+        for _, fd, _ in opened:
+            os.close(fd)
+        return state["direct"], state["why"], errors
+    clock = {}
+    go = threading.Barrier(sum(s.iodepth for s, _, _ in opened),
+                           action=lambda: clock.update(start=time.perf_counter()))
+
+    def worker(s: Stream, fd: int, slot: int, cursor: dict, lock: threading.Lock) -> None:
         limit = size if write else s.written
-        cursor = {"next": 0, "done": 0}
+        view = s.buffers[slot]
+        if write:
+            view[HEADER_SIZE:] = s.patterns[slot]
+        try:
+            go.wait()
+        except threading.BrokenBarrierError:
+            return
+        while not stop.is_set():
+            with lock:
+                offset = cursor["next"]
+                if (limit is not None and offset + s.block > limit) or (
+                        deadline is not None and write and time.perf_counter() > deadline):
+                    return
+                cursor["next"] += s.block
+            try:
+                if write:
+                    view[:HEADER_SIZE] = s.header(slot, offset)
+                    n = os.pwritev(fd, [view], offset)
+                else:
+                    n = os.preadv(fd, [view], offset)
+            except OSError as e:
+                what = "disk full" if e.errno == errno.ENOSPC else e.strerror
+                errors.append(f"stream {s.index}: {phase} failed at offset {offset} "
+                              f"({offset / 1e9:.2f} GB into {s.path}): {what}")
+                stop.set()
+                return
+            if n != s.block:
+                why = f"short {phase}, {n} of {s.block} bytes"
+                if write and free_bytes(s.path) < s.block:
+                    why = f"disk full ({why})"  # a filling disk first writes short
+                errors.append(f"stream {s.index}: {phase} failed at offset {offset} "
+                              f"({offset / 1e9:.2f} GB into {s.path}): {why}")
+                stop.set()
+                return
+            if not write and verify_inline:
+                problem = s.check(view, offset)
+                if problem:
+                    s.record_bad(offset, problem)
+            with lock:
+                cursor["done"] += s.block
+                cursor["end"] = time.perf_counter()
+
+    def one(s: Stream, fd: int, is_direct: bool) -> None:
+        cursor = {"next": 0, "done": 0, "end": None}
         lock = threading.Lock()
-
-        def worker(slot: int) -> None:
-            buf = mmap.mmap(-1, s.block)  # page-aligned: what O_DIRECT needs
-            view = memoryview(buf)
-            if write:
-                view[HEADER_SIZE:] = s.patterns[slot]
-            while not stop.is_set():
-                with lock:
-                    offset = cursor["next"]
-                    if (limit is not None and offset + s.block > limit) or (
-                            deadline is not None and write and time.perf_counter() > deadline):
-                        return
-                    cursor["next"] += s.block
-                try:
-                    if write:
-                        view[:HEADER_SIZE] = s.header(slot, offset)
-                        n = os.pwritev(fd, [view], offset)
-                    else:
-                        n = os.preadv(fd, [view], offset)
-                except OSError as e:
-                    what = "disk full" if e.errno == errno.ENOSPC else e.strerror
-                    errors.append(f"stream {s.index}: {phase} failed at offset {offset} "
-                                  f"({offset / 1e9:.2f} GB into {s.path}): {what}")
-                    stop.set()
-                    return
-                if n != s.block:
-                    why = f"short {phase}, {n} of {s.block} bytes"
-                    if write and free_bytes(s.path) < s.block:
-                        why = f"disk full ({why})"  # a filling disk first writes short
-                    errors.append(f"stream {s.index}: {phase} failed at offset {offset} "
-                                  f"({offset / 1e9:.2f} GB into {s.path}): {why}")
-                    stop.set()
-                    return
-                if not write and verify_inline:
-                    problem = s.check(view, offset)
-                    if problem:
-                        s.record_bad(offset, problem)
-                with lock:
-                    cursor["done"] += s.block
-
-        began = time.perf_counter()
-        workers = [threading.Thread(target=worker, args=(k,)) for k in range(s.iodepth)]
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        threads = [threading.Thread(target=worker, args=(s, fd, k, cursor, lock))
+                   for k in range(s.iodepth)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
         if write and not is_direct and not stop.is_set():
             os.fsync(fd)  # buffered: the data is on the device before the clock stops
-        seconds = time.perf_counter() - began
+            cursor["end"] = time.perf_counter()
         if not is_direct:  # buffered: do not let the read phase hit the page cache
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
         if write:
             s.written = cursor["done"]
+        seconds = (cursor["end"] - clock["start"]) if cursor["end"] and clock else 0.0
         s.results[phase] = {"bytes": cursor["done"], "seconds": round(seconds, 4),
                             "gbps": round(cursor["done"] / seconds / 1e9, 4) if seconds else 0}
 
-    threads = [threading.Thread(target=one, args=(s,)) for s in streams]
+    threads = [threading.Thread(target=one, args=o) for o in opened]
     for t in threads:
         t.start()
     for t in threads:
@@ -206,14 +232,23 @@ def verify_after(streams, direct: bool) -> None:
     """Untimed verification pass, for verify: after."""
     for s in streams:
         fd, _, _ = open_file(s.path, os.O_RDONLY | os.O_NOFOLLOW, direct)
-        buf = mmap.mmap(-1, s.block)
-        view = memoryview(buf)
+        view = s.buffers[0]
         for offset in range(0, s.written, s.block):
             os.preadv(fd, [view], offset)
             problem = s.check(view, offset)
             if problem:
                 s.record_bad(offset, problem)
         os.close(fd)
+
+
+def signal_and_wait(folder: str, mark: str, wait_for: str, only_if: str = "") -> None:
+    """The tests' handshake: leave `mark` in `folder`, then wait for `wait_for` (when
+    `only_if` is given, only if that file is there)."""
+    open(os.path.join(folder, mark), "w").close()
+    if only_if and not os.path.exists(os.path.join(folder, only_if)):
+        return
+    while not os.path.exists(os.path.join(folder, wait_for)):
+        time.sleep(0.02)
 
 
 def gpu_count(payload: dict) -> int:
@@ -318,16 +353,18 @@ def main() -> int:
             direct, why, errs = run_phase(streams, "write", True, size, deadline, False, stop)
             errors += errs
             figures["direct"] = direct
+            figures["preallocated"] = all(s.preallocated for s in streams)
+            figures["huge_page_buffers"] = all(s.huge_pages for s in streams)
             if not direct:
                 figures["direct_reason"] = why + "; buffered I/O, fsync, cache dropped"
             handshake = settings.get("handshake_dir")
             if handshake and not errors:
-                open(os.path.join(handshake, "written"), "w").close()
-                while not os.path.exists(os.path.join(handshake, "go")):
-                    time.sleep(0.05)
+                signal_and_wait(handshake, "written", "go")
             if not errors:
                 _, _, errs = run_phase(streams, "read", direct, None, None, verify_inline, stop)
                 errors += errs
+                if handshake and not errors:
+                    signal_and_wait(handshake, "read", "end", only_if="hold")
                 if not verify_inline and not errors:
                     verify_after(streams, direct)
     finally:

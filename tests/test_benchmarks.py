@@ -1,0 +1,100 @@
+"""Every benchmark under benchmarks/ runs to completion at a tiny scale and prints its
+ratio last: a smoke test so the benchmarks do not rot (as controller_scale.py did when
+run() grew arguments its instant transport lacked).
+
+Figures on this CPU are noise: these tests assert that a benchmark finished and printed
+a finite, positive ratio, never how fast anything was. A benchmark checks by itself that
+it measured the right thing (controller_scale.py: every verdict as planted, no
+controller error; storage_vs_fio.py: fio moved the probe's bytes from the probe's files).
+Time-outs are for hangs only.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HANG_S = 1200  # healthy work on a loaded 2-core machine can be slow; this is for hangs
+
+
+def need(ok: bool, why: str) -> None:
+    """Fail in CI (which installs every tool), skip on a developer's machine."""
+    if not ok:
+        if os.environ.get("CI"):
+            pytest.fail(f"benchmark smoke test cannot run in CI: {why}")
+        pytest.skip(why)
+
+
+def run_benchmark(script: str, *args: str) -> list[str]:
+    """Run benchmarks/<script> to completion; its stdout lines."""
+    __tracebackhide__ = True
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO), os.environ.get("PYTHONPATH", "")])}
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
+                         capture_output=True, text=True, timeout=HANG_S, env=env, cwd=REPO)
+    assert res.returncode == 0, f"{script} exited {res.returncode}:\n" \
+        f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
+    lines = res.stdout.strip().splitlines()
+    assert lines, f"{script} printed nothing"
+    return lines
+
+
+def ratios(line: str, label: str) -> list[float]:
+    """The ratios `label = X` (or `label X`) on the benchmark's last line."""
+    __tracebackhide__ = True
+    found = [float(x) for x in re.findall(re.escape(label) + r"\s*=?\s*(\d+\.\d+)", line)]
+    assert found, f"no '{label}' ratio on the last line: {line!r}"
+    for r in found:
+        assert math.isfinite(r) and r > 0, f"implausible ratio {r} in {line!r}"
+    return found
+
+
+def test_controller_scale_runs_passing_and_failing_fleets():
+    lines = run_benchmark("controller_scale.py", "--nodes", "50", "--repeat", "1",
+                          "--modes", "serial", "--fleets", "pass,fail")
+    # One row per (checks, fleet): the health check alone and the whole suite.
+    rows = [ln for ln in lines if ln.startswith("50 nodes, ")]
+    assert len(rows) == 4, lines
+    for row in rows:
+        assert re.search(r"wall median \d+\.\d s .* peak RSS max [1-9]\d* MiB", row), row
+    assert ratios(lines[-1], "worst") and "(over 2 pairs)" in lines[-1], lines[-1]
+
+
+@pytest.mark.parametrize("probe", ["sdc", "burn"])
+def test_probe_vs_mm(probe):
+    lines = run_benchmark("probe_vs_mm.py", "--probe", probe, "--n", "128", "--seconds",
+                          "1", "--repeat", "1", "--gpus", "0")
+    assert ratios(lines[-1], "probe/bare"), lines
+
+
+def test_allreduce_vs_bare():
+    lines = run_benchmark("allreduce_vs_bare.py", "--ranks", "2", "--max-mb", "1",
+                          "--seconds", "0.2", "--repeat", "1")
+    assert ratios(lines[-1], "probe/bare"), lines
+
+
+def test_storage_vs_fio(tmp_path):
+    need(shutil.which("fio") is not None, "fio is not installed")
+    # /var/tmp: on the disk (O_DIRECT), where /tmp may be a tmpfs.
+    base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else tmp_path
+    lines = run_benchmark("storage_vs_fio.py", "--dir", str(base), "--size-gb", "0.02",
+                          "--streams", "2", "--repeat", "1")
+    got = ratios(lines[-1], "probe/fio")
+    assert len(got) == 2, lines[-1]  # write and read
+
+
+def test_ssh_fanout_vs_pdsh():
+    need(os.geteuid() == 0, "test hosts need root")
+    need(shutil.which("pdsh") is not None, "pdsh is not installed")
+    need(shutil.which("sshd") is not None or Path("/usr/sbin/sshd").exists(),
+         "openssh-server is not installed")
+    lines = run_benchmark("ssh_fanout_vs_pdsh.py", "--hosts", "2", "--repeat", "1")
+    assert ratios(lines[-1], "burnin / pdsh"), lines
