@@ -42,20 +42,13 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
     for (node, _), case in sorted(cases.items()):
         by_node.setdefault(node, []).append(case)
     q = inventory.quarantine
+    failures = []
     for name, node_cases in by_node.items():
         failed = [c for c in node_cases if c.outcome in ("failed", "error")]
         if failed:
-            checks = [c.check for c in failed]
-            reasons = [f"{c.check}: {c.message}" for c in failed]
-            if not act:
-                report.would_quarantine.append(name)
-                continue
-            new = ledger.record_failure(name, inventory.cluster, checks, reasons,
-                                        {c.check: c.message for c in failed}, run_id)
-            (report.quarantined if new else report.still_failing).append(name)
-            if new:
-                report.actions += quarantine_actions(ledger, q, name, checks, reasons,
-                                                     run_id)
+            failures.append((name, [c.check for c in failed],
+                             [f"{c.check}: {c.message}" for c in failed],
+                             {c.check: c.message for c in failed}))
         elif revalidate and act and all(c.outcome == "passed" for c in node_cases):
             entry = ledger.get(name)
             clean, released = ledger.record_clean(name, run_id, q.release_after)
@@ -66,6 +59,15 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
                     result = actions.slurm_resume(name)
                     ledger.note(name, "action", f"{result.action}: {result.message}", run_id)
                     report.actions.append(result)
+    if not act:
+        report.would_quarantine += [name for name, *_ in failures]
+        return report
+    # The run's failures in one ledger transaction, then each new one's actions.
+    new = ledger.record_failures(inventory.cluster, failures, run_id) if failures else {}
+    for name, checks, reasons, _ in failures:
+        (report.quarantined if new[name] else report.still_failing).append(name)
+        if new[name]:
+            report.actions += quarantine_actions(ledger, q, name, checks, reasons, run_id)
     return report
 
 

@@ -111,22 +111,35 @@ class Ledger:
     def record_failure(self, node: str, cluster: str, checks: list[str], reasons: list[str],
                        figures: dict, run_id: str, who: str = "burnin") -> bool:
         """Quarantine `node` (or keep it there, resetting its clean runs). True if new."""
+        return self.record_failures(cluster, [(node, checks, reasons, figures)], run_id,
+                                    who)[node]
+
+    def record_failures(self, cluster: str, failures: list[tuple[str, list, list, dict]],
+                        run_id: str, who: str = "burnin") -> dict[str, bool]:
+        """Quarantine every (node, checks, reasons, figures) of a run in one transaction:
+        all of them or, on a crash, none (one fsync for the run, not one per node: a
+        fleet-wide bad rollout fails thousands at once). {node: new in quarantine}."""
         now = time.time()
+        out: dict[str, bool] = {}
         with self._tx() as db:
-            known = db.execute("SELECT 1 FROM quarantine WHERE node = ?", (node,)).fetchone()
-            if known:
-                db.execute("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
-                           "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?",
-                           (json.dumps(checks), json.dumps(reasons), json.dumps(figures),
-                            run_id, now, node))
-            else:
-                db.execute("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
-                           "run_id, since, updated, set_by) VALUES (?,?,?,?,?,?,?,?,?)",
-                           (node, cluster, json.dumps(checks), json.dumps(reasons),
-                            json.dumps(figures), run_id, now, now, who))
-            self._log(db, node, "failed-again" if known else "quarantined", who,
-                      "; ".join(reasons)[:4000], run_id, now)
-            return not known
+            for node, checks, reasons, figures in failures:
+                known = db.execute("SELECT 1 FROM quarantine WHERE node = ?",
+                                   (node,)).fetchone()
+                if known:
+                    db.execute("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
+                               "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?",
+                               (json.dumps(checks), json.dumps(reasons), json.dumps(figures),
+                                run_id, now, node))
+                else:
+                    db.execute("INSERT INTO quarantine (node, cluster, checks, reasons, "
+                               "figures, run_id, since, updated, set_by) "
+                               "VALUES (?,?,?,?,?,?,?,?,?)",
+                               (node, cluster, json.dumps(checks), json.dumps(reasons),
+                                json.dumps(figures), run_id, now, now, who))
+                self._log(db, node, "failed-again" if known else "quarantined", who,
+                          "; ".join(reasons)[:4000], run_id, now)
+                out[node] = not known
+        return out
 
     def quarantine_by_hand(self, node: str, cluster: str, reason: str, who: str) -> bool:
         """An operator takes `node` out of production (`burnin quarantine add`): True if

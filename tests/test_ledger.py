@@ -96,3 +96,19 @@ def test_manual_release_keeps_who_and_why(tmp_path):
 def test_ledger_in_a_new_directory_is_created(tmp_path):
     Ledger(tmp_path / "a" / "b" / "l.db").record_failure("n", "c", [], [], {}, "r")
     assert Path(tmp_path / "a" / "b" / "l.db").exists()
+
+
+def test_a_runs_failures_go_in_together_or_not_at_all(tmp_path):
+    ledger = Ledger(tmp_path / "q.db")
+    ok = [(f"n{i}", ["burn"], [f"burn: slow {i}"], {"burn": "slow"}) for i in range(500)]
+    assert ledger.record_failures("c", ok, "run-1") == {f"n{i}": True for i in range(500)}
+    assert len(ledger.quarantined()) == 500
+    again = ledger.record_failures("c", ok[:2] + [("m1", ["sdc"], ["sdc: x"], {})], "run-2")
+    assert again == {"n0": False, "n1": False, "m1": True}
+    # One bad record (figures JSON cannot hold) and the whole batch is rolled back.
+    bad = [("m2", ["sdc"], ["sdc: x"], {}), ("m3", ["sdc"], ["sdc: x"], {"sdc": object()})]
+    try:
+        ledger.record_failures("c", bad, "run-3")
+    except TypeError:
+        pass
+    assert "m2" not in ledger.quarantined() and "m3" not in ledger.quarantined()
