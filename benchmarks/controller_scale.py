@@ -43,7 +43,8 @@ from burnin.checks import CHECKS  # noqa: E402
 # Settings that make a real probe quick on a CPU, where a check has them.
 TINY = {"duration_s": 1, "n": 64, "random_repeats": 2, "max_products": 16, "size_gb": 0.01,
         "streams": 2, "min_bytes": 1 << 16, "max_bytes": 1 << 18, "seconds_per_size": 0.05,
-        "ranks": 2, "sample_s": 0.5, "stream_fraction": 0}
+        "ranks": 2, "sample_s": 0.5, "stream_fraction": 0, "host_bytes": 1 << 20,
+        "retention_s": 0.2, "passes": 1, "window_s": 0.2}
 MODES = {"serial": [], "-n2": ["-n", "2"]}
 
 
