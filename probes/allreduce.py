@@ -277,11 +277,9 @@ def free_port() -> int:
 def main() -> int:
     if "--worker" in sys.argv:
         return worker()
-    if "-h" in sys.argv or "--help" in sys.argv:
-        print(__doc__)
+    payload = probelib.start(__doc__, PROBE)
+    if payload is None:
         return 0
-    payload = probelib.read_payload()
-    probelib.watch_controller(payload, PROBE)
     settings = {**payload.get("settings", {}), "gpus": payload.get("gpus")}
     group = payload.get("group") or {}
     node = {"hostname": socket.gethostname()}

@@ -140,12 +140,10 @@ def start_telemetry(devs: list[probelib.Device], sample_s: float, errors: list[s
 
 
 def main() -> int:
-    if "-h" in sys.argv or "--help" in sys.argv:
-        print(__doc__)
+    payload = probelib.start(__doc__, PROBE)
+    if payload is None:
         return 0
     core.pin_determinism()
-    payload = probelib.read_payload()
-    probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
     duration_s = float(settings.get("duration_s", 60))
     sample_s = float(settings.get("sample_s", 1.0))

@@ -68,11 +68,9 @@ def parse(doc: dict) -> list[dict]:
 
 
 def main() -> int:
-    if "-h" in sys.argv or "--help" in sys.argv:
-        print(__doc__)
+    payload = probelib.start(__doc__, PROBE)
+    if payload is None:
         return 0
-    payload = probelib.read_payload()
-    probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
     node = {"hostname": os.uname()[1]}
     dcgmi = shutil.which(str(settings.get("dcgmi") or "dcgmi"))

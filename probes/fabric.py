@@ -169,11 +169,9 @@ def _text(v) -> str:
 
 
 def main() -> int:
-    if "-h" in sys.argv or "--help" in sys.argv:
-        print(__doc__)
+    payload = probelib.start(__doc__, PROBE)
+    if payload is None:
         return 0
-    payload = probelib.read_payload()
-    probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
     root = settings.get("sysfs_root") or SYSFS_ROOT
     window = float(settings.get("window_s", 5))

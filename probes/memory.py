@@ -161,11 +161,9 @@ def test_device(d, settings: dict, seed: int) -> dict:
 
 
 def main() -> int:
-    if "-h" in sys.argv or "--help" in sys.argv:
-        print(__doc__)
+    payload = probelib.start(__doc__, PROBE)
+    if payload is None:
         return 0
-    payload = probelib.read_payload()
-    probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
     errors: list[str] = []
     tel = nvml_before(payload, errors)  # before torch and CUDA start

@@ -70,6 +70,17 @@ def emit(probe: str, node: dict, devices: list, figures: dict, errors: list) -> 
 
 # --- the controller lifeline -------------------------------------------------------------
 
+def start(doc: str, probe: str) -> dict | None:
+    """A probe's first step: with -h or --help, print its doc and return None (nothing to
+    run); else read the settings line and start the controller lifeline."""
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(doc)
+        return None
+    payload = read_payload()
+    watch_controller(payload, probe)
+    return payload
+
+
 def watch_controller(payload: dict, probe: str) -> None:
     """Stop this probe within seconds of losing its controller, when the controller asks
     for it (payload `watchdog_s`): stdin reaching its end means the controller, or the

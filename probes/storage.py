@@ -317,11 +317,9 @@ def summarise(streams, phase: str) -> dict:
 
 
 def main() -> int:
-    if "-h" in sys.argv or "--help" in sys.argv:
-        print(__doc__)
+    payload = probelib.start(__doc__, PROBE)
+    if payload is None:
         return 0
-    payload = probelib.read_payload()
-    probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
     storage = payload.get("storage") or {}
     root = storage.get("path") or settings.get("path") or "/tmp"
