@@ -74,6 +74,12 @@ def hostile(case: str, size: int) -> bytes:
     return doc + b" " * (size - len(doc))
 
 
+# The baseline: a normal health document, as a GPU-less node prints it.
+DOC = {"probe": "health", "schema": 1, "devices": [], "errors": [],
+       "figures": {"torch": {"present": True, "version": "2.13.0"},
+                   "gpu": {"nvml": "absent", "reason": "benchmark"}}}
+
+
 def output_bound(check, settings: dict, devices: int) -> int:
     """The bytes the run lets this check's probe print on such a node."""
     bound = getattr(check, "output_bound", None)
@@ -81,8 +87,6 @@ def output_bound(check, settings: dict, devices: int) -> int:
 
 
 def child(case: str, nodes: int, size: int | None, limit_gib: float) -> None:
-    from instant_transport import DOC
-
     from burnin.checks import CHECKS
     from burnin.inventory import load_inventory
     from burnin.run import Run

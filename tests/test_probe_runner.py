@@ -159,3 +159,17 @@ def test_runner_is_importable_without_torch_on_the_controller():
             "sys.exit(sorted(m for m in sys.modules if m.split('.')[0] == 'torch') or None)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
+
+
+def test_a_transport_dropped_without_close_frees_its_node(tmp_path):
+    """A caller that runs one probe and drops the transport must not leave the node
+    locked "busy" for every later run in the process."""
+    node = Node(name="n1", address="n1", transport="local", workdir=str(tmp_path / "w"))
+    first = LocalTransport(node, tmp_path, run_id="first")
+    first.probe_command("p")  # takes the node's lock
+    del first
+    second = LocalTransport(node, tmp_path, run_id="second")
+    try:
+        assert second.probe_command("p")[-1].endswith("p.py")
+    finally:
+        second.close()

@@ -45,6 +45,11 @@ class LocalTransport(Transport):
         if fd is not None:
             os.close(fd)  # releases the lock
 
+    # A transport dropped without close() (a caller that ran one probe) must not keep its
+    # node locked for the life of the process: the lock is a bare fd, which nothing else
+    # would close.
+    __del__ = close
+
     def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
             cancel=None):
         return run_bounded(argv, stdin, timeout_s, max_stdout, on_stderr=on_stderr,
