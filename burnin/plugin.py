@@ -27,6 +27,7 @@ from burnin.run import DEFAULT_FANOUT, Run, new_run_id
 STATE = pytest.StashKey["BurninState"]()
 REPORT_FORMAT = "1"  # junit.xml's burnin_report property: burnin wrote this report
 DEFAULT_INVENTORY = "inventories/localhost.yaml"
+FAILURE_LISTING = 200  # failed tests above which pytest's per-failure section is left out
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -63,6 +64,7 @@ class BurninState:
         self.gate: GateReport | None = None
         self.requested: set[str] = set()  # the checks this session was asked to run
         self.report_problems: list[str] = []  # parts of the report that could not be made
+        self.failure_listing_cut = 0  # failed tests whose pytest listing was left out
         self._sigterm = None
 
     @property
@@ -167,6 +169,7 @@ class BurninState:
             self._run.close()
         if self.worker:
             return
+        self._bound_failure_listing()
         revalidate = self.config.getoption("revalidate")
         if revalidate and self._run is not None and not self._run.nodes:
             session.exitstatus = pytest.ExitCode.OK  # nothing in quarantine: nothing to do
@@ -227,6 +230,15 @@ class BurninState:
                 "equipped_checks": "unknown" if equipped is None else ",".join(sorted(equipped)),
                 "applicable_checks": ",".join(applicable(gpus, len(run.nodes), equipped))}
 
+    def _bound_failure_listing(self) -> None:
+        """pytest's FAILURES section pairs each failure with every report (quadratic: some
+        14 s at 3,000 failing nodes, minutes at 10,000). Past FAILURE_LISTING failed
+        tests, burnin's own summary and the short summary (-ra) list them instead."""
+        failed = sum(c.outcome in ("failed", "error") for c in self.cases.values())
+        if failed > FAILURE_LISTING and self.config.option.tbstyle != "no":
+            self.config.option.tbstyle = "no"
+            self.failure_listing_cut = failed
+
     def pytest_terminal_summary(self, terminalreporter) -> None:
         if self.worker or not self.cases or self._run is None:
             return
@@ -239,6 +251,10 @@ class BurninState:
         bad = {n: c for n, c in bad.items() if n not in held}
         tested = {name for name, _ in self.cases} - held
         tr.section("burnin")
+        if self.failure_listing_cut:
+            tr.write_line(f"{self.failure_listing_cut} failed tests: pytest's tracebacks left out "
+                          f"(more than {FAILURE_LISTING}); each node's reasons are in "
+                          "summary.html and junit.xml")
         tr.write_line(f"run {run.run_id}: {len(tested)} node{'s' * (len(tested) != 1)} tested, "
                       f"{len(tested) - len(bad)} passed every check, {len(bad)} did not")
         for name, checks in bad.items():

@@ -174,3 +174,26 @@ def test_reports_and_the_ledger_are_readable_by_their_owner_only(pytester):
     assert reports.stat().st_mode & 0o777 == 0o700
     assert run_dir.stat().st_mode & 0o777 == 0o700
     assert (pytester.path / "ledger.db").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_fleet_of_failures_is_listed_by_burnin_not_by_pytest_tracebacks(pytester):
+    """pytest's FAILURES section is quadratic in the run's reports: past a bound, burnin's
+    summary lists the failing nodes and pytest's per-failure tracebacks are left out."""
+    pytester.makepyfile(lowbound="""
+        import burnin.plugin
+        real = burnin.plugin.FAILURE_LISTING
+        def pytest_configure(config):
+            burnin.plugin.FAILURE_LISTING = 0
+        def pytest_unconfigure(config):
+            burnin.plugin.FAILURE_LISTING = real
+    """)
+    pytester.syspathinsert()
+    edit = "if probe == 'health': doc['errors'] = ['planted']"
+    result, reports = run_suite(pytester, three_nodes(pytester, edit), "-k", "health",
+                                "-p", "lowbound")
+    result.assert_outcomes(passed=2, failed=1)
+    out = result.stdout.str()
+    assert "= FAILURES =" not in out
+    assert "1 failed tests: pytest's tracebacks left out (more than 0)" in out
+    result.stdout.fnmatch_lines(["*n3: health*", "FAILED *test_health*n3*planted*"])
+    assert junit_cases(reports)["n3"]["health"][0] == "failure"
