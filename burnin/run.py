@@ -253,13 +253,14 @@ class Run:
 
         # Learned here, in this thread: it holds the run's lock the fan-out threads lack.
         gpus = {n.name: n.gpus if spec.facts else self.gpus(n) for n in self.nodes}
+        settings = {n.name: self.settings(check, n) for n in self.nodes}  # resolved once
 
         def payload(node: Node) -> dict:
             out = {"check": check, "node": node.name, "run_id": self.run_id,
                    "profile": self.profile, "gpus": gpus[node.name],
                    "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
                    "storage": {"path": node.storage.path, "mount": node.storage.mount},
-                   "settings": self.settings(check, node)}
+                   "settings": settings[node.name]}
             if spec.facts:  # the commands checks need, for the facts probe to look for
                 out["tools"] = {c.name: c.tool(self.settings(c.name, node))
                                 for c in CHECKS.values() if c.tool is not None}
@@ -268,10 +269,10 @@ class Run:
         def limit(node: Node) -> int:  # the bytes its probe may print
             known = gpus[node.name]
             devices = None if known is None else known or node.cpu_devices
-            return spec.output_limit(self.settings(check, node), devices)
+            return spec.output_limit(settings[node.name], devices)
 
         def timeout(node: Node) -> float:
-            return float(self.settings(check, node)["timeout_s"])
+            return float(settings[node.name]["timeout_s"])
 
         def on_progress(node: Node):
             if not self.progress:
