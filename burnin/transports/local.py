@@ -128,14 +128,14 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
                 overflow = True
                 break
     if timed_out or overflow or cancelled:
-        _kill_group(proc)
+        kill_group(proc)
     else:
         # Output closed; the process may linger a moment, or hang after closing its pipes.
         try:
             proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            kill_group(proc)
     done.set()
     proc.stdout.close()
     proc.stderr.close()
@@ -163,7 +163,9 @@ def _feed(pipe, data: bytes, lifeline: bool, done: threading.Event) -> None:
             pass
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to `proc`'s process group (a session leader's), SIGKILL if it lingers, and
+    SIGKILL to what is left of the group once the leader is gone."""
     for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 10.0)):
         try:
             os.killpg(proc.pid, sig)

@@ -25,7 +25,6 @@ import os
 import queue
 import re
 import selectors
-import signal
 import subprocess
 import threading
 import time
@@ -34,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from burnin.transports import HEARTBEAT_S, STDERR_TAIL_BYTES, CommandResult
+from burnin.transports.local import kill_group
 from burnin.transports.nodeside import SAFE_WORKDIR
 
-KILL_GRACE_S = 2.0
 STEP_GRACE_S = 10.0  # after every task settled, srun has this long to end by itself
 
 # Runs first on every task, ON the node (its docstring says what it does), after the
@@ -135,14 +134,14 @@ def run_step(argv: list[str], env: dict, stdin_line: bytes, tasks: list[str],
         ended = _pump(proc, state, said, max_stdout, on_stderr, cancel, words, done, start)
     except BaseException:  # Ctrl-C in the calling thread: the step must not outlive it
         done.set()
-        _stop(proc)
+        kill_group(proc)  # srun ends its step on SIGTERM (its tasks are signalled)
         raise
     done.set()
     try:
         # srun closed its output: it is ending. Otherwise it is stopped now.
         proc.wait(timeout=STEP_GRACE_S if ended is None else 0.1)
     except subprocess.TimeoutExpired:
-        _stop(proc)
+        kill_group(proc)
     proc.stdout.close()
     proc.stderr.close()
     end = time.monotonic()
@@ -312,17 +311,3 @@ def _feed(pipe, first: bytes, words: queue.Queue, done: threading.Event) -> None
             pipe.close()
         except (OSError, ValueError):
             pass
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """srun ends its step on SIGTERM (its tasks are signalled); SIGKILL if it lingers."""
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
