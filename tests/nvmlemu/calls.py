@@ -187,17 +187,26 @@ def _mig_mode(emu, dev, current, pending):
     return _pair(current, pending, dev.get("mig_mode", "current"), dev.get("mig_mode", "pending"))
 
 
+def _room(count, items: list, out) -> int | None:
+    """NVML's two-call sizing: a buffer too small gets INSUFFICIENT_SIZE and the count it
+    needs; None when the caller may fill `out` (then it sets count itself)."""
+    if count[0] < len(items):
+        count[0] = len(items)
+        return sc.INSUFFICIENT_SIZE
+    if items and not out:
+        return sc.INVALID_ARGUMENT
+    return None
+
+
 @export("nvmlDeviceGetComputeRunningProcesses_v3", DEVICE, UINT, P(nv.c_nvmlProcessInfo_v3_t),
         reads="processes")
 def _processes(emu, dev, count, infos):
     procs = dev.get_list("processes")
     if not count:
         return sc.INVALID_ARGUMENT
-    if count[0] < len(procs):
-        count[0] = len(procs)
-        return sc.INSUFFICIENT_SIZE
-    if procs and not infos:
-        return sc.INVALID_ARGUMENT
+    short = _room(count, procs, infos)
+    if short is not None:
+        return short
     for i, proc in enumerate(procs):
         infos[i].pid = proc["pid"]
         infos[i].usedGpuMemory = proc.get("used_memory", NOT_AVAILABLE)
@@ -289,11 +298,9 @@ def _retired_pages(emu, dev, cause, count, addresses):
     if cause > 1 or not count:  # MULTIPLE_SINGLE_BIT_ECC_ERRORS, DOUBLE_BIT_ECC_ERROR
         return sc.INVALID_ARGUMENT
     pages = dev.get_list("retired_pages", ("single_bit", "double_bit")[cause])
-    if count[0] < len(pages):
-        count[0] = len(pages)
-        return sc.INSUFFICIENT_SIZE
-    if pages and not addresses:
-        return sc.INVALID_ARGUMENT
+    short = _room(count, pages, addresses)
+    if short is not None:
+        return short
     for i, address in enumerate(pages):
         addresses[i] = address
     count[0] = len(pages)
