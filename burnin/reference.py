@@ -43,9 +43,3 @@ def _builtin() -> dict[str, GpuModel]:
 
 
 GPU_MODELS: dict[str, GpuModel] = _builtin()
-
-
-def model_matches(model_key: str, nvml_name: str, models: dict | None = None) -> bool:
-    """True when a device reporting `nvml_name` is an instance of model `model_key`."""
-    model = (models or GPU_MODELS).get(model_key)
-    return model is not None and model.matches(nvml_name)
