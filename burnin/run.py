@@ -266,10 +266,16 @@ class Run:
                                 for c in CHECKS.values() if c.tool is not None}
             return out
 
-        def limit(node: Node) -> int:  # the bytes its probe may print
+        def devices(node: Node) -> int | None:
             known = gpus[node.name]
-            devices = None if known is None else known or node.cpu_devices
-            return spec.output_limit(settings[node.name], devices)
+            return None if known is None else known or node.cpu_devices
+
+        def limit(node: Node) -> int:  # the bytes its probe may print
+            return spec.output_limit(settings[node.name], devices(node))
+
+        def shape(nodes: list[Node]):  # the widest document shape of these nodes' probes
+            widest = max(nodes, key=limit)
+            return spec.schema_for(settings[widest.name], devices(widest))
 
         def timeout(node: Node) -> float:
             return float(settings[node.name]["timeout_s"])
@@ -286,10 +292,10 @@ class Run:
                                            {n.name: payload(n) for n in nodes},
                                            {n.name: timeout(n) for n in nodes},
                                            {n.name: on_progress(n) for n in nodes},
-                                           max(limit(n) for n in nodes))
+                                           max(limit(n) for n in nodes), shape(nodes))
             node = nodes[0]
             return {node.name: self.probe(node, spec, payload(node), timeout(node),
-                                          on_progress(node), limit(node))}
+                                          on_progress(node), limit(node), shape(nodes))}
 
         together, apart = self.launchers.split(self.nodes)
         if self.progress:
@@ -304,14 +310,16 @@ class Run:
         return {n.name: outcomes[n.name] for n in self.nodes}
 
     def probe(self, node: Node, check: Check, payload: dict, timeout_s: float,
-              on_progress=None, max_output: int | None = None) -> ProbeOutcome:
+              on_progress=None, max_output: int | None = None,
+              schema=None) -> ProbeOutcome:
         """Run the check's probe on one node; whatever happens is this node's outcome.
-        It may print `max_output` bytes (default: the check's own bound)."""
+        It may print `max_output` bytes of a document of shape `schema` (defaults: the
+        check's own)."""
         launcher = self.launcher(node)
         if launcher is not None:
             return self.probe_together(launcher, [node], check, {node.name: payload},
                                        {node.name: timeout_s}, {node.name: on_progress},
-                                       max_output)[node.name]
+                                       max_output, schema)[node.name]
         try:
             transport = self.transport(node)
             if self.cancel.is_set():
@@ -320,7 +328,8 @@ class Run:
             return run_probe(transport, check.probe_name, payload, timeout_s,
                              max_output=max_output or check.max_output,
                              on_progress=on_progress,
-                             schema=check.schema, lifeline=True, cancel=self.cancel)
+                             schema=schema or check.schema, lifeline=True,
+                             cancel=self.cancel)
         except NodeUnreachable as e:
             return ProbeOutcome(node.name, check.probe_name, False, str(e))
         except Exception as e:  # a controller bug must fail this node, not the run
@@ -337,10 +346,11 @@ class Run:
     def probe_together(self, launcher: Launcher, nodes: list[Node], check: Check,
                        payloads: dict[str, dict], timeouts: dict[str, float],
                        on_progress: dict | None = None,
-                       max_output: int | None = None) -> dict[str, ProbeOutcome]:
+                       max_output: int | None = None,
+                       schema=None) -> dict[str, ProbeOutcome]:
         """Run the check's probe on `nodes` as one; whatever happens is each node's own
-        outcome, judged as run_probe judges one. Each may print `max_output` bytes
-        (default: the check's own bound)."""
+        outcome, judged as run_probe judges one. Each may print `max_output` bytes of a
+        document of shape `schema` (defaults: the check's own)."""
         if self.cancel.is_set():
             return {n.name: ProbeOutcome(n.name, check.probe_name, False,
                                          "not started: the run was interrupted") for n in nodes}
@@ -348,7 +358,8 @@ class Run:
             done = run_probes(launcher, nodes, check.probe_name, payloads, timeouts,
                               max_output=max_output or check.max_output,
                               on_progress={k: v for k, v in (on_progress or {}).items() if v},
-                              schema=check.schema, lifeline=True, cancel=self.cancel)
+                              schema=schema or check.schema, lifeline=True,
+                             cancel=self.cancel)
             return {name: tasks[0] for name, tasks in done.items()}
         except Exception as e:  # a controller bug must fail these nodes, not the run
             return {n.name: ProbeOutcome(n.name, check.probe_name, False, f"controller error "

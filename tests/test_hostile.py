@@ -176,9 +176,13 @@ def test_reports_and_the_ledger_are_readable_by_their_owner_only(pytester):
     assert (pytester.path / "ledger.db").stat().st_mode & 0o777 == 0o600
 
 
-def test_a_fleet_of_failures_is_listed_by_burnin_not_by_pytest_tracebacks(pytester):
+def test_a_fleet_of_failures_is_listed_by_burnin_not_by_pytest_tracebacks(pytester,
+                                                                            monkeypatch):
     """pytest's FAILURES section is quadratic in the run's reports: past a bound, burnin's
     summary lists the failing nodes and pytest's per-failure tracebacks are left out."""
+    # -ra cuts its lines at the terminal's width, and the suite's path from pytester's
+    # folder is as long as the checkout's: wide enough that the reason is never cut.
+    monkeypatch.setenv("COLUMNS", "400")
     pytester.makepyfile(lowbound="""
         import burnin.plugin
         real = burnin.plugin.FAILURE_LISTING

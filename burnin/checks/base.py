@@ -136,6 +136,10 @@ class Check:
     # settings and device count (None: unknown) instead: burn's telemetry grows with both.
     max_output: int = DEFAULT_MAX_OUTPUT
     output_bound: Callable[[dict, int | None], int] | None = None
+    # The document's shape on a node with these settings and devices, when it depends on
+    # them (burn: no series longer than the samples a probe can take before its kill):
+    # a document within its byte bound is then also no longer than an honest one.
+    schema_bound: Callable[[dict, int | None], Obj] | None = None
 
     @property
     def probe_name(self) -> str:
@@ -146,6 +150,12 @@ class Check:
         if self.output_bound is not None:
             return self.output_bound(settings, devices)
         return self.max_output
+
+    def schema_for(self, settings: dict, devices: int | None) -> Obj:
+        """The document shape this check's probe must print on such a node."""
+        if self.schema_bound is not None:
+            return self.schema_bound(settings, devices)
+        return self.schema
 
     @property
     def group(self) -> bool:

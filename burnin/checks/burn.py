@@ -4,6 +4,7 @@ can be tested against recorded series without a GPU."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, implausible
@@ -201,34 +202,53 @@ DOCUMENT_BYTES = 1 << 20
 UNKNOWN_DEVICES = 8
 
 
+def samples_bound(settings: dict) -> int:
+    """The most samples a probe can take before its kill at timeout_s."""
+    return int(float(settings["timeout_s"]) / float(settings["sample_s"])) + 2
+
+
 def output_bound(settings: dict, devices: int | None) -> int:
     """The bytes a burn probe may print on a node with these settings and devices
     (None: unknown)."""
-    samples = int(float(settings["timeout_s"]) / float(settings["sample_s"])) + 2
     records = (UNKNOWN_DEVICES if devices is None else devices) + 1
-    return records * (samples * BYTES_PER_SAMPLE + DEVICE_BYTES) + DOCUMENT_BYTES
+    return records * (samples_bound(settings) * BYTES_PER_SAMPLE + DEVICE_BYTES) + DOCUMENT_BYTES
 
 
-SERIES = List(Num(null=True), max=1_000_000)
 COUNTERS = Obj(ecc_corrected=NULL_COUNT, ecc_uncorrected=NULL_COUNT, retired_pages=NULL_COUNT,
                remapped_rows=Obj(correctable=COUNT, uncorrectable=COUNT, pending=Bool(),
                                  failed=Bool(), null=True),
                pcie_replay=NULL_COUNT, nvlink_active_links=NULL_COUNT, nvlink_crc=NULL_COUNT,
                nvlink_recovery=NULL_COUNT, null=True)
-TELEMETRY = Obj(uuid=Str(256, null=True), temp_slowdown_c=Num(null=True),
-                power_limit_w=Num(null=True), pcie_gen=Int(null=True),
-                pcie_max_gen=Int(null=True), pcie_width=Int(null=True),
-                pcie_max_width=Int(null=True), series=Obj(values=SERIES, max_keys=16),
-                before=COUNTERS,
-                after=COUNTERS, xid=List(Obj(t=Num(), xid=COUNT), max=1000),
-                unsupported=MESSAGES, errors=MESSAGES)
-DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
-             tflops=Num(0, 1e5), tflops_series=List(List(Num(), min=2, max=2), max=1_000_000),
-             products=COUNT, verified=COUNT, mismatched_products=COUNT,
-             mismatched_elements=COUNT, telemetry=TELEMETRY, error=Str(4096))
-SCHEMA = document(DEVICE, Obj(cpu_telemetry=Obj(series=Obj(values=SERIES, max_keys=16),
-                                                unsupported=MESSAGES),
-                              duration_s=Scalar(), sample_s=Scalar()))
+
+
+@functools.lru_cache(maxsize=16)
+def shape(samples: int) -> Obj:
+    """The burn document with series of at most `samples` values: one of 3 MB of small
+    numbers fits the byte bound, but parsed it is ten times that, kept for the whole run."""
+    series = List(Num(null=True), max=samples)
+    telemetry = Obj(uuid=Str(256, null=True), temp_slowdown_c=Num(null=True),
+                    power_limit_w=Num(null=True), pcie_gen=Int(null=True),
+                    pcie_max_gen=Int(null=True), pcie_width=Int(null=True),
+                    pcie_max_width=Int(null=True), series=Obj(values=series, max_keys=16),
+                    before=COUNTERS, after=COUNTERS,
+                    xid=List(Obj(t=Num(), xid=COUNT), max=1000),
+                    unsupported=MESSAGES, errors=MESSAGES)
+    device = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
+                 tflops=Num(0, 1e5),
+                 tflops_series=List(List(Num(), min=2, max=2), max=samples),
+                 products=COUNT, verified=COUNT, mismatched_products=COUNT,
+                 mismatched_elements=COUNT, telemetry=telemetry, error=Str(4096))
+    return document(device, Obj(cpu_telemetry=Obj(series=Obj(values=series, max_keys=16),
+                                                  unsupported=MESSAGES),
+                                duration_s=Scalar(), sample_s=Scalar()))
+
+
+def schema_bound(settings: dict, devices: int | None) -> Obj:
+    return shape(samples_bound(settings))
+
+
+SCHEMA = shape(1_000_000)  # the shape whatever the settings; runs use schema_bound
+
 
 def evidence(record: dict) -> dict[str, object]:
     data = record["data"]
@@ -242,7 +262,8 @@ def evidence(record: dict) -> dict[str, object]:
 
 CHECK = Check(
     name="burn", evidence=evidence, doc="the node holds full load", judge=judge, schema=SCHEMA,
-    summarize=fleet_summary, figures=figures, output_bound=output_bound, settings={
+    summarize=fleet_summary, figures=figures, output_bound=output_bound,
+    schema_bound=schema_bound, settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
         "duration_s": Setting("positive", {"quick": 60, "standard": 600, "extended": 3600}),
         "n": Setting("int", None, "matrix size; default 8192 on GPU, 1024 on CPU"),
