@@ -48,23 +48,55 @@ def _messages(entries) -> list[str]:
     return out
 
 
+def _dicts(value) -> list[dict]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def body_of(doc: dict) -> dict:
+    """The diagnostic's body: DCGM 4 "DCGM Diagnostic", DCGM 3 "DCGM GPU Diagnostic"."""
+    body = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
+    return body if isinstance(body, dict) else {}
+
+
 def parse(doc: dict) -> list[dict]:
-    """Every test result of a `dcgmi diag -j` document: category, test, GPU, status,
-    warnings and info. DCGM 3 names the document "DCGM GPU Diagnostic" and a result's
-    GPUs "gpu_ids"; DCGM 4 names it "DCGM Diagnostic" and a result's GPU "entity_id"."""
-    body = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic") or {}
+    """Every test result of a `dcgmi diag -j` document: category, test, entity (GPU, or
+    DCGM 4's other entity groups such as CPU), status, warnings and info. The shape is
+    DCGM's own schema (NVIDIA/DCGM testing/python3/dcgm_diag_schema.json): DCGM 4 names
+    the document "DCGM Diagnostic", a result's entity "entity_group"/"entity_id", and
+    gives each test a "test_summary"; DCGM 3 names it "DCGM GPU Diagnostic" and a
+    result's GPUs "gpu_ids". A test whose summary says Fail while none of its results
+    does still fails, as one result of no entity."""
     out = []
-    for category in body.get("test_categories") or []:
-        for test in category.get("tests") or []:
-            for r in test.get("results") or []:
-                gpu = r.get("entity_id", r.get("gpu_ids", r.get("gpu_id")))
-                out.append({"category": str(category.get("category", "")),
-                            "test": str(test.get("name", "")),
-                            "gpu": None if gpu is None else str(gpu),
-                            "status": str(r.get("status", "")),
-                            "warnings": _messages(r.get("warnings") or r.get("errors")),
-                            "info": _messages(r.get("info"))})
+    for category in _dicts(body_of(doc).get("test_categories")):
+        for test in _dicts(category.get("tests")):
+            mine = []
+            for r in _dicts(test.get("results")):
+                entity = r.get("entity_id", r.get("gpu_ids", r.get("gpu_id")))
+                group = r.get("entity_group")
+                mine.append({"category": str(category.get("category", "")),
+                             "test": str(test.get("name", "")),
+                             "gpu": None if entity is None else str(entity),
+                             "entity_group": None if group is None else str(group),
+                             "status": str(r.get("status", "")),
+                             "warnings": _messages(r.get("warnings") or r.get("errors")),
+                             "info": _messages(r.get("info"))})
+            summary = test.get("test_summary")
+            summary = str(summary.get("status", "")) if isinstance(summary, dict) else ""
+            if summary.lower() == "fail" and not any(r["status"].lower() == "fail"
+                                                     for r in mine):
+                mine.append({"category": str(category.get("category", "")),
+                             "test": str(test.get("name", "")), "gpu": None,
+                             "entity_group": None, "status": summary,
+                             "warnings": ["DCGM's test summary says Fail; no result "
+                                          "names an entity"], "info": []})
+            out += mine
     return out
+
+
+def version_of(doc: dict) -> str | None:
+    """DCGM 4 writes its version under "metadata"; DCGM 3 in the body."""
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    return str(meta.get("version") or body_of(doc).get("version") or "") or None
 
 
 def main() -> int:
@@ -96,9 +128,13 @@ def main() -> int:
     text = done.stdout
     try:
         doc = json.loads(text[text.find("{"):text.rfind("}") + 1])
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
         results, errors = parse(doc), []
-        figures["version"] = str((doc.get("DCGM Diagnostic") or doc.get(
-            "DCGM GPU Diagnostic") or {}).get("version", "")) or None
+        figures["version"] = version_of(doc)
+        runtime = body_of(doc).get("runtime_error")
+        if runtime:  # DCGM could not run (or finish) the diagnostic: its own words
+            errors.append(f"dcgmi diag: runtime error: {str(runtime)[:2000]}")
     except ValueError:
         results = []
         errors = [f"dcgmi diag exited {done.returncode} without a JSON document: "

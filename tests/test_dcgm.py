@@ -20,18 +20,30 @@ from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
 
-DCGM4_FAIL = {"DCGM Diagnostic": {"version": "4.2.3", "test_categories": [
-    {"category": "Deployment", "tests": [{"name": "software", "results": [
-        {"entity_group": "GPU", "entity_id": 0, "status": "Pass"},
-        {"entity_group": "GPU", "entity_id": 1, "status": "Pass"}]}]},
-    {"category": "Hardware", "tests": [{"name": "memory", "results": [
-        {"entity_group": "GPU", "entity_id": 0, "status": "Pass"},
-        {"entity_group": "GPU", "entity_id": 1, "status": "Fail", "warnings": [
-            {"warning": "GPU 1 had uncorrectable memory errors", "error_id": 50}]}]}]},
-    {"category": "Integration", "tests": [{"name": "pcie", "results": [
-        {"entity_group": "GPU", "entity_id": 0, "status": "Warn",
-         "warnings": ["Clocks are being throttled for GPU 0"]},
-        {"entity_group": "GPU", "entity_id": 1, "status": "Skip"}]}]}]}}
+def warning(text: str, error_id: int) -> dict:
+    return {"error_category": 2, "error_id": error_id, "error_severity": 2, "warning": text}
+
+
+def gpu(i: int, status: str, **more) -> dict:
+    return {"entity_group": "GPU", "entity_group_id": 1, "entity_id": i, "status": status,
+            **more}
+
+
+# DCGM 4's shape, as its own schema gives it (NVIDIA/DCGM testing/python3/
+# dcgm_diag_schema.json): the version under "metadata", a test_summary per test.
+DCGM4_FAIL = {"DCGM Diagnostic": {"test_categories": [
+    {"category": "Deployment", "tests": [{"name": "software", "test_summary": {
+        "status": "Pass"}, "results": [gpu(0, "Pass"), gpu(1, "Pass")]}]},
+    {"category": "Hardware", "tests": [{"name": "memory", "test_summary": {"status": "Fail"},
+                                        "results": [gpu(0, "Pass"), gpu(1, "Fail", warnings=[
+        warning("GPU 1 had uncorrectable memory errors", 50)])]}]},
+    {"category": "Integration", "tests": [{"name": "pcie", "test_summary": {"status": "Pass"},
+                                           "results": [
+        gpu(0, "Warn", warnings=["Clocks are being throttled for GPU 0"]),
+        gpu(1, "Skip")]}]}]},
+    "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1, "entities": [
+        {"entity_id": 0, "device_id": "2330"}, {"entity_id": 1, "device_id": "2330"}]}],
+    "metadata": {"version": "4.2.3", "Driver Version Detected": "570.124.06"}}
 DCGM3_PASS = {"DCGM GPU Diagnostic": {"version": "3.3.5", "test_categories": [
     {"category": "Deployment", "tests": [{"name": "Denylist", "results": [{"status": "Pass"}]}]},
     {"category": "Hardware", "tests": [{"name": "GPU Memory", "results": [
@@ -78,6 +90,7 @@ def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester,
     assert records[("health", "without")]["data"]["figures"]["tools"] == {
         "dcgm": {"command": str(tmp_path / "no-such-dcgmi"), "path": None}}
     assert records[("dcgm", "good")]["data"]["figures"]["version"] == "3.3.5"
+    assert records[("dcgm", "bad")]["data"]["figures"]["version"] == "4.2.3"
     report = read_junit(reports / "latest" / "junit.xml")
     assert "dcgm" not in report.required("without")
     assert "dcgm" in report.required("good") and "dcgm" in report.required("bad")
@@ -137,3 +150,33 @@ def test_the_probe_parses_both_dcgm_shapes():
     assert [(r["category"], r["test"], r["gpu"]) for r in three] == [
         ("Deployment", "Denylist", None), ("Hardware", "GPU Memory", "0"),
         ("Hardware", "GPU Memory", "1")]
+
+
+def test_dcgms_own_words_fail_the_node_where_no_result_does(tmp_path):
+    """A runtime error (DCGM could not run its diagnostic), a test whose summary fails with
+    no failing result, and a failing CPU entity (DCGM 4's CPU diagnostic) each fail, in
+    DCGM's own words and naming the entity as DCGM does."""
+    cases = {
+        "runtime": ({"DCGM Diagnostic": {"runtime_error": "Unable to create a group of GPUs",
+                                         "test_categories": []}}, 226,
+                    ["probe error: dcgmi diag: runtime error: Unable to create a group of "
+                     "GPUs"]),
+        "summary": ({"DCGM Diagnostic": {"test_categories": [{"category": "Stress", "tests": [
+            {"name": "targeted_power", "test_summary": {"status": "Fail"},
+             "results": []}]}]}}, 0,
+                    ["DCGM level 1 Stress/targeted_power: fail: DCGM's test summary says "
+                     "Fail; no result names an entity"]),
+        "cpu": ({"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [
+            {"name": "cpu_eud", "test_summary": {"status": "Fail"}, "results": [
+                {"entity_group": "CPU", "entity_group_id": 7, "entity_id": 0,
+                 "status": "Fail", "warnings": [warning("CPU 0 failed its EUD", 101)]}]}]}]}},
+                0, ["DCGM level 1 Hardware/cpu_eud on CPU 0: fail: CPU 0 failed its EUD "
+                    "(DCGM error id 101)"]),
+    }
+    node = Node(name="n", address="n", transport="local")
+    for name, (doc, status, expected) in cases.items():
+        dcgmi = fake_dcgmi(tmp_path, name, doc, status)
+        out = run_probe(LocalTransport(node, REPO / "probes"), "dcgm",
+                        {"settings": {"dcgmi": dcgmi, "level": 1}}, timeout_s=120)
+        assert out.ok, out.reason
+        assert list(verdict(out).failures) == expected, name

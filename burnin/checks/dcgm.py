@@ -25,7 +25,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         status = r["status"].lower()
         if status not in ("fail", "warn"):
             continue
-        on = f" on GPU {r['gpu']}" if r.get("gpu") is not None else ""
+        on = (f" on {r.get('entity_group') or 'GPU'} {r['gpu']}" if r.get("gpu") is not None
+              else "")
         said = "; ".join(r.get("warnings") or []) or "no message"
         line = f"DCGM level {figs.get('level')} {r['category']}/{r['test']}{on}: {status}: {said}"
         (failures if status == "fail" else warnings).append(line)
@@ -40,7 +41,8 @@ def evidence(record: dict) -> dict[str, object]:
 
 MESSAGES = List(Str(4096), max=100)
 RESULT = Obj(required=("category", "test", "status"), category=Str(256), test=Str(256),
-             gpu=Str(64, null=True), status=Str(64), warnings=MESSAGES, info=MESSAGES)
+             gpu=Str(64, null=True), entity_group=Str(64, null=True), status=Str(64),
+             warnings=MESSAGES, info=MESSAGES)
 SCHEMA = document(Obj(), Obj(
     required=("applies",), applies=Bool(), why=Str(4096), level=Int(1, 4),
     exit_status=Int(-255, 255), elapsed_s=Num(0), version=Str(256, null=True),
