@@ -4,7 +4,9 @@ Builds N hosts (tests/testhosts.py: network namespaces, one sshd each), then alt
 `pytest suites/ -k health --inventory` (paramiko, SFTP staging, judging, reports: the
 health check alone, as pdsh runs only the health probe) with
 `pdsh -R ssh -f N` running the same probe on the same hosts (OpenSSH client, no staging:
-the probe is read from the shared file system). Reports wall-time medians and the ratio
+the probe is read from the shared file system). Reports wall-time medians, each tool's own
+CPU time per node on the controller (burnin's pytest process; pdsh and its ssh clients:
+the probes run under the hosts' sshd, not as their children), and last the ratio
 burnin / pdsh (goal: 1.0 or less). Needs root, openssh-server and pdsh.
 
     python benchmarks/ssh_fanout_vs_pdsh.py [--hosts 32] [--repeat 3]
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,13 +32,19 @@ sys.path.insert(0, str(REPO / "tests"))
 from testhosts import TestHosts  # noqa: E402
 
 
-def timed(argv: list[str], env: dict | None = None) -> tuple[float, str]:
-    start = time.monotonic()
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(argv: list[str], env: dict | None = None) -> tuple[float, float, str]:
+    """(wall s, the command's own CPU s with its children's, stdout)."""
+    cpu, start = children_cpu(), time.monotonic()
     res = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900)
     wall = time.monotonic() - start
     if res.returncode != 0:
         raise SystemExit(f"{argv[0]} failed ({res.returncode}): {res.stderr[-2000:]}")
-    return wall, res.stdout
+    return wall, children_cpu() - cpu, res.stdout
 
 
 def main() -> None:
@@ -56,17 +65,22 @@ def main() -> None:
                 f"{sys.executable} {REPO / 'probes' / 'health.py'} </dev/null"]
         pdsh_env = {**os.environ, "PDSH_SSH_ARGS": ssh_args}
         times: dict[str, list[float]] = {"burnin": [], "pdsh": []}
+        cpus: dict[str, list[float]] = {"burnin": [], "pdsh": []}
         for _ in range(args.repeat):
-            wall, _ = timed(burnin)
+            wall, cpu, _ = timed(burnin)
             times["burnin"].append(wall)
-            wall, out = timed(pdsh, pdsh_env)
+            cpus["burnin"].append(cpu)
+            wall, cpu, out = timed(pdsh, pdsh_env)
+            cpus["pdsh"].append(cpu)
             docs = [json.loads(line.split(": ", 1)[1]) for line in out.splitlines()
                     if ": {" in line]
             assert len(docs) == args.hosts, f"pdsh returned {len(docs)} documents"
             times["pdsh"].append(wall)
         med = {k: statistics.median(v) for k, v in times.items()}
         for k, v in times.items():
-            print(f"{k:6s} median {med[k]:.2f} s (runs {', '.join(f'{x:.2f}' for x in v)})")
+            print(f"{k:6s} median {med[k]:.2f} s (runs {', '.join(f'{x:.2f}' for x in v)}); "
+                  f"controller CPU {statistics.median(cpus[k]) / args.hosts * 1000:.0f} ms "
+                  f"per node")
         print(f"{args.hosts} hosts: burnin / pdsh = {med['burnin'] / med['pdsh']:.3f}")
 
 
