@@ -55,6 +55,7 @@ KINDS = {
     "port": (lambda v: _is_int(v) and 0 < v < 65536, "a port number, 1 to 65535"),
     "number": (_is_number, "a number"),
     "positive": (lambda v: _is_number(v) and v > 0, "a number above 0"),
+    "nonnegative": (lambda v: _is_number(v) and v >= 0, "a number, 0 or above"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
     "transport": (lambda v: v in TRANSPORT_NAMES, "one of: " + ", ".join(TRANSPORT_NAMES)),
     "gpus": (lambda v: v == "auto" or (_is_int(v) and v >= 0), "an integer >= 0, or auto"),

@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 
+import hostfacts
 import probelib
 
 PROBE = "health"
@@ -172,6 +173,15 @@ class Nvml:
                                           h)
         dev["power_default_limit_mw"] = self.read(
             dev, "power_default_limit", nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
+        dev["clocks"] = {
+            f"{what}_{kind}": self.read(dev, f"{kind}_clock_{what}", fn, h, clock)
+            for what, clock in (("graphics", nv.NVML_CLOCK_GRAPHICS), ("memory", nv.NVML_CLOCK_MEM))
+            for kind, fn in (("applications", nv.nvmlDeviceGetApplicationsClock),
+                             ("default", nv.nvmlDeviceGetDefaultApplicationsClock))}
+        # At rest, before any check: a clock held by the applications-clocks setting
+        # (application or locked clocks) shows as this event reason.
+        dev["clock_event_reasons"] = self.read(dev, "clock_event_reasons",
+                                               nv.nvmlDeviceGetCurrentClocksEventReasons, h)
         dev["vbios"] = self.read(dev, "vbios", nv.nvmlDeviceGetVbiosVersion, h)
         dev["inforom_image"] = self.read(dev, "inforom_image",
                                          nv.nvmlDeviceGetInforomImageVersion, h)
@@ -257,8 +267,9 @@ def main() -> int:
     devices = gpus.pop("devices", [])
     tools = {check: {"command": str(cmd), "path": shutil.which(str(cmd))}
              for check, cmd in (settings.get("tools") or {}).items()}
+    host = hostfacts.host_facts(settings.get("settings") or {})
     probelib.emit(PROBE, node_identity(), devices,
-                  {"torch": torch_info, "gpu": gpus, "tools": tools,
+                  {"torch": torch_info, "gpu": gpus, "tools": tools, "host": host,
                    "elapsed_s": round(time.time() - started, 3)}, errors)
     return 0
 

@@ -76,7 +76,8 @@ NODE = Node(name="g1", address="g1", gpus=1, gpu_model="H100-SXM5-80GB")
 SERIES = [
     ("clean", gpu(), None, None),
     ("sw-power-cap-alone", gpu(reasons=[4, 4, 4]), None, None),
-    ("xid", gpu(xid=[{"t": 12.0, "xid": 79}]), "XID 79 at 12 s", None),
+    ("xid", gpu(xid=[{"t": 12.0, "xid": 79}]), "XID 79 (GPU has fallen off the bus) at 12 s",
+     None),
     ("hw-slowdown", gpu(reasons=[0, 8, 8 | 4]), "clock event hw_slowdown in 2 of 3", None),
     ("sw-thermal", gpu(reasons=[0x20, 0, 0]), "sw_thermal_slowdown in 1 of 3", None),
     ("hw-thermal", gpu(reasons=[0x40, 0, 0]), "hw_thermal_slowdown", None),
@@ -187,7 +188,8 @@ def test_nvml_sampler_records_series_counters_xid_and_unsupported(nvml_in_proces
     assert any("temperature reached 88 C" in f for f in failures)
     assert any("4 correctable ECC" in w for w in warnings)
     assert any("2 NVLink CRC" in w for w in warnings)
-    assert telemetry_rules(b, SETTINGS)[0] == ["XID 79 at 1 s into the burn"]
+    assert telemetry_rules(b, SETTINGS)[0] == ["XID 79 (GPU has fallen off the bus) at 1 s into "
+                                               "the burn"]
 
 
 def test_failing_nvlink_calls_are_errors_not_unsupported(nvml_in_process):

@@ -36,6 +36,12 @@ DRIFTED = [
      "(1024 MiB); expected none"),
     (gpu(6, power={"limit_mw": 500000}),
      "GPU 6 (GPU-6): power limit 500 W, expected 700 W (the GPU's default limit)"),
+    (gpu(7, clocks={"applications": {"graphics": 1410}}),
+     "GPU 7 (GPU-7): graphics application clock set to 1410 MHz, default 1980 MHz (declare "
+     "it with checks.health.custom_clocks: true)"),
+    (gpu(8, clock_event_reasons=0x2),  # locked clocks (nvidia-smi -lgc) show as this reason
+     "GPU 8 (GPU-8): clocks held by the applications-clocks setting at rest (locked or "
+     "application clocks; declare them with checks.health.custom_clocks: true)"),
 ]
 
 
@@ -78,6 +84,11 @@ def test_settings_change_what_is_expected(nvml):
     assert len(judged(n, out).failures) == 4
     assert judged(n, out, mig_mode=True, compute_mode="exclusive_process", power_limit_w=500,
                   persistence_mode=False).passed
+    clocked = probe(n, nvml, [gpu(0, clocks={"applications": {"mem": 1593}})])
+    assert judged(n, clocked).failures == (
+        "GPU 0 (GPU-0): memory application clock set to 1593 MHz, default 2619 MHz (declare "
+        "it with checks.health.custom_clocks: true)",)
+    assert judged(n, clocked, custom_clocks=True).passed
     assert judged(n, out, mig_mode=True, compute_mode="exclusive_process",
                   power_limit_w=600, persistence_mode=False).failures == (
         "GPU 0 (GPU-0): power limit 500 W, expected 600 W (the power_limit_w setting)",)

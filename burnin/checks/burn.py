@@ -24,6 +24,7 @@ from burnin.schema import (
     document,
 )
 from burnin.verdict import Verdict
+from burnin.xid import meaning
 
 # Clock event reasons that mean the GPU was slowed by a fault, not by policy: a
 # software power cap alone is the GPU working as configured.
@@ -124,7 +125,7 @@ def telemetry_rules(tel: dict, settings: dict) -> tuple[list[str], list[str]]:
     """(failures, warnings) from one GPU's recorded telemetry."""
     fail, warn = [], []
     for x in tel.get("xid", []):
-        fail.append(f"XID {x['xid']} at {x['t']:.0f} s into the burn")
+        fail.append(f"{meaning(x['xid'])} at {x['t']:.0f} s into the burn")
     before, after = tel.get("before") or {}, tel.get("after") or {}
 
     def delta(key):

@@ -8,16 +8,31 @@ error since the driver loaded; a row remap is pending or has failed; retired pag
 pending; a PCIe link is below its max width or generation (generation read under load);
 the driver or torch version differs from the majority of the run's nodes; the GPU's
 configuration has drifted (burnin/checks/drift.py: persistence, MIG and compute modes,
-foreign processes, power limit, versions the inventory's `expect:` pins).
+foreign processes, power limit, versions the inventory's `expect:` pins); an XID is in
+the kernel log since boot, a GPU runs application or locked clocks not declared, or the
+host differs (burnin/checks/host.py: CPU count, memory, swap, EDAC memory errors).
 """
 
 from __future__ import annotations
 
 from burnin.checks.base import Check, Fleet, Judging, Setting, timeout
 from burnin.checks.drift import device_drift, pinned_versions
+from burnin.checks.host import GIB, clock_rules, host_rules, xid_rules
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
-from burnin.schema import COUNT, MESSAGES, NULL_COUNT, Bool, Int, List, Obj, Scalar, Str, document
+from burnin.schema import (
+    COUNT,
+    MESSAGES,
+    NULL_COUNT,
+    Bool,
+    Int,
+    List,
+    Num,
+    Obj,
+    Scalar,
+    Str,
+    document,
+)
 from burnin.verdict import Verdict, majority
 
 
@@ -39,6 +54,18 @@ def fleet_summary(fleet: Fleet) -> dict:
             model = fleet.models.get(name)
             counts.setdefault(model.key if model else "", {})[name] = len(o.data["devices"])
     out["gpus"] = {key: (*majority(values), len(values)) for key, values in counts.items()}
+    hosts: dict[str, dict[str, dict[str, int]]] = {"cpus": {}, "memory_gib": {}}
+    for name, o in fleet.outcomes.items():
+        host = (o.data["figures"].get("host") or {}) if o.ok else {}
+        model = fleet.models.get(name)
+        key = model.key if model else ""
+        if host.get("cpus") is not None:
+            hosts["cpus"].setdefault(key, {})[name] = host["cpus"]
+        if host.get("memory_bytes") is not None:
+            hosts["memory_gib"].setdefault(key, {})[name] = round(host["memory_bytes"] / GIB)
+    for what, per_model in hosts.items():  # (majority value or None, nodes)
+        out[what] = {key: (majority(values)[0], len(values))
+                     for key, values in per_model.items()}
     return out
 
 
@@ -75,11 +102,18 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         for dev in devices:
             failures += _device_faults(node, dev, j.model)
             failures += device_drift(_gpu(dev), dev, node, j.settings)
+            failures += clock_rules(_gpu(dev), dev, j.settings)
             if dev.get("ecc_uncorrected_aggregate"):
                 warnings.append(f"{_gpu(dev)}: {dev['ecc_uncorrected_aggregate']} uncorrectable "
                                 "ECC errors over its lifetime (aggregate counter)")
 
         failures += pinned_versions(node, gpu.get("driver"), gpu.get("cuda_driver"))
+    host = figures.get("host") or {}
+    gpu_node = bool(node.gpus) or bool(devices)
+    more = xid_rules(devices, host.get("kernel_log") or {}, gpu_node, _gpu)
+    more2 = host_rules(node, host, j.settings, summary, j.model.key if j.model else "")
+    failures += more[0] + more2[0]
+    warnings += more[1] + more2[1]
     failures += _torch_sees_too_few(node, outcome)
     failures += _odd_one_out(_driver(outcome), "driver", summary["driver"])
     failures += _odd_one_out(_torch_version(outcome), "torch", summary["torch"])
@@ -190,6 +224,7 @@ DEVICE = Obj(index=Int(0, 1023), name=Str(256, null=True), uuid=Str(256, null=Tr
              mig_mode_current=Int(null=True), mig_mode_pending=Int(null=True),
              power_limit_mw=NULL_COUNT, power_default_limit_mw=NULL_COUNT,
              vbios=Str(256, null=True), inforom_image=Str(256, null=True),
+             clocks=Obj(values=NULL_COUNT, max_keys=8), clock_event_reasons=NULL_COUNT,
              processes=List(Obj(pid=COUNT, used_memory=NULL_COUNT), max=4096),
              unsupported=MESSAGES, errors=MESSAGES)
 SCHEMA = document(DEVICE, Obj(
@@ -201,6 +236,13 @@ SCHEMA = document(DEVICE, Obj(
     gpu=Obj(nvml=Str(64), driver=Str(256, null=True), cuda_driver=Str(64, null=True),
             reason=Str(4096)),
     tools=Obj(values=Obj(command=Str(4096), path=Str(4096, null=True))),
+    host=Obj(cpus=Int(0, 1 << 20, null=True), memory_bytes=NULL_COUNT, swap_bytes=NULL_COUNT,
+             edac=Obj(present=Bool(), controllers=Obj(values=Obj(ce=NULL_COUNT, ue=NULL_COUNT),
+                                                      max_keys=256)),
+             kernel_log=Obj(source=Str(4096), readable=Bool(), error=Str(4096, null=True),
+                            dropped=COUNT, xids=List(Obj(
+                                pci=Str(32), xid=COUNT, text=Str(1024),
+                                t=Num(null=True)), max=1000))),
     elapsed_s=Scalar()))
 
 def evidence(record: dict) -> dict[str, object]:
@@ -222,5 +264,17 @@ CHECK = Check(
         "compute_mode": Setting("compute_mode", "default", "NVML compute mode of every GPU"),
         "power_limit_w": Setting("positive", None,
                                  "every GPU's power limit; default: the GPU's default limit"),
+        "custom_clocks": Setting("bool", False, "application or locked GPU clocks are "
+                                 "set on purpose (otherwise they fail)"),
+        "kernel_log": Setting("str", "auto", "where XIDs since boot are read: auto "
+                              "(/dev/kmsg, else journalctl -k), off, or a file"),
+        "cpus": Setting("int", None, "logical CPUs; default: most nodes of the model"),
+        "memory_gib": Setting("positive", None, "memory; default: most nodes of the model"),
+        "memory_tolerance": Setting("fraction", 0.05, "how far MemTotal may be from it"),
+        "swap_gib": Setting("nonnegative", None, "swap (0: none); default: not judged"),
+        "max_edac_corrected": Setting("int", 100, "EDAC corrected errors since boot: "
+                                      "warn above 0, fail above this"),
+        "sysfs_root": Setting("str", "/sys", "where EDAC is read"),
+        "proc_root": Setting("str", "/proc", "where cpuinfo and meminfo are read"),
     }, summarize=fleet_summary,
     evidence=evidence, max_output=1 << 20)

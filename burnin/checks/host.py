@@ -1,0 +1,132 @@
+"""The health check's host rules: what the node around the GPUs must be. XIDs in the
+kernel log since boot (named by GPU, with NVIDIA's meaning: burnin/xid.py); application or
+locked GPU clocks unless declared; the CPU count and memory as the settings declare or as
+most nodes of the same model have; swap as declared; EDAC memory error counts. Each rule
+reads what the health probe gathered (probes/hostfacts.py); none decides on the node."""
+
+from __future__ import annotations
+
+from burnin.nodes import Node
+from burnin.xid import application_caused, meaning
+
+GIB = 1 << 30
+# nvml.h: nvmlClocksEventReasonApplicationsClocksSetting, also user-defined (locked) clocks
+APPLICATIONS_CLOCKS_SETTING = 0x2
+
+
+def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of NVML's "00000000:3B:00.0" or the kernel's "0000:3b:00"."""
+    if not bus_id:
+        return None
+    parts = bus_id.split(".")[0].split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        return int(parts[0], 16), int(parts[1], 16), int(parts[2], 16)
+    except ValueError:
+        return None
+
+
+def xid_rules(devices: list[dict], log: dict, gpu_node: bool,
+              name_of) -> tuple[list[str], list[str]]:
+    """(failures, warnings) of the XIDs the kernel logged since boot, per GPU and code."""
+    if not log:
+        return [], []
+    if not log.get("readable"):
+        if not gpu_node:
+            return [], []
+        if log.get("source") == "off":
+            return [], ["XIDs since boot not checked: kernel_log is off"]
+        return [f"kernel log unreadable, so XIDs since boot cannot be checked "
+                f"({log.get('error') or 'no reason given'}): let the probe read /dev/kmsg "
+                f"(root or CAP_SYSLOG) or journalctl -k (group adm or systemd-journal), or "
+                f"set checks.health.kernel_log: off"], []
+    by_pci = {pci_key(d.get("pci_bus_id")): d for d in devices if pci_key(d.get("pci_bus_id"))}
+    seen: dict[tuple[str, int], list[dict]] = {}
+    for x in log.get("xids", []):
+        dev = by_pci.get(pci_key(x["pci"]))
+        where = name_of(dev) if dev else f"PCI {x['pci']} (no GPU of this node there now)"
+        seen.setdefault((where, x["xid"]), []).append(x)
+    failures, warnings = [], []
+    for (where, code), events in seen.items():
+        last = events[-1]
+        when = f" at {last['t']:.0f} s after boot" if last.get("t") is not None else ""
+        times = f", {len(events)} times" if len(events) > 1 else ""
+        said = f": {last['text']!r}" if last.get("text") else ""
+        line = f"{where}: {meaning(code)} in the kernel log since boot{times}, last{when}{said}"
+        (warnings if application_caused(code) else failures).append(line)
+    if log.get("dropped"):
+        warnings.append(f"{log['dropped']} more XID lines in the kernel log were not read")
+    return failures, warnings
+
+
+def clock_rules(name: str, dev: dict, settings: dict) -> list[str]:
+    """Application or locked clocks on a GPU whose settings do not declare them."""
+    if settings.get("custom_clocks"):
+        return []
+    out = []
+    clocks = dev.get("clocks") or {}
+    for what in ("graphics", "memory"):
+        now, default = clocks.get(f"{what}_applications"), clocks.get(f"{what}_default")
+        if now is not None and default is not None and now != default:
+            out.append(f"{name}: {what} application clock set to {now} MHz, default "
+                       f"{default} MHz (declare it with checks.health.custom_clocks: true)")
+    reasons = dev.get("clock_event_reasons")
+    if reasons is not None and reasons & APPLICATIONS_CLOCKS_SETTING and not out:
+        out.append(f"{name}: clocks held by the applications-clocks setting at rest (locked "
+                   f"or application clocks; declare them with checks.health.custom_clocks: "
+                   f"true)")
+    return out
+
+
+def host_rules(node: Node, host: dict, settings: dict, fleet: dict,
+               model_key: str) -> tuple[list[str], list[str]]:
+    """(failures, warnings) of the host: CPUs, memory, swap, EDAC."""
+    failures: list[str] = []
+    warnings: list[str] = []
+    cpus, want = host.get("cpus"), settings.get("cpus")
+    common, nodes = (fleet.get("cpus") or {}).get(model_key, (None, 0))
+    if cpus is not None and want is not None and cpus != want:
+        failures.append(f"{cpus} CPUs, the settings declare {want}")
+    elif cpus is not None and want is None and common is not None and nodes >= 2 \
+            and cpus != common:
+        failures.append(f"{cpus} CPUs, most of the run's {nodes} nodes of this model have "
+                        f"{common}")
+    failures += _memory(host.get("memory_bytes"), settings, fleet, model_key)
+    swap, want_swap = host.get("swap_bytes"), settings.get("swap_gib")
+    if swap is not None and want_swap is not None and (
+            (want_swap == 0 and swap) or abs(swap - want_swap * GIB) > 0.05 * want_swap * GIB):
+        failures.append(f"swap {swap / GIB:.1f} GiB, the settings declare {want_swap:g} GiB")
+    edac = host.get("edac") or {}
+    bound = settings.get("max_edac_corrected", 100)
+    for mc, counts in (edac.get("controllers") or {}).items():
+        if counts.get("ue"):
+            failures.append(f"EDAC {mc}: {counts['ue']} uncorrected memory errors since boot")
+        ce = counts.get("ce") or 0
+        if ce > bound:
+            failures.append(f"EDAC {mc}: {ce} corrected memory errors since boot, more than "
+                            f"{bound} (max_edac_corrected)")
+        elif ce:
+            warnings.append(f"EDAC {mc}: {ce} corrected memory errors since boot")
+    return failures, warnings
+
+
+def _memory(mine: int | None, settings: dict, fleet: dict, model_key: str) -> list[str]:
+    """MemTotal leaves out what firmware and the kernel keep, so memory is judged within
+    memory_tolerance of the declared size or of most nodes' (in whole GiB)."""
+    if mine is None:
+        return []
+    tolerance = settings.get("memory_tolerance", 0.05)
+    want = settings.get("memory_gib")
+    if want is not None:
+        if abs(mine / GIB - want) > tolerance * want:
+            return [f"memory {mine / GIB:.1f} GiB, the settings declare {want:g} GiB "
+                    f"(within {tolerance:.0%})"]
+        return []
+    common, nodes = (fleet.get("memory_gib") or {}).get(model_key, (None, 0))
+    if common is None or nodes < 2:
+        return []
+    if abs(round(mine / GIB) - common) > tolerance * common:
+        return [f"memory {mine / GIB:.1f} GiB, most of the run's {nodes} nodes of this model "
+                f"have {common} GiB"]
+    return []

@@ -1,0 +1,175 @@
+"""The host beside its GPUs, for the health probe: XIDs in the kernel log since boot,
+memory (EDAC) error counts, swap. Standard library only; imports nothing of burnin.
+
+Every reader is bounded (a node's kernel log can hold a million lines) and says where it
+read from and why it could not: the controller decides what an unreadable source means.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+# NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., GPU has fallen off the bus.
+XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2})"
+                 r"(?:\.[0-7])?\): (\d{1,6})\b,? ?(.*)")
+MAX_XIDS = 1000           # events kept; the rest are counted
+MAX_RECORDS = 2_000_000   # kernel log records read at most
+READ_S = 10.0             # and for at most this long
+TEXT = 300                # characters of each XID line kept
+
+
+def kernel_xids(where: str | None) -> dict:
+    """NVRM Xid lines in the kernel log since boot. `where`: "auto" (/dev/kmsg, else
+    `journalctl -k -b`), "off" (not read: the operator opted out), or a file of kernel
+    log lines (kmsg records or dmesg text). Returns {source, readable, error, xids,
+    dropped}; each xid is {pci, xid, text, t (s since boot, or None)}."""
+    where = where or "auto"
+    out = {"source": where, "readable": False, "error": None, "xids": [], "dropped": 0}
+    if where == "off":
+        out["error"] = "not read: kernel_log is off"
+        return out
+    if where != "auto":
+        try:
+            with open(where, encoding="utf-8", errors="replace") as f:
+                _scan(out, (line for _, line in zip(range(MAX_RECORDS), f, strict=False)))
+            out["readable"] = True
+        except OSError as e:
+            out["error"] = f"{where}: {e.strerror or e}"
+        return out
+    try:
+        _scan(out, _kmsg())
+        out.update(source="/dev/kmsg", readable=True)
+        return out
+    except OSError as e:
+        first = f"/dev/kmsg: {e.strerror or e}"
+    try:
+        done = subprocess.run(["journalctl", "-k", "-b", "--no-pager", "-o", "short-monotonic"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              errors="replace", timeout=READ_S * 3)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out["error"] = f"{first}; journalctl -k: {e}"
+        return out
+    if done.returncode != 0:
+        out["error"] = f"{first}; journalctl -k exited {done.returncode}: " \
+                       f"{done.stderr.strip()[-300:]}"
+        return out
+    lines = done.stdout.splitlines()
+    if len(lines) < 2:  # a boot always logs: journald is not collecting the kernel's log
+        out["error"] = f"{first}; journalctl -k -b returned no kernel messages"
+        return out
+    _scan(out, lines[-MAX_RECORDS:])
+    out.update(source="journalctl -k -b", readable=True)
+    return out
+
+
+def _kmsg():
+    """/dev/kmsg's records from the start of the ring, without waiting for new ones."""
+    fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)  # SEEK_DATA's cousin: the oldest record kept
+        deadline = time.monotonic() + READ_S
+        for _ in range(MAX_RECORDS):
+            if time.monotonic() > deadline:
+                return
+            try:
+                record = os.read(fd, 8192)
+            except BlockingIOError:
+                return  # read to the end
+            except OSError as e:
+                if e.errno == errno.EPIPE:  # overwritten while reading: go on
+                    continue
+                raise
+            if not record:
+                return
+            yield record.decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+def _seconds(line: str) -> float | None:
+    """The time since boot of a kmsg record ("6,1234,5678901,-;...", microseconds) or a
+    dmesg/journalctl line ("[ 5678.901234] ...")."""
+    head, sep, _ = line.partition(";")
+    if sep and head.count(",") >= 2:
+        try:
+            return int(head.split(",")[2]) / 1e6
+        except ValueError:
+            return None
+    m = re.match(r"\s*\[\s*(\d+\.\d+)\]", line)
+    return float(m.group(1)) if m else None
+
+
+def _scan(out: dict, lines) -> None:
+    for line in lines:
+        if "Xid" not in line:
+            continue
+        m = XID.search(line)
+        if not m:
+            continue
+        if len(out["xids"]) >= MAX_XIDS:
+            out["dropped"] += 1
+            continue
+        out["xids"].append({"pci": m.group(1).lower(), "xid": int(m.group(2)),
+                            "text": m.group(3).strip()[:TEXT], "t": _seconds(line)})
+
+
+def edac(sysfs_root: str) -> dict:
+    """Corrected and uncorrected memory error counts per memory controller since boot
+    (/sys/devices/system/edac/mc/mc*/{ce_count,ue_count}). {present, controllers: {mc:
+    {ce, ue}}}: present False where the kernel has no EDAC driver for this platform."""
+    base = Path(sysfs_root) / "devices" / "system" / "edac" / "mc"
+    out: dict = {"present": False, "controllers": {}}
+    try:
+        mcs = sorted(p for p in base.iterdir() if re.fullmatch(r"mc\d{1,4}", p.name))[:256]
+    except OSError:
+        return out
+    out["present"] = bool(mcs)
+    for mc in mcs:
+        counts = {}
+        for key, name in (("ce", "ce_count"), ("ue", "ue_count")):
+            try:
+                counts[key] = int((mc / name).read_text().strip())
+            except (OSError, ValueError):
+                counts[key] = None
+        out["controllers"][mc.name] = counts
+    return out
+
+
+def meminfo(proc_root: str) -> dict:
+    """MemTotal and SwapTotal in bytes (None where unreadable)."""
+    out = {"memory_bytes": None, "swap_bytes": None}
+    keys = {"MemTotal:": "memory_bytes", "SwapTotal:": "swap_bytes"}
+    try:
+        with open(Path(proc_root) / "meminfo", encoding="utf-8") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[0] in keys:
+                    out[keys[parts[0]]] = int(parts[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def host_facts(settings: dict) -> dict:
+    """What the health check judges of the host: CPUs, memory, swap, EDAC, XIDs."""
+    proc_root = str(settings.get("proc_root") or "/proc")
+    facts = {"cpus": _cpus(proc_root), **meminfo(proc_root),
+             "edac": edac(str(settings.get("sysfs_root") or "/sys")),
+             "kernel_log": kernel_xids(settings.get("kernel_log"))}
+    return facts
+
+
+def _cpus(proc_root: str) -> int | None:
+    """Logical CPUs the kernel brought up (processor entries of cpuinfo), not only those
+    this process may use: a node whose BIOS lost a socket shows here."""
+    try:
+        with open(Path(proc_root) / "cpuinfo", encoding="utf-8") as f:
+            count = sum(1 for line in f if line.startswith("processor"))
+    except OSError:
+        return os.cpu_count()
+    return count or os.cpu_count()
