@@ -190,6 +190,16 @@ class Run:
         """equipped(), but only from what is known already: never runs a probe."""
         return self.equipped(node) if self.has_outcomes(FACTS) else None
 
+    def baseline(self, check: str, node: Node) -> dict | None:
+        """What the node's facts probe read before the load for `check` (Check.baseline),
+        when it ran in this run; never runs it."""
+        if not self.has_outcomes(FACTS):
+            return None
+        o = self.outcomes(FACTS).get(node.name)
+        if o is None or not o.ok:
+            return None
+        return (o.data["figures"].get("baselines") or {}).get(check)
+
     def devices(self, node: Node) -> int | None:
         """The devices every probe must report for `node`: its GPUs, or on a CPU-only node
         its `cpu_devices`; None while unknown."""
@@ -254,6 +264,8 @@ class Run:
         # Learned here, in this thread: it holds the run's lock the fan-out threads lack.
         gpus = {n.name: n.gpus if spec.facts else self.gpus(n) for n in self.nodes}
         settings = {n.name: self.settings(check, n) for n in self.nodes}  # resolved once
+        baselines = {n.name: self.baseline(check, n) for n in self.nodes} \
+            if spec.baseline is not None else {}
 
         def payload(node: Node) -> dict:
             out = {"check": check, "node": node.name, "run_id": self.run_id,
@@ -264,6 +276,10 @@ class Run:
             if spec.facts:  # the commands checks need, for the facts probe to look for
                 out["tools"] = {c.name: c.tool(self.settings(c.name, node))
                                 for c in CHECKS.values() if c.tool is not None}
+                out["baselines"] = {c.name: c.baseline(self.settings(c.name, node))
+                                    for c in CHECKS.values() if c.baseline is not None}
+            if baselines.get(node.name) is not None:
+                out["baseline"] = baselines[node.name]
             return out
 
         def devices(node: Node) -> int | None:

@@ -8,13 +8,19 @@ Measures and never decides: the controller judges.
   state, phys_state, rate and link_layer, and its error counters read twice, `window_s`
   apart: a counter that grows while the node is up is the signal, a high lifetime value
   only a hint. A node with no HCA reads nothing and does not wait.
-- NVLink: per GPU (NVML order), the links NVML knows and which of them are active
-  (nvmlDeviceGetNvLinkState). Not read on a CPU-only node (`gpus: 0`).
+- NVLink: per GPU (NVML order), the links NVML knows, which of them are active
+  (nvmlDeviceGetNvLinkState), and each link's error counters (replay, recovery, CRC flit
+  and data: nvmlDeviceGetNvLinkErrorCounter), read around the same window. Not read on a
+  CPU-only node (`gpus: 0`).
+- Under load: the health probe, the run's first, takes snapshot() of the same counters
+  before the load, and the controller gives it back to this probe as `baseline` when it
+  runs after the load: the counters' growth is then over the run's burn, storage and
+  all-reduce, and there is no quiet window to wait for.
 
     echo '{"settings": {"window_s": 2}}' | python3 probes/fabric.py
 
 Settings (optional): sysfs_root (/sys/class/infiniband), window_s (seconds between the
-two counter reads; 5).
+two counter reads when there is no baseline; 5).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_erro
             "port_xmit_discards", "excessive_buffer_overrun_errors",
             "local_link_integrity_errors")
 NVLINK_MAX_LINKS = 18  # nvml.h NVML_NVLINK_MAX_LINKS
+# nvml.h nvmlNvLinkErrorCounter_t, in its order: NVML_NVLINK_ERROR_DL_REPLAY = 0, ...
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 
 
 def log(msg: str) -> None:
@@ -160,8 +168,66 @@ def _nvlink_device(nv, index: int) -> dict:
         links += 1
         if active != nv.NVML_FEATURE_ENABLED:
             down.append(link)
-    dev["nvlink"] = {"links": links, "active": links - len(down), "down": down}
+    dev["nvlink"] = {"links": links, "active": links - len(down), "down": down,
+                     "counters": _link_counters(nv, h, links)}
     return dev
+
+
+def _link_counters(nv, h, links: int) -> dict[str, dict[str, int]]:
+    """{link: {counter: value}} of every link whose counters NVML gives."""
+    out = {}
+    for link in range(links):
+        values = {}
+        for code, name in enumerate(NVLINK_COUNTERS):
+            try:
+                values[name] = int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, code))
+            except nv.NVMLError:
+                continue  # not supported on this GPU or link: not judged
+        if values:
+            out[str(link)] = values
+    return out
+
+
+def snapshot(root: str, payload: dict) -> dict:
+    """The counters as they are now, for a later run of this probe to judge growth from:
+    {t, ib: {"hca/port": counters}, nvlink: {uuid: {link: counters}}, errors}."""
+    hcas, errors = ports(root)
+    devices, _ = nvlink(payload)
+    return {"t": time.time(),
+            "ib": {f"{h['name']}/{p['port']}": p["before"] for h in hcas for p in h["ports"]},
+            "nvlink": {d["uuid"]: d["nvlink"]["counters"] for d in devices
+                       if d.get("uuid") and "nvlink" in d},
+            "errors": errors[:16]}
+
+
+def _baseline(payload: dict) -> dict | None:
+    """The health probe's snapshot the controller passed, if it is one."""
+    b = payload.get("baseline")
+    if isinstance(b, dict) and isinstance(b.get("t"), (int, float)) \
+            and isinstance(b.get("ib"), dict) and isinstance(b.get("nvlink"), dict):
+        return b
+    return None
+
+
+def _counts(value) -> dict[str, int]:
+    return {k: v for k, v in value.items() if isinstance(v, int)} \
+        if isinstance(value, dict) else {}
+
+
+def nvlink_growth(devices: list[dict], before: dict) -> None:
+    """Each device's link counters' growth since `before` ({uuid: {link: counters}})."""
+    for dev in devices:
+        links = dev.get("nvlink")
+        was = before.get(dev.get("uuid")) if links else None
+        if not isinstance(was, dict):
+            continue
+        growth = {}
+        for link, now in links["counters"].items():
+            old = _counts(was.get(link))
+            grew = {k: v - old[k] for k, v in now.items() if k in old and v != old[k]}
+            if grew:
+                growth[link] = grew
+        links["growth"] = growth
 
 
 def _text(v) -> str:
@@ -174,21 +240,35 @@ def main() -> int:
         return 0
     settings = payload.get("settings", {})
     root = settings.get("sysfs_root") or SYSFS_ROOT
-    window = float(settings.get("window_s", 5))
     started = time.time()
+    baseline = _baseline(payload)
     hcas, errors = ports(root)
-    if any(h["ports"] for h in hcas):
-        log(f"{len(hcas)} HCA(s) under {root}; counters read again in {window:g} s")
-        time.sleep(window)
-    else:
-        log(f"no HCA port under {root}")
-        window = 0.0
-    second_read(hcas)
     devices, nv = nvlink(payload)
+    if baseline is not None:
+        since, window = "health", max(0.0, started - baseline["t"])
+        for hca in hcas:
+            for port in hca["ports"]:
+                was = _counts(baseline["ib"].get(f"{hca['name']}/{port['port']}"))
+                port["before"] = was or port["before"]
+        before = baseline["nvlink"]
+        log(f"counters against the health probe's, {window:.0f} s ago")
+    else:
+        since, window = "window", float(settings.get("window_s", 5))
+        before = {d["uuid"]: d["nvlink"]["counters"] for d in devices
+                  if d.get("uuid") and "nvlink" in d}
+        if any(h["ports"] for h in hcas) or any(before.values()):
+            log(f"{len(hcas)} HCA(s) under {root}; counters read again in {window:g} s")
+            time.sleep(window)
+            devices, nv = nvlink(payload)
+        else:
+            log(f"no HCA port under {root}, no NVLink counter")
+            window = 0.0
+    second_read(hcas)
+    nvlink_growth(devices, before)
     errors += [f"{d['device']}: {d['error']}" for d in devices if "error" in d]
     probelib.emit(PROBE, {"hostname": os.uname()[1]}, devices, {
-        "ib": {"root": root, "hcas": hcas, "window_s": window}, "nvlink": nv,
-        "elapsed_s": round(time.time() - started, 3)}, errors)
+        "ib": {"root": root, "hcas": hcas, "window_s": round(window, 3), "since": since},
+        "nvlink": nv, "elapsed_s": round(time.time() - started, 3)}, errors)
     return 0
 
 

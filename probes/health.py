@@ -19,6 +19,7 @@ import socket
 import sys
 import time
 
+import fabric
 import hostfacts
 import probelib
 
@@ -268,9 +269,16 @@ def main() -> int:
     tools = {check: {"command": str(cmd), "path": shutil.which(str(cmd))}
              for check, cmd in (settings.get("tools") or {}).items()}
     host = hostfacts.host_facts(settings.get("settings") or {})
+    # Counters that later checks judge the growth of, read here, before the load.
+    wanted = settings.get("baselines") if isinstance(settings.get("baselines"), dict) else {}
+    baselines = {}
+    if isinstance(wanted.get("fabric"), dict):
+        baselines["fabric"] = fabric.snapshot(
+            str(wanted["fabric"].get("sysfs_root") or fabric.SYSFS_ROOT), settings)
     probelib.emit(PROBE, node_identity(), devices,
                   {"torch": torch_info, "gpu": gpus, "tools": tools, "host": host,
-                   "elapsed_s": round(time.time() - started, 3)}, errors)
+                   "baselines": baselines, "elapsed_s": round(time.time() - started, 3)},
+                  errors)
     return 0
 
 

@@ -249,3 +249,75 @@ def test_inventory_hcas_must_be_a_count(tmp_path, value):
         load_inventory(path)
     path.write_text("version: 1\ndefaults: {hcas: 8}\nnodes:\n  - name: n1\n")
     assert load_inventory(path).node("n1").hcas == 8
+
+
+# --- growth over the run's load: health reads the counters first, fabric after the load ---
+
+def test_counters_grown_since_health_fail_and_the_window_is_the_runs(pytester, tmp_path):
+    """In a run, fabric judges growth since the health probe read the counters (no quiet
+    window of its own): a port whose errors grow all along the run fails alone."""
+    trees = {name: ib_tree(tmp_path / name, two_hcas()) for name in ("clean1", "clean2", "errs")}
+    nodes = "".join(f"      - name: {name}\n        checks:\n          fabric: {{sysfs_root: "
+                    f"{root}}}\n" for name, root in trees.items())
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(textwrap.dedent("""\
+        version: 1
+        defaults: {transport: local, gpus: 0}
+        checks:
+          fabric: {window_s: 600}
+        nodes:
+        """) + nodes)
+    stop = threading.Event()
+    grower = threading.Thread(target=keep_growing, daemon=True, args=(
+        trees["errs"] / "mlx5_0/ports/1/counters/port_rcv_errors", stop))
+    grower.start()
+    try:
+        result, reports = run_suite(pytester, inv, "-k", "health or fabric")
+    finally:
+        stop.set()
+        grower.join()
+    cases = {n: c["fabric"] for n, c in junit_cases(reports).items()}
+    assert cases["clean1"] == cases["clean2"] == ("passed", "")
+    outcome, message = cases["errs"]
+    assert outcome == "failure" and message.startswith("mlx5_0 port 1: port_rcv_errors grew by ")
+    assert " since the health check " in message and message.endswith(
+        " s earlier, over the run's load, more than 0")
+    ib = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
+          if json.loads(ln)["check"] == "fabric"][0]["data"]["figures"]["ib"]
+    assert ib["since"] == "health" and ib["window_s"] < 600, "no quiet window was waited"
+
+
+def test_nvlink_counters_grown_since_health_fail_the_link(nvml, tmp_path):
+    """The real health and fabric probes, the emulated GPU's link counters grown between
+    them: a retrained link and CRC past the bound fail, a few replays warn."""
+    from burnin.probe import run_probe
+    from burnin.transports.local import LocalTransport
+    repo = Path(__file__).resolve().parent.parent
+    uuids = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(2)]
+    node = Node(name="n1", address="n1", transport="local", gpus=2,
+                gpu_model="H100-SXM5-80GB")
+    settings = {"sysfs_root": str(tmp_path / "no-ib")}
+    nvml(devices=[{"uuid": u, "nvlink": {"errors": {"crc_flit": {"3": 7}}}} for u in uuids])
+    health = run_probe(LocalTransport(node, repo / "probes"), "health",
+                       {"gpus": 2, "baselines": {"fabric": settings}}, timeout_s=300)
+    assert health.ok, health.reason
+    baseline = health.data["figures"]["baselines"]["fabric"]
+    assert baseline["nvlink"][uuids[1]]["3"]["crc_flit"] == 7
+    nvml(devices=[{"uuid": uuids[0], "nvlink": {"errors": {"crc_flit": {"3": 7}}}},
+                  {"uuid": uuids[1], "nvlink": {"errors": {"crc_flit": {"3": 507},
+                                                           "replay": {"3": 5},
+                                                           "recovery": {"5": 1}}}}])
+    fabric = run_probe(LocalTransport(node, repo / "probes"), "fabric",
+                       {"gpus": 2, "settings": settings, "baseline": baseline}, timeout_s=300)
+    assert fabric.ok, fabric.reason
+    v = verdicts({"n1": fabric}, gpus=2, model="H100-SXM5-80GB")["n1"]
+    over = f"since the health check {fabric.data['figures']['ib']['window_s']:.0f} s " \
+           "earlier, over the run's load"
+    gpu1 = f"GPU 1 (NVIDIA H100 80GB HBM3, {uuids[1]})"
+    assert v.failures == (f"{gpu1} NVLink link 3: crc_flit grew by 500 {over}, more than 100",
+                          f"{gpu1} NVLink link 5: recovery grew by 1 {over}: the link "
+                          "retrained")
+    assert v.warnings == (f"{gpu1} NVLink link 3: replay grew by 5 {over}",)
+    new = {(dict(f.labels)["link"], dict(f.labels)["counter"]): f.value
+           for f in figures(fabric.to_record("r")) if f.metric == "nvlink_new_errors"}
+    assert new == {("3", "crc_flit"): 500, ("3", "replay"): 5, ("5", "recovery"): 1}

@@ -280,3 +280,29 @@ def test_the_benchmark_runs_at_tiny_scale(tmp_path):
     last = res.stdout.strip().splitlines()[-1]
     assert last.startswith("summary.html 12 nodes x 8 GPUs, 30 samples/GPU"), last
     assert " ms, open a lazy section " in last and (tmp_path / "summary_12.png").exists()
+
+
+def test_a_failing_fabric_node_shows_its_port_and_link_table(tmp_path):
+    run, verdicts = fleet(tmp_path, nodes=3, failing=0)
+    port = {"port": "1", "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec",
+            "link_layer": "InfiniBand", "before": {"link_downed": 1, "symbol_error": 0},
+            "growth": {"link_downed": 1, "symbol_error": 0}}
+    down = {**port, "port": "2", "state": "DOWN", "phys_state": "Disabled", "growth": {}}
+    record = {"run_id": "r", "node": "gpu00002", "check": "fabric", "ok": True, "reason": "",
+              "data": {"probe": "fabric", "errors": [], "figures": {
+                  "ib": {"root": "/sys/class/infiniband", "window_s": 1234.5, "since": "health",
+                         "hcas": [{"name": "mlx5_0", "ports": [port, down]}]},
+                  "nvlink": {"read": True}},
+                  "devices": [{"device": "0", "index": 0, "uuid": "GPU-0", "nvlink": {
+                      "links": 18, "active": 17, "down": [7],
+                      "growth": {"3": {"crc_flit": 500}}}}]}}
+    with open(run / "results.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+    verdicts["gpu00002"]["fabric"] = ("failure", "mlx5_0 port 1: link_downed grew by 1")
+    publish(run, "synthetic", run.name, verdicts, bench.FLOORS)
+    page = Summary(run / "summary.html")
+    part = page.text.split("id='n-gpu00002-fabric'")[1].split("</div>")[0]
+    for cell in ("<th>errors grown</th>", "<td>mlx5_0</td>", "link_downed +1",
+                 "DOWN / Disabled", "since health, over the run&#x27;s load",
+                 "<th>NVLink active</th>", "17 of 18", "link 3: crc_flit +500"):
+        assert cell in part, (cell, part[:3000])

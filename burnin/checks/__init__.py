@@ -23,12 +23,12 @@ from burnin.checks import (
 from burnin.checks.base import DEFAULT_PROFILE, PROFILES, Check, Figure, Fleet, Judging, Setting
 
 # Table order is run order: single-node checks first; group checks take only nodes that
-# passed them. After health, the node's fabric ports and links, then the short hardware
-# checks (as DCGM's diagnostic orders them: PCIe, then memory) and DCGM's own diagnostic
-# where it is installed, before the long burn.
+# passed them. After health, the short hardware checks (as DCGM's diagnostic orders them:
+# PCIe, then memory) and DCGM's own diagnostic where it is installed, before the long
+# burn; fabric after the load, judging its counters' growth since health read them.
 CHECKS: dict[str, Check] = {c.name: c for c in (
-    health.CHECK, fabric.CHECK, pcie.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK, burn.CHECK,
-    storage.CHECK, allreduce.CHECK, allreduce_internode.CHECK,
+    health.CHECK, pcie.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK, burn.CHECK,
+    storage.CHECK, allreduce.CHECK, fabric.CHECK, allreduce_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
 SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)

@@ -140,6 +140,10 @@ class Check:
     # them (burn: no series longer than the samples a probe can take before its kill):
     # a document within its byte bound is then also no longer than an honest one.
     schema_bound: Callable[[dict, int | None], Obj] | None = None
+    # What the facts probe (health, the run's first) reads before the load for this check,
+    # from the check's settings: its snapshot comes back to this check's probe as
+    # `baseline`, so that it judges growth over the run (fabric: error counters).
+    baseline: Callable[[dict], dict] | None = None
 
     @property
     def probe_name(self) -> str:

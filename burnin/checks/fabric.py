@@ -2,10 +2,15 @@
 
 Ports: as many HCAs as the inventory's `hcas:` (or the run's majority, each node one
 vote); every port ACTIVE and LinkUp at the expected rate (`rate_gbps`, or the run's
-majority); no port flapped (link_downed grew between the probe's two reads) and no error
-counter grew by more than `max_error_growth`; a high lifetime count only warns. A node
-with no HCA where none is expected (`hcas: 0`, or unset and no majority above 0): the
-port rules do not apply. NVLink: every GPU has its model's `nvlink_links` active.
+majority); no port flapped (link_downed grew) and no error counter grew by more than
+`max_error_growth`; a high lifetime count only warns. A node with no HCA where none is
+expected (`hcas: 0`, or unset and no majority above 0): the port rules do not apply.
+NVLink: every GPU has its model's `nvlink_links` active, no link recovered (retrained), and
+no link's replay or CRC counters grew by more than `max_nvlink_growth` (any growth warns).
+
+Growth is over the run's load: fabric runs after the burn, storage and the intra-node
+all-reduce, against the counters the health probe read before them (Check.baseline);
+where health did not run on the node in this run, over the probe's own quiet `window_s`.
 """
 
 from __future__ import annotations
@@ -61,12 +66,41 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             if not hca["ports"]:
                 failures.append(f"{hca['name']}: no port")
             for port in hca["ports"]:
-                f, w = _port_rules(hca["name"], port, rate, rate_source, ib["window_s"],
+                f, w = _port_rules(hca["name"], port, rate, rate_source, _over(ib),
                                    j.settings)
                 failures += f
                 warnings += w
     failures += _nvlink_rules(data, j)
-    return Verdict(node.name, "fabric", tuple(failures), tuple(warnings))
+    f, w = _nvlink_growth(data["devices"], _over(ib), j.settings)
+    return Verdict(node.name, "fabric", tuple(failures + f), tuple(warnings + w))
+
+
+def _over(ib: dict) -> str:
+    """The window the counters grew over, in words."""
+    if ib.get("since") == "health":
+        return f"since the health check {ib['window_s']:.0f} s earlier, over the run's load"
+    return f"in {ib['window_s']:g} s"
+
+
+def _nvlink_growth(devices: list[dict], over: str, settings: dict
+                   ) -> tuple[list[str], list[str]]:
+    """A link that recovered (retrained) fails; replay and CRC growth warns, and fails
+    past max_nvlink_growth."""
+    bound = settings.get("max_nvlink_growth", 100)
+    failures, warnings = [], []
+    for dev in devices:
+        growth = (dev.get("nvlink") or {}).get("growth") or {}
+        for link, grew in sorted(growth.items(), key=lambda kv: int(kv[0])):
+            at = f"GPU {where(dev)} NVLink link {link}"
+            for counter, n in sorted(grew.items()):
+                line = f"{at}: {counter} grew by {n} {over}"
+                if counter == "recovery" and n > 0:
+                    failures.append(f"{line}: the link retrained")
+                elif n > bound:
+                    failures.append(f"{line}, more than {bound:g}")
+                elif n > 0:
+                    warnings.append(line)
+    return failures, warnings
 
 
 def _expected_hcas(node: Node, summary: dict) -> tuple[int | None, str]:
@@ -89,7 +123,7 @@ def _expected_rate(settings: dict, summary: dict) -> tuple[float | None, str]:
     return common, f"the rate of most of the run's {nodes} nodes"
 
 
-def _port_rules(hca: str, port: dict, rate: float | None, source: str, window: float,
+def _port_rules(hca: str, port: dict, rate: float | None, source: str, over: str,
                 settings: dict) -> tuple[list[str], list[str]]:
     at = f"{hca} port {port['port']}"
     failures, warnings = [], []
@@ -104,11 +138,9 @@ def _port_rules(hca: str, port: dict, rate: float | None, source: str, window: f
     bound = settings.get("max_error_growth", 0)
     for counter, grew in sorted(growth.items()):
         if counter == "link_downed" and grew > 0:
-            failures.append(f"{at}: link_downed grew by {grew} in {window:g} s: the port "
-                            "flapped")
+            failures.append(f"{at}: link_downed grew by {grew} {over}: the port flapped")
         elif grew > bound:
-            failures.append(f"{at}: {counter} grew by {grew} in {window:g} s, more than "
-                            f"{bound:g}")
+            failures.append(f"{at}: {counter} grew by {grew} {over}, more than {bound:g}")
     lifetime = settings.get("lifetime_warn", 100)
     for counter, value in sorted((port.get("before") or {}).items()):
         if lifetime and value >= lifetime:
@@ -174,6 +206,11 @@ def figures(record: dict) -> list[Figure]:
             out.append(Figure("nvlink_active_ratio", (("device", dev["device"]),),  # + UUID
                               links["active"] / links["links"],
                               "share of the GPU's NVLink links that are active"))
+        for link, grew in (links.get("growth") or {}).items():
+            for counter, n in grew.items():
+                out.append(Figure("nvlink_new_errors", (("device", dev["device"]),
+                                                        ("link", link), ("counter", counter)),
+                                  n, "NVLink error counter growth over the run"))
     return out
 
 
@@ -189,29 +226,42 @@ PORT = Obj(port=Str(64), state=Str(256, null=True), state_code=Int(null=True),
            link_layer=Str(256, null=True), before=Obj(values=COUNT), after=Obj(values=COUNT),
            growth=Obj(values=Int(-2**63, 2**63)))
 HCA = Obj(required=("name", "ports"), name=Str(256), ports=List(PORT, max=64))
+LINK_COUNTERS = Obj(values=Obj(values=COUNT, max_keys=8), max_keys=64)  # {link: {c: n}}
 DEVICE = Obj(device=Str(64), index=Int(0, 1023), name=Str(256), uuid=Str(256),
              error=Str(4096), nvlink=Obj(links=Int(0, 64), active=Int(0, 64),
-                                         down=List(Int(0, 64), max=64)))
+                                         down=List(Int(0, 64), max=64),
+                                         counters=LINK_COUNTERS,
+                                         growth=Obj(values=Obj(values=Int(-2**63, 2**63),
+                                                               max_keys=8), max_keys=64)))
+# What the health probe reads before the load (probes/fabric.py snapshot()).
+SNAPSHOT = Obj(required=("t", "ib", "nvlink"), t=Num(), errors=List(Str(4096), max=16),
+               ib=Obj(values=Obj(values=COUNT, max_keys=16), max_keys=4096),
+               nvlink=Obj(values=LINK_COUNTERS, max_keys=64))
 SCHEMA = document(DEVICE, Obj(
     required=("ib", "nvlink"),
     ib=Obj(required=("root", "hcas", "window_s"), root=Str(4096),
-           hcas=List(HCA, max=256), window_s=Num(0)),
+           hcas=List(HCA, max=256), window_s=Num(0), since=Str(16)),
     nvlink=Obj(required=("read",), read=Bool(), why=Str(4096)), elapsed_s=Num(0)))
 
 CHECK = Check(
     name="fabric", doc="the node's fabric ports and NVLink links are up at their rate",
     judge=judge, schema=SCHEMA, summarize=fleet_summary, figures=figures, evidence=evidence,
+    baseline=lambda settings: {"sysfs_root": settings["sysfs_root"]},
     settings={
         "timeout_s": timeout(120, 180, 300),
         "sysfs_root": Setting("str", "/sys/class/infiniband", "where the HCAs are listed"),
         "window_s": Setting("positive", {"quick": 2, "standard": 10, "extended": 60},
-                            "seconds between the two reads of the port error counters"),
+                            "seconds between the two counter reads where health did not "
+                            "read them before the load"),
         "rate_gbps": Setting("positive", None,
                              "every port's rate at the least; default: the run's majority"),
         "max_error_growth": Setting("int", 0, "growth of a port error counter over the "
                                     "window that fails the node (link_downed: any)"),
         "lifetime_warn": Setting("int", 100, "a port error counter's lifetime value that "
                                  "warns; 0: never"),
+        "max_nvlink_growth": Setting("int", 100, "growth of an NVLink link's replay or "
+                                     "CRC counter that fails (any warns; recovery: any "
+                                     "fails)"),
         "nvlink_links": Setting("int", None, "active NVLink links per GPU; default: the "
                                 "gpu_model's nvlink_links"),
     })

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from burnin.checks.base import Check, Fleet, Judging, Setting, timeout
 from burnin.checks.drift import device_drift, pinned_versions
+from burnin.checks.fabric import SNAPSHOT
 from burnin.checks.host import GIB, clock_rules, host_rules, xid_rules
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
@@ -236,6 +237,7 @@ SCHEMA = document(DEVICE, Obj(
     gpu=Obj(nvml=Str(64), driver=Str(256, null=True), cuda_driver=Str(64, null=True),
             reason=Str(4096)),
     tools=Obj(values=Obj(command=Str(4096), path=Str(4096, null=True))),
+    baselines=Obj(fabric=SNAPSHOT, max_keys=8),
     host=Obj(cpus=Int(0, 1 << 20, null=True), memory_bytes=NULL_COUNT, swap_bytes=NULL_COUNT,
              edac=Obj(present=Bool(), controllers=Obj(values=Obj(ce=NULL_COUNT, ue=NULL_COUNT),
                                                       max_keys=256)),

@@ -369,3 +369,50 @@ def health(view: NodeView, record: dict) -> list:
     if rows:
         out.append(table(head, rows))
     return out
+
+
+def _grown(counts) -> str:
+    """"symbol_error +3, link_downed +1" of the counters that grew."""
+    return ", ".join(f"{k} +{text(v)}" for k, v in sorted(mapping(counts).items())
+                     if num(v))
+
+
+@section("fabric")
+def fabric(view: NodeView, record: dict) -> list:
+    """The port/link table: every HCA port with its state, rate and what grew over the
+    run; every GPU's NVLink links, which are down, and which link counters grew."""
+    data = record["data"]
+    ib = mapping(mapping(data.get("figures")).get("ib"))
+    over = ("since health, over the run's load" if ib.get("since") == "health"
+            else f"over a quiet {text(ib.get('window_s'))} s")
+    bad = "fail"
+    rows = []
+    for hca in (mapping(h) for h in seq(ib.get("hcas"))):
+        for p in (mapping(p) for p in seq(hca.get("ports"))):
+            up = p.get("state") == "ACTIVE" and p.get("phys_state") == "LinkUp"
+            grew = _grown(p.get("growth"))
+            rows.append([hca.get("name"), p.get("port"),
+                         [f"{p.get('state')} / {p.get('phys_state')}", "" if up else bad],
+                         p.get("rate"), p.get("link_layer"), [grew or "none", bad if grew
+                                                              else ""]])
+    out = [facts([("HCA root", ib.get("root")), ("counters grew", over)])]
+    if rows:
+        out.append(table(["HCA", "port", "state / phys", "rate", "link layer",
+                          "errors grown"], rows))
+    links = []
+    for d in (mapping(d) for d in seq(data.get("devices"))):
+        nv = mapping(d.get("nvlink"))
+        if not nv:
+            continue
+        down = ", ".join(str(x) for x in seq(nv.get("down")))
+        grew = "; ".join(f"link {k}: {_grown(v)}" for k, v in
+                         sorted(mapping(nv.get("growth")).items(), key=lambda kv: kv[0]))
+        links.append([d.get("index"), d.get("uuid"),
+                      [f"{text(nv.get('active'))} of {text(nv.get('links'))}",
+                       bad if down else ""], down or "none", [grew or "none",
+                                                              bad if grew else ""]])
+    if links:
+        out.append(table(["GPU", "UUID", "NVLink active", "down", "counters grown"], links))
+    elif not rows:
+        out.append(note("no HCA port and no NVLink on this node"))
+    return out
