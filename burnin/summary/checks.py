@@ -368,6 +368,27 @@ def health(view: NodeView, record: dict) -> list:
         head, rows = head[:4] + head[5:], [r[:4] + r[5:] for r in rows]
     if rows:
         out.append(table(head, rows))
+    out += _host(mapping(fig.get("host")))
+    return out
+
+
+def _host(host: dict) -> list:
+    """The host beside the GPUs: swap, EDAC, and the XIDs in the kernel log since boot."""
+    if not host:
+        return []
+    log, edac = mapping(host.get("kernel_log")), mapping(host.get("edac"))
+    swap = num(host.get("swap_bytes"))
+    counts = [f"{mc}: {text(mapping(c).get('ce'))} corrected, {text(mapping(c).get('ue'))} "
+              f"uncorrected" for mc, c in mapping(edac.get("controllers")).items()]
+    out = [facts([("swap", f"{swap / (1 << 30):.1f} GiB" if swap is not None else None),
+                  ("EDAC", "; ".join(counts[:8]) or ("no EDAC driver" if edac else None)),
+                  ("kernel log", log.get("source") if log.get("readable") else
+                   f"not read: {log.get('error')}" if log else None)])]
+    xids = [mapping(x) for x in seq(log.get("xids"))]
+    if xids:
+        out.append(table(["PCI", "XID", "s after boot", "kernel's words"],
+                         [[x.get("pci"), [text(x.get("xid")), "fail"], x.get("t"), x.get("text")]
+                          for x in xids]))
     return out
 
 
