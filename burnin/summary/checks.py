@@ -245,11 +245,13 @@ def error_map(device: str, n: float, events: list) -> dict:
             items.append(("circle", at(x.get("col")), at(x.get("row")), 3, colour,
                           f"C[{x.get('row')}, {x.get('col')}] = {x.get('got')}, expected "
                           f"{x.get('expected')} (product {product})"))
+        rows, cols = seq(ev.get("rows")), seq(ev.get("cols"))
+        where = (f"row {rows[0]}, col {cols[0]}" if len(rows) == len(cols) == 1 else
+                 f"{len(rows)} rows, {len(cols)} cols")
         items.append(("text", m + size + 10, m + 10 + 14 * k,
-                      f"product {product}: {ev.get('wrong_elements')} wrong, "
-                      f"{len(seq(ev.get('rows')))} rows, {len(seq(ev.get('cols')))} cols", "s",
+                      f"product {product}: {ev.get('wrong_elements')} wrong, {where}", "s",
                       colour))
-    return {"w": size + m + 190, "h": size + m + 20, "t": f"{device}: wrong elements of C",
+    return {"w": size + m + 250, "h": size + m + 20, "t": f"{device}: wrong elements of C",
             "i": pack(items)}
 
 
