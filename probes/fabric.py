@@ -245,7 +245,7 @@ def main() -> int:
     hcas, errors = ports(root)
     devices, nv = nvlink(payload)
     if baseline is not None:
-        since, window = "health", max(0.0, started - baseline["t"])
+        since, window = "baseline", max(0.0, started - baseline["t"])
         for hca in hcas:
             for port in hca["ports"]:
                 was = _counts(baseline["ib"].get(f"{hca['name']}/{port['port']}"))

@@ -290,7 +290,7 @@ def test_a_failing_fabric_node_shows_its_port_and_link_table(tmp_path):
     down = {**port, "port": "2", "state": "DOWN", "phys_state": "Disabled", "growth": {}}
     record = {"run_id": "r", "node": "gpu00002", "check": "fabric", "ok": True, "reason": "",
               "data": {"probe": "fabric", "errors": [], "figures": {
-                  "ib": {"root": "/sys/class/infiniband", "window_s": 1234.5, "since": "health",
+                  "ib": {"root": "/sys/class/infiniband", "window_s": 1234.5, "since": "baseline",
                          "hcas": [{"name": "mlx5_0", "ports": [port, down]}]},
                   "nvlink": {"read": True}},
                   "devices": [{"device": "0", "index": 0, "uuid": "GPU-0", "nvlink": {

@@ -77,7 +77,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
 
 def _over(ib: dict) -> str:
     """The window the counters grew over, in words."""
-    if ib.get("since") == "health":
+    if ib.get("since") == "baseline":
         return f"since the health check {ib['window_s']:.0f} s earlier, over the run's load"
     return f"in {ib['window_s']:g} s"
 

@@ -406,7 +406,7 @@ def fabric(view: NodeView, record: dict) -> list:
     run; every GPU's NVLink links, which are down, and which link counters grew."""
     data = record["data"]
     ib = mapping(mapping(data.get("figures")).get("ib"))
-    over = ("since health, over the run's load" if ib.get("since") == "health"
+    over = ("since health, over the run's load" if ib.get("since") == "baseline"
             else f"over a quiet {text(ib.get('window_s'))} s")
     bad = "fail"
     rows = []
