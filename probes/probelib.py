@@ -92,22 +92,33 @@ def watch_controller(payload: dict, probe: str) -> None:
         return
 
     def watch() -> None:
-        fd = sys.stdin.fileno()
-        while True:
-            ready, _, _ = select.select([fd], [], [], float(limit))
-            if not ready:
-                return _lost(probe, f"no heartbeat from the controller for {limit:g} s")
-            try:
-                if not os.read(fd, 4096):
-                    return _lost(probe, "the controller is gone (stdin closed)")
-            except OSError as e:
-                return _lost(probe, f"the controller is gone (stdin: {e.strerror})")
+        try:
+            why = _controller_lost(sys.stdin.fileno(), float(limit))
+        except BaseException as e:  # noqa: BLE001  a dead watchdog would leave us unwatched
+            why = f"the watchdog failed ({type(e).__name__}: {e})"
+        _lost(probe, why)
 
     threading.Thread(target=watch, name="burnin-watchdog", daemon=True).start()
 
 
+def _controller_lost(fd: int, limit: float) -> str:
+    """Wait on the lifeline; return why the controller is lost."""
+    while True:
+        ready, _, _ = select.select([fd], [], [], limit)
+        if not ready:
+            return f"no heartbeat from the controller for {limit:g} s"
+        try:
+            if not os.read(fd, 4096):
+                return "the controller is gone (stdin closed)"
+        except OSError as e:
+            return f"the controller is gone (stdin: {e.strerror})"
+
+
 def _lost(probe: str, why: str) -> None:
-    log(probe, f"{why}: stopping")
+    try:
+        log(probe, f"{why}: stopping")
+    except (OSError, ValueError):
+        pass  # stderr went with the controller (a broken pipe): there is nobody to tell
     group = os.getpgrp()
     try:
         os.killpg(group, signal.SIGTERM)

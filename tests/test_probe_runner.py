@@ -15,6 +15,8 @@ from burnin.inventory import Node
 from burnin.probe import run_probe, shape_problem
 from burnin.transports.local import LocalTransport
 
+REPO = Path(__file__).resolve().parent.parent
+
 GOOD_DOC = {"probe": "p", "schema": 1, "node": {}, "devices": [], "figures": {}, "errors": []}
 
 
@@ -173,3 +175,34 @@ def test_a_transport_dropped_without_close_frees_its_node(tmp_path):
         assert second.probe_command("p")[-1].endswith("p.py")
     finally:
         second.close()
+
+
+@pytest.mark.parametrize("stderr_first", [True, False])
+def test_a_probe_whose_controller_is_gone_stops_even_when_its_stderr_went_first(stderr_first):
+    """The lifeline (probelib.watch_controller): when the controller dies, the probe's
+    stdin ends, and its stderr pipe usually loses its reader at the same moment. Telling
+    stderr why it stops must not be what keeps it alive (a broken pipe killed the watchdog
+    thread, and the probe slept on for its 600 s)."""
+    code = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(REPO / "probes")!r})
+        import probelib
+        probelib.watch_controller(probelib.read_payload(), "p")
+        time.sleep(600)
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        proc.stdin.write(json.dumps({"watchdog_s": 300}).encode() + b"\n")
+        proc.stdin.flush()
+        time.sleep(1)  # the watchdog is watching
+        ends = [proc.stderr, proc.stdin] if stderr_first else [proc.stdin, proc.stderr]
+        ends[0].close()
+        time.sleep(0.5)
+        ends[1].close()
+        # A hang only: the watchdog's SIGTERM is immediate, its SIGKILL comes 5 s later.
+        assert proc.wait(timeout=120) in (-15, 137), "the probe outlived its controller"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
