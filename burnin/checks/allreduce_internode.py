@@ -116,7 +116,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if fig.get("slow_with_good_partner"):
         failures.append(f"localised as the slow node: {fig['verdict']}; its pairs (GB/s): "
                         f"{pairs}; group busbw {group.get('busbw_gbps', 0):.3f} GB/s at "
-                        f"{mib} over {len(group.get('nodes', []))} nodes")
+                        f"{mib} over {group.get('members', 0)} nodes")
     elif fig.get("group_failure"):
         failures.append(fig["group_failure"])
     return Verdict(node.name, NAME, tuple(failures))
@@ -133,7 +133,7 @@ def figures(record: dict) -> list[Figure]:
 PAIR = Obj(nodes=List(Str(256), max=2), busbw_gbps=Num(0, 1e5), retest=Bool(),
            completed=Bool())
 # The controller writes these records itself, from the members' validated documents.
-SCHEMA = document(Obj(), Obj(group=Obj(nodes=List(Str(256), max=1 << 20), busbw_gbps=Num(0),
+SCHEMA = document(Obj(), Obj(group=Obj(members=COUNT, rank0=Str(256), busbw_gbps=Num(0),
                                        bytes=COUNT, sweep=List(SIZE, max=64)),
                              pairs=List(PAIR, max=1 << 20), wrong_elements=COUNT,
                              ranks=List(COUNT, max=1024)))

@@ -49,14 +49,19 @@ def run_group(run, nodes: list[Node], settings: dict, facts: Facts) -> dict[str,
     world, offsets = layout(nodes, facts)
     out: dict[str, ProbeOutcome] = {}
 
+    # Only the rendezvous master (the first node) waits for the others by name: the
+    # member list goes to it alone, so that a group of n nodes costs O(n), not O(n^2).
+    names = [n.name for n in nodes]
+
     def payload(node: Node) -> dict:
+        group = {"world": world, "rank_offset": offsets[node.name],
+                 "ranks_here": facts.ranks[node.name],
+                 "master_addr": nodes[0].address, "master_port": port}
+        if node is nodes[0]:
+            group["nodes"] = names
         return {"check": "allreduce", "node": node.name, "run_id": run.run_id,
                 "gpus": facts.gpus[node.name], "cpu_devices": node.cpu_devices,
-                "settings": settings,
-                "group": {"world": world, "rank_offset": offsets[node.name],
-                          "ranks_here": facts.ranks[node.name],
-                          "master_addr": nodes[0].address, "master_port": port,
-                          "nodes": [n.name for n in nodes]}}
+                "settings": settings, "group": group}
 
     launcher = run.launcher(nodes[0])
     if launcher is not None and all(run.launcher(n) is launcher for n in nodes):
@@ -75,7 +80,8 @@ def _as_ranks(run, launcher, nodes: list[Node], payloads: dict[str, dict], timeo
     """The group as one launch with one task per rank (Slurm: one step, one task per GPU);
     each task is its node's next rank (probes/allreduce.py: per_task)."""
     for p in payloads.values():
-        p["group"].update(per_task=True, ranks=[ranks[n.name] for n in nodes])
+        p["group"]["per_task"] = True
+    payloads[nodes[0].name]["group"]["ranks"] = [ranks[n.name] for n in nodes]  # the master's
     if run.cancel.is_set():
         return {n.name: ProbeOutcome(n.name, "allreduce", False, "not started: the run was "
                                      "interrupted") for n in nodes}
@@ -125,8 +131,10 @@ def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
     if not sweep:
         return None
     top = judged(sweep)
-    return {"nodes": [n.name for n in nodes], "sweep": sweep, "bytes": top["bytes"],
-            "busbw_gbps": top["busbw_gbps"]}
+    # How many members, not their names: every member's record carries this, and a list
+    # of n names in each of n records is O(n^2) in results.jsonl (1 GB at 10,000 nodes).
+    return {"members": len(nodes), "rank0": nodes[0].name, "sweep": sweep,
+            "bytes": top["bytes"], "busbw_gbps": top["busbw_gbps"]}
 
 
 def observed(outcomes: dict[str, ProbeOutcome]) -> dict[str, str]:

@@ -334,7 +334,7 @@ def internode(view: NodeView, record: dict) -> list:
              f"{num(p.get('busbw_gbps')) / gbps:.0%}" if gbps and num(p.get("busbw_gbps"))
              is not None else ""] for p in pairs]
     return [facts([("excluded", fig.get("excluded")), ("group failure", fig.get("group_failure")),
-                   ("group nodes", len(seq(group.get("nodes"))) or None),
+                   ("group nodes", num(group.get("members"))),
                    ("group busbw GB/s", gbps),
                    ("at size", fmt_bytes(num(group.get("bytes"))) if num(group.get("bytes"))
                     else None), ("wrong elements", fig.get("wrong_elements"))])] + \
