@@ -94,7 +94,7 @@ def watch_controller(payload: dict, probe: str) -> None:
     def watch() -> None:
         try:
             why = _controller_lost(sys.stdin.fileno(), float(limit))
-        except BaseException as e:  # noqa: BLE001  a dead watchdog would leave us unwatched
+        except BaseException as e:  # a dead watchdog would leave the probe unwatched
             why = f"the watchdog failed ({type(e).__name__}: {e})"
         _lost(probe, why)
 

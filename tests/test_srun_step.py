@@ -208,7 +208,7 @@ def test_a_controller_that_dies_leaves_no_probe_running(tmp_path):
     assert len(hung_probes(tmp_path)) == 2
     proc.stdin.close()  # what a SIGKILLed controller's end of the pipe does
     proc.wait(timeout=30)
-    assert not hung_probes(tmp_path)
+    assert gone(tmp_path), "the controller's end of the lifeline closed, a probe ran on"
 
 
 def hung_probes(tmp_path: Path) -> list[int]:
