@@ -104,3 +104,24 @@ def test_a_master_that_blames_a_peer_frames_nobody(pytester, make_hosts, hosts_c
             outcome, message = cases[name]
             assert outcome == "failure" and "no node could be singled out" in message, cases
             assert "did not take part" not in message
+
+
+def test_a_members_group_figure_does_not_grow_with_the_group():
+    """Every member's results.jsonl record carries the group figure: naming the members in
+    it made the file O(n^2) (about 1 GB at 10,000 nodes, and 9 GiB once parsed back)."""
+    from burnin.checks.groups import Facts, group_figures
+    from burnin.nodes import Node
+    from burnin.probe import ProbeOutcome
+
+    def figure(n: int) -> dict:
+        nodes = [Node(name=f"node{i:05d}", address=f"node{i:05d}") for i in range(n)]
+        sweep = [{"bytes": 1 << 20, "busbw_gbps": 1.0}]
+        outcomes = {x.name: ProbeOutcome(x.name, "allreduce", True, data={
+            "errors": [], "figures": {"world": n, "first_rank": i, "ranks_here": 1,
+                                      "sweep": sweep}}) for i, x in enumerate(nodes)}
+        return group_figures(outcomes, nodes, Facts(dict.fromkeys(outcomes, 1),
+                                                    dict.fromkeys(outcomes, 0)))
+
+    small, large = figure(3), figure(3000)
+    assert small["members"] == 3 and large["members"] == 3000
+    assert len(json.dumps(large)) - len(json.dumps(small)) < 16, large.keys()
