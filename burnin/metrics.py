@@ -15,6 +15,7 @@ from pathlib import Path
 
 from burnin.figures import key_figures
 from burnin.files import write_atomically
+from burnin.text import safe_text
 
 # A figure's unit, the end of its name, -> the base unit's name and the factor to it.
 # Decimal prefixes, as the checks report them (GB/s as fio and nccl-tests define it).
@@ -44,8 +45,17 @@ def base_unit(metric: str) -> tuple[str, float, str]:
                      f"({', '.join(u[0] for u in BASE_UNITS)})")
 
 
+# Series one node's record of one check may add: far above what an honest document gives
+# (64 HCA ports and 8 GPUs' 18 NVLink links, each with its counters), far below what a
+# node claiming thousands of counters would make of the file.
+MAX_SERIES_PER_RECORD = 4096
+
+
 def _esc(v) -> str:
-    return str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    # Control characters (a carriage return among them) are escaped as text first; then
+    # what the exposition format itself escapes: backslash, double quote, newline.
+    return safe_text(str(v)).replace("\\", "\\\\").replace(
+        '"', '\\"').replace("\n", "\\n")
 
 
 def _labels(pairs) -> str:
@@ -94,19 +104,21 @@ def render(cluster: str, run_id: str, finished: float,
                          "quarantine ledger at the end of the run, else 0.",
                          [f"burnin_node_quarantined{_labels([c, ('node', n)])} {int(q)}"
                           for n, q in sorted(quarantined.items())])
-    families: dict[str, tuple[str, list[str]]] = {}
+    families: dict[str, tuple[str, dict[str, str]]] = {}
     for r in records:
         uuids = _uuids(r)
-        for f in key_figures(r):
+        for f in key_figures(r)[:MAX_SERIES_PER_RECORD]:
             name, factor, words = base_unit(f.metric)
             pairs = [c, ("node", r["node"]), *f.labels]
             device = dict(f.labels).get("device")
             if device in uuids:
                 pairs.append((UUID_LABEL, uuids[device]))
-            families.setdefault(name, (f"{f.help}, in {words}.", []))[1].append(
-                f"burnin_{name}{_labels(pairs)} {f.value * factor:.12g}")
+            series = f"burnin_{name}{_labels(pairs)}"
+            # One sample per series: a node repeating a device or port says it once.
+            families.setdefault(name, (f"{f.help}, in {words}.", {})
+                                )[1].setdefault(series, f"{series} {f.value * factor:.12g}")
     for name, (help_text, samples) in sorted(families.items()):
-        lines += _family(f"burnin_{name}", help_text, samples)
+        lines += _family(f"burnin_{name}", help_text, list(samples.values()))
     return "\n".join(lines) + "\n"
 
 

@@ -15,7 +15,16 @@ import threading
 from dataclasses import dataclass, field
 
 from burnin.schema import Num, Obj, Str
-from burnin.transports import WATCHDOG_S, CommandResult, Launcher, NodeUnreachable, Transport
+from burnin.text import UnsafeDocument, safe_document, safe_text
+from burnin.transports import (
+    WATCHDOG_S,
+    CommandResult,
+    Launcher,
+    NodeBusy,
+    NodeUnreachable,
+    Transport,
+    is_busy,
+)
 from burnin.verdict import clean
 
 SCHEMA_VERSION = 1
@@ -40,19 +49,34 @@ class ProbeOutcome:
     duration_s: float = 0.0
     exit_code: int | None = None
     stderr_tail: str = ""
+    busy: bool = False  # another run holds the node: not run, and not the node's fault
+    # The controller failed while running it (a bug of ours, not anything the node did):
+    # the run ends incomplete rather than blame the node (Run.verdict).
+    fault: bool = False
 
     def to_record(self, run_id: str) -> dict:
-        return {"run_id": run_id, "node": self.node, "check": self.probe, "ok": self.ok,
-                "reason": self.reason, "duration_s": round(self.duration_s, 3),
-                "exit_code": self.exit_code, "stderr_tail": self.stderr_tail,
-                "data": self.data}
+        record = {"run_id": run_id, "node": self.node, "check": self.probe, "ok": self.ok,
+                  "reason": self.reason, "duration_s": round(self.duration_s, 3),
+                  "exit_code": self.exit_code, "stderr_tail": self.stderr_tail,
+                  "data": self.data}
+        if self.busy:
+            record["busy"] = True
+        if self.fault:
+            record["controller_fault"] = True
+        return record
 
     @classmethod
     def from_record(cls, record: dict) -> ProbeOutcome:
         return cls(node=record["node"], probe=record["check"], ok=record["ok"],
                    reason=record["reason"], data=record["data"] or {},
                    duration_s=record["duration_s"], exit_code=record["exit_code"],
-                   stderr_tail=record["stderr_tail"])
+                   stderr_tail=record["stderr_tail"], busy=bool(record.get("busy")),
+                   fault=bool(record.get("controller_fault")))
+
+
+def unreachable(node: str, probe: str, e: NodeUnreachable) -> ProbeOutcome:
+    """The outcome of a node that could not be reached, or that another run holds."""
+    return ProbeOutcome(node, probe, ok=False, reason=str(e), busy=isinstance(e, NodeBusy))
 
 
 PROGRESS_MARK = b"BURNIN_PROGRESS "
@@ -77,7 +101,7 @@ def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float
         result = transport.run(argv, json.dumps(settings).encode(), timeout_s, max_output,
                                on_stderr=on_stderr, lifeline=lifeline, cancel=cancel)
     except NodeUnreachable as e:
-        return ProbeOutcome(node, probe, ok=False, reason=str(e))
+        return unreachable(node, probe, e)
     return judge_output(node, probe, result, timeout_s, max_output, schema)
 
 
@@ -97,15 +121,16 @@ def run_probes(launcher: Launcher, nodes: list, probe: str, payloads: dict[str, 
     out = {}
     for n in nodes:
         r = results[n.name]
-        out[n.name] = [ProbeOutcome(n.name, probe, ok=False, reason=r)] if isinstance(r, str) \
-            else [judge_output(n.name, probe, t, timeouts[n.name], max_output, schema) for t in r]
+        out[n.name] = [ProbeOutcome(n.name, probe, ok=False, reason=r, busy=is_busy(r))] \
+            if isinstance(r, str) else \
+            [judge_output(n.name, probe, t, timeouts[n.name], max_output, schema) for t in r]
     return out
 
 
 def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
                  max_output: int, schema=None) -> ProbeOutcome:
     """Turn a finished command into an outcome: ok with data, or a failure with a reason."""
-    stderr = result.stderr_tail.decode("utf-8", "replace")
+    stderr = safe_text(result.stderr_tail.decode("utf-8", "replace"))
 
     def failed(reason: str) -> ProbeOutcome:
         last = _last_line(stderr)
@@ -152,6 +177,13 @@ def _read_document(probe: str, stdout: bytes, schema) -> tuple[dict, str]:
         return {}, f"probe {probe} printed no valid JSON ({e})"
     except RecursionError:
         return {}, f"probe {probe} printed JSON nested too deeply to read"
+    # Made safe here, where it was parsed: nothing after this point (judges, fleet
+    # figures, the ledger, junit.xml, results.jsonl, metrics.prom) can meet text or
+    # numbers from this node that it cannot encode or show.
+    try:
+        data = safe_document(data)
+    except UnsafeDocument as e:
+        return {}, f"malformed probe output: {e}"
     problem = shape_problem(probe, data)
     if problem:
         return {}, f"probe {probe} output has the wrong shape: {problem}"
@@ -197,10 +229,11 @@ def _progress_lines(callback):
 
     def feed(chunk: bytes) -> None:
         pending.extend(chunk)
-        while b"\n" in pending:
-            line, _, rest = bytes(pending).partition(b"\n")
-            pending[:] = rest
-            if not line.startswith(PROGRESS_MARK) or len(line) >= MAX_PROGRESS_LINE:
+        start = 0  # each byte is looked at once: a chunk of many lines costs its length
+        while (end := pending.find(b"\n", start)) >= 0:
+            line = bytes(pending[start:end]) if end - start < MAX_PROGRESS_LINE else b""
+            start = end + 1
+            if not line.startswith(PROGRESS_MARK):
                 continue
             try:
                 info = json.loads(line[len(PROGRESS_MARK):])
@@ -208,6 +241,7 @@ def _progress_lines(callback):
                 continue
             if not PROGRESS.problem(info, ""):
                 callback(info)
+        del pending[:start]
         if len(pending) > MAX_PROGRESS_LINE:
             pending.clear()
     return feed

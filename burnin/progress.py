@@ -8,6 +8,7 @@ import statistics
 import threading
 from collections.abc import Callable
 
+from burnin.schema import MAX_DEVICES
 from burnin.verdict import clean
 
 
@@ -31,10 +32,14 @@ class Progress:
                                        name="burnin-progress")
         self.thread.start()
 
-    def update(self, node: str, info: dict) -> None:
-        """A progress line's figures (already shape-checked by the probe runner)."""
+    def update(self, node: str, info: dict, devices: int = MAX_DEVICES) -> None:
+        """A progress line's figures (already shape-checked by the probe runner), for one
+        of the node's `devices` devices: a node that names more grows nothing here."""
         with self.lock:
-            self.state.setdefault(node, {})[clean(str(info.get("device", "?")))] = info
+            mine = self.state.setdefault(node, {})
+            device = clean(str(info.get("device", "?")))
+            if device in mine or len(mine) < devices:
+                mine[device] = info
 
     def end(self) -> None:
         self.stop.set()

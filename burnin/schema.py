@@ -49,9 +49,15 @@ class Shape:
         raise NotImplementedError
 
 
+# How a probe writes a reading that is not a finite number (JSON has no NaN): a wrong
+# element of a product can be NaN, and that is what the node must be able to say.
+NONFINITE = ("nan", "inf", "-inf")
+
+
 @dataclass(frozen=True)
 class Num(Shape):
-    """A number in [lo, hi]; NaN and infinities only when `finite` is False."""
+    """A number in [lo, hi]; with `finite` False also one of NONFINITE's words, how a
+    probe writes NaN and the infinities (a document never holds a NaN itself)."""
 
     lo: float | None = None
     hi: float | None = None
@@ -68,11 +74,13 @@ class Num(Shape):
         return what
 
     def _problem(self, value, path):
+        if not self.finite and value in NONFINITE:
+            return ""
         ok_type = isinstance(value, int) if self.integer else isinstance(value, (int, float))
         if isinstance(value, bool) or not ok_type:
             return f"{path}: expected {self.expected()}, got {_kind(value)}"
         if isinstance(value, float) and not math.isfinite(value):
-            return "" if not self.finite else f"{path}: expected a finite number, got {value}"
+            return f"{path}: expected a finite number, got {value}"
         if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
             return f"{path}: expected {self.expected()}, got {value!r}"
         return ""

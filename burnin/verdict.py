@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 
-# Control characters other than newline and tab: ESC sequences would drive the operator's
-# terminal, NUL and BEL corrupt logs and XML. Shown escaped, as Python writes them.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+from burnin.text import safe_text
 
 
 def clean(text: str) -> str:
-    """`text` from a node, safe to show: control characters escaped."""
-    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+    """`text` from a node, safe to show and store: control and bidi characters escaped,
+    lone surrogates replaced (burnin/text.py)."""
+    return safe_text(text)
 
 
 @dataclass(frozen=True)
@@ -22,15 +20,19 @@ class Verdict:
     check: str
     failures: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    # Why the node was not judged at all (another run holds it): neither passed nor
+    # failed, so neither admitted nor quarantined.
+    skipped: str = ""
 
     def __post_init__(self):
         # Failure texts quote what nodes said; they are shown, stored and reported.
         object.__setattr__(self, "failures", tuple(clean(str(f)) for f in self.failures))
         object.__setattr__(self, "warnings", tuple(clean(str(w)) for w in self.warnings))
+        object.__setattr__(self, "skipped", clean(str(self.skipped)))
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.skipped
 
 
 def majority(values: dict[str, object]) -> tuple[object | None, str]:
@@ -48,11 +50,14 @@ def majority(values: dict[str, object]) -> tuple[object | None, str]:
 
 
 def assert_passed(verdict: Verdict) -> None:
-    """Fail the calling test with the verdict's messages; print its warnings for the report."""
+    """Fail the calling test with the verdict's messages (skip it, for a node not judged);
+    print its warnings for the report."""
     __tracebackhide__ = True
     import pytest
 
     for w in verdict.warnings:
         print(f"WARNING {verdict.node} {verdict.check}: {w}")
+    if verdict.skipped:
+        pytest.skip(verdict.skipped)
     if verdict.failures:
         pytest.fail("\n".join(verdict.failures), pytrace=False)

@@ -19,6 +19,7 @@ workers, telemetry) then runs on a machine without a GPU. Never set it on a flee
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import signal
@@ -60,10 +61,22 @@ def read_payload() -> dict:
     return payload
 
 
+def finite(value):
+    """`value` with every float that is not finite written as "nan", "inf" or "-inf": JSON
+    has no NaN, and the controller refuses a document that holds one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if value != value else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def emit(probe: str, node: dict, devices: list, figures: dict, errors: list) -> None:
     """Print the probe's one JSON document on stdout."""
-    json.dump({"probe": probe, "schema": SCHEMA, "node": node, "devices": devices,
-               "figures": figures, "errors": errors}, sys.stdout)
+    json.dump(finite({"probe": probe, "schema": SCHEMA, "node": node, "devices": devices,
+                      "figures": figures, "errors": errors}), sys.stdout, allow_nan=False)
     sys.stdout.write("\n")
     sys.stdout.flush()
 

@@ -37,6 +37,24 @@ class NodeUnreachable(Exception):
     """The node could not be reached; the message says why, for the node's testcases."""
 
 
+# How a reason says that another run holds the node: not the node's fault, so it is
+# neither judged nor quarantined. Launchers (srun) return reasons as text across
+# processes (pytest-xdist workers), hence a prefix rather than a type alone.
+BUSY = "busy: "
+
+
+class NodeBusy(NodeUnreachable):
+    """Another run holds the node (its lock, or a Slurm job): the message starts with BUSY."""
+
+    def __init__(self, why: str):
+        super().__init__(why if why.startswith(BUSY) else BUSY + why)
+
+
+def is_busy(reason: str) -> bool:
+    """Whether a launcher's reason for not running a node says another run holds it."""
+    return reason.startswith(BUSY)
+
+
 @dataclass(frozen=True)
 class CommandResult:
     exit_code: int | None  # negative: killed by that signal; None: killed by us at timeout

@@ -16,6 +16,7 @@ from burnin.transports import (
     HEARTBEAT_S,
     STDERR_TAIL_BYTES,
     CommandResult,
+    NodeBusy,
     NodeUnreachable,
     Transport,
 )
@@ -73,7 +74,7 @@ def hold(workdir: str, name: str, run_id: str) -> int:
         if who.startswith(f"run {run_id} "):
             return fd
         os.close(fd)
-        raise NodeUnreachable(f"busy: under test by {who}") from None
+        raise NodeBusy(f"under test by {who}") from None
     os.ftruncate(fd, 0)
     os.write(fd, f"run {run_id} since {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on "
                  f"{socket.gethostname()}".encode())

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet
 
+from burnin.transports import BUSY as BUSY_REASON
+
 TIMEOUT_S = 60
 # Base states and flags under which Slurm gives a node to nobody (scontrol's State=).
 REFUSING = ("DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWERED_DOWN",
@@ -85,5 +87,5 @@ def refusal(node: SlurmNode) -> str:
         why = f"Slurm state {node.state}"
         return f"{why}, reason: {node.reason}" if node.reason else why
     if flags & set(BUSY):
-        return f"busy with other jobs (Slurm state {node.state})"
+        return f"{BUSY_REASON}running other jobs (Slurm state {node.state})"
     return ""

@@ -183,6 +183,8 @@ def _pump(proc, state: list[_Task], said: bytearray, max_stdout: int, on_stderr,
                     continue
                 buf = buffers[key.data]
                 buf.extend(chunk)
+                if b"\n" not in chunk:  # a long line: no copy of what came before
+                    continue
                 *lines, rest = bytes(buf).split(b"\n")
                 buf[:] = rest
                 for line in lines:

@@ -28,6 +28,7 @@ from burnin.transports import (
     HEARTBEAT_S,
     STDERR_TAIL_BYTES,
     CommandResult,
+    NodeBusy,
     NodeUnreachable,
     Transport,
 )
@@ -85,7 +86,7 @@ class SshTransport(Transport):
             status = chan.recv_exit_status() if chan.status_event.wait(5) else None
             chan.close()
             if word == "busy":
-                raise NodeUnreachable(f"busy: under test by {rest}")
+                raise NodeBusy(f"under test by {rest}")
             if word == "unsafe":
                 raise NodeUnreachable(f"refusing to stage probes in workdir "
                                       f"{self.node.workdir} on {self.where}: {rest}")
