@@ -104,16 +104,19 @@ def _trusted(path: Path, node: str, props: dict[str, str]) -> None:
     if not props.get("run_id"):
         raise ReportError(f"{path}: node {node}'s testsuite has no run_id")
     if props.get("complete") != "true":
-        raise ReportError(f"{path}: run {props['run_id']} did not complete (interrupted, exit "
-                          f"status {props.get('exit_status', '?')}); run it again")
+        why = props.get("incomplete") or f"interrupted, exit status {props.get('exit_status', '?')}"
+        raise ReportError(f"{path}: run {props['run_id']} did not complete ({why}); run it "
+                          "again")
 
 
 def decide(report: Report, required: list[str] | None = None,
            inventory_nodes: list[str] | None = None,
-           inventory_require: list[str] | None = None) -> list[Decision]:
+           inventory_require: list[str] | None = None,
+           quarantined: dict[str, str] | None = None) -> list[Decision]:
     """One decision per node of the report (and of the inventory, when given). Required:
     `required` when given (--require), else the inventory's admission.require, else what
-    the report says applies to each node (Report.required)."""
+    the report says applies to each node (Report.required). A node in `quarantined`
+    ({node: why}, from the ledger) is refused whatever the report says of it."""
     nodes = report.cases
     names = list(nodes)
     if inventory_nodes is not None:
@@ -127,6 +130,8 @@ def decide(report: Report, required: list[str] | None = None,
             decisions.append(Decision(name, False, ("no testsuite in the report",)))
             continue
         reasons = []
+        if quarantined and name in quarantined:
+            reasons.append(f"in quarantine: {quarantined[name]}")
         checks = required or inventory_require or report.required(name)
         for check in checks:
             found = [(o, m) for c, o, m in nodes[name] if c == check]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -15,9 +16,11 @@ from burnin import __version__, cli_quarantine
 from burnin.admit import ReportError, decide, read_junit, write_admitted
 from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
+from burnin.ledger import Ledger, LedgerLost, ledger_path
 from burnin.reports import publish
 from burnin.shipped import inventory as shipped_inventory
 from burnin.shipped import shipped
+from burnin.verdict import clean
 
 # `burnin run` pins pytest's configuration to this file, so that no pytest.ini, tox.ini
 # or pyproject.toml around the install or the working directory changes the suites' run.
@@ -94,18 +97,23 @@ def _admit(args) -> int:
         return 2
     try:
         report = read_junit(path)
-        inventory_nodes = inventory_require = None
+        inventory_nodes = inventory_require = inv = None
         if args.inventory:
             inv = load_inventory(args.inventory)
             inventory_nodes = [n.name for n in inv.nodes]
             inventory_require = list(inv.require) if inv.require else None
+        quarantined = _quarantined(args, path, inv)
     except ReportError as e:
         print(f"burnin admit: {e}; no node is admitted", file=sys.stderr)
         return 2
     except InventoryError as e:
         print(f"burnin admit: invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    decisions = decide(report, required, inventory_nodes, inventory_require)
+    except (OSError, sqlite3.Error, LedgerLost) as e:
+        print(f"burnin admit: cannot read the quarantine ledger: {e}; no node is admitted",
+              file=sys.stderr)
+        return 2
+    decisions = decide(report, required, inventory_nodes, inventory_require, quarantined)
     admitted = [d.node for d in decisions if d.admitted]
     rejected = {d.node: list(d.reasons) for d in decisions if not d.admitted}
     out_file = Path(args.admitted_file) if args.admitted_file else path.parent / "admitted.txt"
@@ -125,6 +133,21 @@ def _admit(args) -> int:
                 print(f"  {node}: {'; '.join(reasons)}")
         print(f"admitted list written to {out_file}")
     return 1 if rejected else 0
+
+
+def _quarantined(args, junit: Path, inv) -> dict[str, str] | None:
+    """{node: why} of the nodes in the quarantine ledger, with --ledger or --inventory
+    (its quarantine.ledger, or the run's default: quarantine.db beside the run
+    directories); None with neither. A ledger that is not there is an error: a node we
+    cannot look up is not vouched for."""
+    if args.ledger:
+        where = Path(args.ledger)
+    elif inv is not None:
+        where = ledger_path(inv.quarantine.ledger, junit.resolve().parent.parent)
+    else:
+        return None
+    return {e.node: (f"since run {e.run_id}: " if e.run_id else "") + "; ".join(e.reasons)
+            for e in Ledger(where, create=False).entries()}
 
 
 def _report(args) -> int:
@@ -168,13 +191,15 @@ def _compare(args) -> int:
                           "only_in_b": [dict(zip(("node", "metric", "labels"), k, strict=True))
                                         for k in result.only_b]}, indent=2))
     else:
+        # Node names, devices and ports come from the runs' results.jsonl: node text,
+        # made safe for the terminal (ESC, C1, bidi) here as everywhere it is shown.
         for m in result.moves:
             where = ",".join(f"{k}={v}" for k, v in m.labels.items())
-            print(f"{m.node} {m.metric}{{{where}}}: {m.old:g} -> {m.new:g} ({m.change:+.1%})"
-                  + ("  REGRESSED" if m.regressed else ""))
+            print(clean(f"{m.node} {m.metric}{{{where}}}: {m.old:g} -> {m.new:g} "
+                        f"({m.change:+.1%})" + ("  REGRESSED" if m.regressed else "")))
         for which, keys in (("A", result.only_a), ("B", result.only_b)):
             for node, metric, _ in keys:
-                print(f"{node} {metric}: only in {which}")
+                print(clean(f"{node} {metric}: only in {which}"))
         print(f"{len(result.moves)} figure(s) moved by more than {args.threshold:.0%}, "
               f"{len(regressed)} of them the wrong way")
     return 1 if regressed else 0
@@ -197,7 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     admit = sub.add_parser("admit", help="which nodes a junit.xml lets into production")
     admit.add_argument("junit")
-    admit.add_argument("--inventory", help="also reject inventory nodes the report lacks")
+    admit.add_argument("--inventory", help="also reject inventory nodes the report lacks, "
+                                           "and nodes in its quarantine ledger")
+    admit.add_argument("--ledger", help="reject nodes in this quarantine ledger (default "
+                                        "with --inventory: the inventory's ledger)")
     admit.add_argument("--require", metavar="CHECK,...",
                        help="checks every node must pass (default: every check of the suite "
                             "that applies to the node, or the inventory's admission.require)")

@@ -19,7 +19,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from burnin import actions
 from burnin.gate import quarantine_actions
 from burnin.inventory import InventoryError, load_inventory
-from burnin.ledger import Entry, Ledger, ledger_path
+from burnin.ledger import Entry, Ledger, LedgerLost, ledger_path
 
 
 def run(args) -> int:
@@ -31,7 +31,7 @@ def run(args) -> int:
     except InventoryError as e:
         print(f"invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    except (OSError, sqlite3.Error) as e:
+    except (OSError, sqlite3.Error, LedgerLost) as e:
         print(f"cannot open the quarantine ledger: {e}", file=sys.stderr)
         return 2
     if args.action == "list":

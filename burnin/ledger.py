@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnin.files import private_dirs
+from burnin.files import private_dirs, write_atomically
+from burnin.text import safe_text
 
 BUSY_TIMEOUT_S = 60
 SCHEMA = """
@@ -62,13 +63,63 @@ class Entry:
     by_hand: bool = False  # quarantined by an operator: clean runs never release it
 
 
+class LedgerLost(Exception):
+    """A ledger that existed is gone or emptied: starting an empty one would release every
+    node it held, so nothing opens it until a person restores it (or says to start anew)."""
+
+
 class Ledger:
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, create: bool = True):
+        """Open the ledger at `path`, creating it when it was never there (`create`).
+        LedgerLost when burnin made a ledger there before and the file is now missing or
+        empty; FileNotFoundError when it is missing and `create` is False."""
         self.path = Path(path).expanduser()
-        private_dirs(self.path.parent)
-        if not self.path.exists():  # owner-only from its first byte: it holds evidence
+        marker = self.marker
+        if not self.path.exists():
+            if marker.exists():
+                raise LedgerLost(f"the quarantine ledger {self.path} is missing, but burnin "
+                                 f"created one there ({marker} says when): restore it from "
+                                 f"a backup, or remove {marker} to start an empty ledger")
+            if not create:
+                raise FileNotFoundError(f"no quarantine ledger at {self.path}")
+            private_dirs(self.path.parent)
+            # owner-only from its first byte: it holds evidence
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            self._init()
+            write_atomically(marker, f"burnin created {self.path.name} here at "
+                                     f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+            return
+        if self.path.is_file() and self.path.stat().st_size == 0 and marker.exists():
+            raise LedgerLost(f"the quarantine ledger {self.path} is empty (0 bytes), but burnin "
+                             f"created it ({marker} says when): restore it from a backup, or "
+                             f"remove both files to start an empty ledger")
         self._init()
+        if not marker.exists():  # a ledger from before the marker: from now on, guarded
+            try:
+                write_atomically(marker, f"burnin found {self.path.name} here at "
+                                         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+            except OSError:
+                pass  # a reader without write access (burnin admit) guards nothing
+
+    @property
+    def marker(self) -> Path:
+        """The file beside the ledger that says burnin created one here: without it, a
+        deleted or truncated ledger would silently become an empty one."""
+        return self.path.with_name(f".{self.path.name}.burnin")
+
+    def check_writable(self) -> None:
+        """Raise (sqlite3.Error, OSError) unless a write transaction can be taken and a
+        row written; nothing is kept."""
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("INSERT INTO history (node, time, event, who, why) "
+                           "VALUES ('', 0, 'writable?', 'burnin', '')")
+            finally:
+                db.execute("ROLLBACK")
+        finally:
+            db.close()
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -78,6 +129,10 @@ class Ledger:
     def _init(self) -> None:
         db = self._connect()
         try:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(quarantine)")}
+            if "by_hand" in columns and db.execute(
+                    "SELECT 1 FROM sqlite_master WHERE name = 'history_node'").fetchone():
+                return  # up to date: a reader that may not write opens it too
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("BEGIN IMMEDIATE")
             for statement in SCHEMA.split(";"):
@@ -207,8 +262,10 @@ class Ledger:
 
     @staticmethod
     def _log(db, node, event, who, why, run_id, now) -> None:
+        # Reasons quote nodes; text is made safe where it enters (burnin/text.py), and
+        # once more here, where an unencodable character would roll back a whole run.
         db.execute("INSERT INTO history (node, time, event, who, why, run_id) "
-                   "VALUES (?,?,?,?,?,?)", (node, now, event, who, why, run_id))
+                   "VALUES (?,?,?,?,?,?)", (node, now, event, who, safe_text(why), run_id))
 
     # --- reads -----------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ the `node` fixture), so it never gets in the way of other test suites.
 
 from __future__ import annotations
 
+import os
 import signal
 import sqlite3
 import threading
@@ -16,13 +17,23 @@ import pytest
 
 from burnin import __version__
 from burnin.checks import CHECK_ORDER, CHECKS, DEFAULT_PROFILE, PROFILES, applicable
+from burnin.files import write_atomically
 from burnin.gate import GateReport, settle, split_by_quarantine
 from burnin.inventory import InventoryError, load_inventory, select_nodes
-from burnin.ledger import Ledger, ledger_path
+from burnin.ledger import Ledger, LedgerLost, ledger_path
 from burnin.nodes import Node
+from burnin.preflight import NotReady, check_controller, mark_running
 from burnin.progress import Progress
-from burnin.reports import CaseResult, point_latest, publish, verdicts_of, write_junit
+from burnin.reports import (
+    CaseResult,
+    point_latest,
+    publish,
+    render_junit,
+    verdicts_of,
+    write_junit,
+)
 from burnin.run import DEFAULT_FANOUT, Run, new_run_id
+from burnin.verdict import clean
 
 STATE = pytest.StashKey["BurninState"]()
 REPORT_FORMAT = "1"  # junit.xml's burnin_report property: burnin wrote this report
@@ -65,6 +76,10 @@ class BurninState:
         self.requested: set[str] = set()  # the checks this session was asked to run
         self.report_problems: list[str] = []  # parts of the report that could not be made
         self.failure_listing_cut = 0  # failed tests whose pytest listing was left out
+        # Set when the controller itself failed (burnin/run.py: ControllerFault, or any
+        # error of a check's test that is not its verdict): the run ends incomplete.
+        self.fault: str | None = None
+        self.session: pytest.Session | None = None
         self._sigterm = None
 
     @property
@@ -85,19 +100,35 @@ class BurninState:
                 nodes, self.held = self._split(nodes)
             except InventoryError as e:
                 self.error = f"invalid inventory:\n{e}"
-            except ValueError as e:
+            except (ValueError, LedgerLost) as e:
                 self.error = str(e)
             except (OSError, sqlite3.Error) as e:
                 self.error = f"cannot open the quarantine ledger: {e}"
             else:
-                self._run = Run(inventory, nodes, self.config.getoption("profile"),
-                                self.reports_dir, self.run_id,
-                                fanout=self.config.getoption("fanout"))
+                run = Run(inventory, nodes, self.config.getoption("profile"),
+                          self.reports_dir, self.run_id, fanout=self.config.getoption("fanout"))
                 if self.worker:  # the controller holds the Slurm allocation for all
-                    self._run.launchers.attach(self.config.workerinput.get(
-                        "burnin_launchers", {}))
+                    run.launchers.attach(self.config.workerinput.get("burnin_launchers", {}))
+                else:
+                    try:
+                        self._prepare(run)
+                    except NotReady as e:
+                        self.error = f"the controller is not ready to run: {e}"
+                        return None
+                self._run = run
                 self._attach_progress()
         return self._run
+
+    def _prepare(self, run: Run) -> None:
+        """Before any node is touched: what the run needs of this controller is there
+        (burnin/preflight.py), and the previous report is no longer admissible."""
+        if self.config.getoption("revalidate") and not run.nodes:
+            return  # nothing in quarantine: this run tests nothing and reports nothing
+        check_controller(run.run_dir, self.ledger, run.inventory.quarantine,
+                         act=not self.config.getoption("no_quarantine"))
+        mark_running(run.reports_dir, run.run_id, run.inventory.cluster,
+                     [(n.name, n.address) for n in run.nodes + self.held],
+                     self._run_properties(run))
 
     def _split(self, nodes: list[Node]) -> tuple[list[Node], list[Node]]:
         revalidate = self.config.getoption("revalidate")
@@ -124,7 +155,8 @@ class BurninState:
                 tr.write(text, flush=True)
         self._run.progress = Progress(write, tr.isatty)
 
-    def pytest_sessionstart(self) -> None:
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.session = session
         self._attach_progress()
         # A pipeline cancelling its job sends SIGTERM: stop as Ctrl-C stops, within
         # seconds, killing every probe, rather than die leaving them to burn on.
@@ -151,20 +183,41 @@ class BurninState:
         node.workerinput["burnin_held"] = sorted(held)
         node.workerinput["burnin_launchers"] = run.launchers.shared() if run else {}
 
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo):
+        """A check's test ends in its verdict: it passes, fails or skips. Any other
+        exception is the controller's own fault, never the node's: the run stops after this
+        test and ends incomplete (pytest_sessionfinish), blaming nobody. Marked on the
+        report, which reaches the controller from an xdist worker too."""
+        report = (yield).get_result()
+        if call.excinfo is None or not is_check(item) or call.excinfo.errisinstance(
+                (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception,
+                 pytest.exit.Exception, KeyboardInterrupt)):
+            return
+        node = item.callspec.params["node"].name
+        what = clean(f"{check_of(item)} on {node}: {call.excinfo.typename}: "
+                     f"{call.excinfo.value}".splitlines()[0])[:1000]
+        report.user_properties.append(("burnin_fault", what))
+        item.session.shouldstop = f"burnin: controller fault, the run ends incomplete: {what}"
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties)
         if self.worker or "burnin_node" not in props:
             return
+        if props.get("burnin_fault") and self.fault is None:
+            self.fault = props["burnin_fault"]
+            if self.session is not None:  # under xdist: stop the other workers too
+                self.session.shouldstop = f"burnin: controller fault: {self.fault}"
         key = (props["burnin_node"], props["burnin_check"])
         case = self.cases.setdefault(key, CaseResult(*key))
-        case.add_phase(report.when, report.outcome, report.longreprtext, report.capstdout,
+        case.add_phase(report.when, report.outcome, _text(report), report.capstdout,
                        report.duration)
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED or (
+        stopped = session.exitstatus == pytest.ExitCode.INTERRUPTED or (
             self._run is not None and self._run.cancel.is_set())
         if self._run is not None:
-            if interrupted:
+            if stopped:
                 self._run.cancel.set()  # whatever still runs is killed, nothing new starts
             self._run.close()
         if self.worker:
@@ -174,15 +227,30 @@ class BurninState:
         if revalidate and self._run is not None and not self._run.nodes:
             session.exitstatus = pytest.ExitCode.OK  # nothing in quarantine: nothing to do
             return
-        if not self.cases and not self.requested and not interrupted:
+        if not self.cases and not self.requested and not stopped:
             return
         run = self.run()  # under xdist the controller collects nothing: load it now
         if run is None:
             return
-        if not interrupted:  # nobody is quarantined for a run that was stopped
-            self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases, revalidate,
-                               act=not self.config.getoption("no_quarantine"))
-        checks = sorted({c for _, c in self.cases})
+        try:
+            self._finish(run, session, interrupted=stopped and self.fault is None)
+        except (OSError, sqlite3.Error) as e:  # the reports or the ledger: ours, no node's
+            self.fault = self.fault or clean(f"cannot write the run's report or ledger: "
+                                             f"{type(e).__name__}: {e}")
+            self._write_incomplete(run, session)
+        if self.fault:
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        self.report_problems = publish(run.run_dir, run.inventory.cluster, run.run_id,
+                                       verdicts_of(self.cases), chart_floors(run),
+                                       self._in_ledger(run), nodes=run.nodes + self.held)
+
+    def _finish(self, run: Run, session: pytest.Session, interrupted: bool) -> None:
+        """The verdicts into the ledger and junit.xml. A complete run's report is written
+        first under another name, so that a full disk is found before anyone is
+        quarantined; it takes its place once the ledger holds the run. An interrupted run
+        and a controller fault quarantine nobody, and their report says so."""
+        # Every check asked for, also where no node ran it (all of them in quarantine).
+        checks = [c for c in CHECK_ORDER if c in (self.requested | {c for _, c in self.cases})]
         for node in self.held:
             entry = self.ledger.get(node.name)
             why = (f"in quarantine since run {entry.run_id}: {'; '.join(entry.reasons)}; "
@@ -190,17 +258,46 @@ class BurninState:
             for check in checks:
                 self.cases[(node.name, check)] = CaseResult(node.name, check, "skipped",
                                                             why[:4000], why)
-        run.make_run_dir()
-        write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
-                    [(n.name, n.address) for n in run.nodes + self.held], self.cases,
-                    self._report_properties(run, interrupted, session.exitstatus),
-                    {n.name: self._node_properties(run, n) for n in run.nodes + self.held})
-        # The admission contract first, and `latest` on it: whatever happens to the
-        # pictures afterwards, a pipeline never reads a stale run's verdicts.
+        junit = run.run_dir / "junit.xml"
+        if interrupted or self.fault:
+            self._write_incomplete(run, session, interrupted)
+            return
+        pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
+        write_atomically(pending, self._junit(run, self._report_properties(
+            run, session.exitstatus)), durable=True)
+        self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases,
+                           self.config.getoption("revalidate"),
+                           act=not self.config.getoption("no_quarantine"))
+        os.replace(pending, junit)
+        # `latest` has pointed at this run since it started (burnin/preflight.py), unless
+        # another run has started since: a completed run is the one to admit from.
         point_latest(run.reports_dir, run.run_id)
-        self.report_problems = publish(run.run_dir, run.inventory.cluster, run.run_id,
-                                       verdicts_of(self.cases), chart_floors(run),
-                                       self._in_ledger(run), nodes=run.nodes + self.held)
+
+    def _junit(self, run: Run, props: dict[str, str]) -> str:
+        return render_junit(run.inventory.cluster, run.run_id,
+                            [(n.name, n.address) for n in run.nodes + self.held], self.cases,
+                            props, {n.name: self._node_properties(run, n)
+                                    for n in run.nodes + self.held})
+
+    def _write_incomplete(self, run: Run, session: pytest.Session,
+                          interrupted: bool = False) -> None:
+        """junit.xml of a run that did not complete: every verdict it reached, and
+        complete=false with why, which `burnin admit` refuses. Best effort: where even this
+        cannot be written, the report `latest` points at is this run's unfinished one."""
+        why = "interrupted" if interrupted else f"controller fault: {self.fault}"
+        props = {**self._report_properties(run, session.exitstatus), "complete": "false",
+                 "incomplete": why}
+        try:
+            write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
+                        [(n.name, n.address) for n in run.nodes + self.held], self.cases,
+                        props, {n.name: self._node_properties(run, n)
+                                for n in run.nodes + self.held})
+        except OSError as e:
+            self.report_problems.append(f"junit.xml of the incomplete run not written: {e}")
+        try:
+            (run.run_dir / ".junit.xml.pending").unlink()
+        except OSError:
+            pass
 
     def _in_ledger(self, run: Run) -> dict[str, bool] | None:
         """{node: in quarantine} at the end of the run, for metrics.prom; None when the
@@ -211,17 +308,21 @@ class BurninState:
             return None
         return {n.name: n.name in held for n in run.nodes + self.held}
 
-    def _report_properties(self, run: Run, interrupted: bool, status) -> dict[str, str]:
-        """What `burnin admit` needs to trust the report: that burnin wrote it, that the run
-        completed, and what it was asked to run."""
-        requested = self.requested or {c for _, c in self.cases}
+    def _run_properties(self, run: Run) -> dict[str, str]:
+        """The properties every testsuite of the run's junit.xml carries."""
         props = {"burnin_report": REPORT_FORMAT, "burnin_version": __version__,
-                 "profile": run.profile, "complete": "false" if interrupted else "true",
-                 "exit_status": str(int(status)), "nodes_in_run": str(len(run.nodes)),
-                 "requested_checks": ",".join(c for c in CHECK_ORDER if c in requested)}
+                 "profile": run.profile, "nodes_in_run": str(len(run.nodes))}
         if run.inventory.require:
             props["admission_require"] = ",".join(run.inventory.require)
         return props
+
+    def _report_properties(self, run: Run, status) -> dict[str, str]:
+        """What `burnin admit` needs to trust the report: that burnin wrote it, that the run
+        completed (callers say otherwise), and what it was asked to run."""
+        requested = self.requested or {c for _, c in self.cases}
+        return {**self._run_properties(run), "complete": "true",
+                "exit_status": str(int(status)),
+                "requested_checks": ",".join(c for c in CHECK_ORDER if c in requested)}
 
     @staticmethod
     def _node_properties(run: Run, node: Node) -> dict[str, str]:
@@ -251,6 +352,10 @@ class BurninState:
         bad = {n: c for n, c in bad.items() if n not in held}
         tested = {name for name, _ in self.cases} - held
         tr.section("burnin")
+        if not tested:
+            tr.write_line(f"nothing to test: every selected node is in quarantine "
+                          f"({', '.join(n.name for n in self.held)}); --revalidate re-tests "
+                          "them")
         if self.failure_listing_cut:
             tr.write_line(f"{self.failure_listing_cut} failed tests: pytest's tracebacks left out "
                           f"(more than {FAILURE_LISTING}); each node's reasons are in "
@@ -279,6 +384,9 @@ class BurninState:
                 tr.write_line(f"{a.action} on {a.node}: {a.message}", red=not a.ok)
         for problem in self.report_problems:
             tr.write_line(f"report: {problem}", red=True)
+        if self.fault:
+            tr.write_line(f"the run did not complete: controller fault: {self.fault}; nobody "
+                          "was quarantined for it, and its report is not admissible", red=True)
         tr.write_line(f"report: {run.run_dir / 'junit.xml'}")
 
 
@@ -307,6 +415,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     run = metafunc.config.stash[STATE].run()
     nodes = run.nodes if run else []
+    # No node (all in quarantine): pytest makes one placeholder item per check, which
+    # pytest_collection_modifyitems deselects, so the run says there is nothing to test.
     metafunc.parametrize("node", nodes, ids=[n.name for n in nodes])
 
 
@@ -320,6 +430,20 @@ def check_of_id(nodeid: str) -> str:
     """check_of() from a test id, 'suites/test_sdc.py::test_sdc[n1]' -> 'sdc'."""
     name = nodeid.rpartition("::")[2].partition("[")[0]
     return name[5:] if name.startswith("test_") else name
+
+
+def _node_param(item: pytest.Item):
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("node") if callspec is not None else None
+
+
+def _text(report: pytest.TestReport) -> str:
+    """What a report says, as text: a skip's reason, not the (file, line, reason) tuple
+    pytest keeps for it."""
+    if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        reason = str(report.longrepr[2])
+        return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+    return report.longreprtext
 
 
 def _interrupt(signum, frame):
@@ -354,6 +478,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(state.error)  # before any node is touched
     order = {c: i for i, c in enumerate(CHECK_ORDER)}
     run = state.run()
+    placeholders = [i for i in items if "node" in getattr(i, "fixturenames", ())
+                    and not isinstance(_node_param(i), Node)]
+    if placeholders:  # a check with no node to run on: requested, but nothing to test
+        state.requested |= {check_of(i) for i in placeholders if check_of(i) in CHECKS}
+        config.hook.pytest_deselected(items=placeholders)
+        dropped = set(map(id, placeholders))
+        items[:] = [i for i in items if id(i) not in dropped]
     if run is not None:
         # A check that does not apply to a node gets no testcase, rather than a skip that
         # would keep the node out of admission.

@@ -7,6 +7,7 @@ check, named after the check; its shape is documented in README.md.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
@@ -62,7 +63,16 @@ def _first_line(text: str) -> str:
 def write_junit(path: Path, cluster: str, run_id: str, nodes: list[tuple[str, str]],
                 cases: dict[tuple[str, str], CaseResult], run_properties: dict | None = None,
                 node_properties: dict[str, dict] | None = None) -> None:
-    """Write junit.xml: a testsuite for every (name, address) in `nodes`, even one with
+    """Write junit.xml (render_junit), durably and in one step."""
+    # The admission contract: on disk before a pipeline can see it.
+    write_atomically(path, render_junit(cluster, run_id, nodes, cases, run_properties,
+                                        node_properties), durable=True)
+
+
+def render_junit(cluster: str, run_id: str, nodes: list[tuple[str, str]],
+                 cases: dict[tuple[str, str], CaseResult], run_properties: dict | None = None,
+                 node_properties: dict[str, dict] | None = None) -> str:
+    """junit.xml's text: a testsuite for every (name, address) in `nodes`, even one with
     no testcase, so that `burnin admit` sees a node whose checks did not run. Each
     testsuite carries the run's properties (burnin wrote it, complete or not, what was
     requested) and its node's (GPU count, the checks that apply to it)."""
@@ -87,9 +97,7 @@ def write_junit(path: Path, cluster: str, run_id: str, nodes: list[tuple[str, st
                  **(node_properties or {}).get(name, {})}
         suites.append(TestSuite(name, tcs, hostname=address, id=name, package=cluster,
                                 timestamp=stamp, properties=props))
-    # The admission contract: on disk before a pipeline can see it.
-    write_atomically(path, _completed(to_xml_report_string(suites, prettyprint=False,
-                                                           encoding="utf-8")), durable=True)
+    return _completed(to_xml_report_string(suites, prettyprint=False, encoding="utf-8"))
 
 
 def _completed(text: str) -> str:
@@ -105,7 +113,11 @@ def _completed(text: str) -> str:
 
 
 def point_latest(reports_dir: Path, run_id: str) -> None:
-    """Make reports/latest point at this run, replacing the old link in one step."""
+    """Make reports/latest point at this run, replacing the old link in one step. A
+    `latest` that is a real directory (a CI artifact step, `cp -r` or `rsync -L` turns the
+    link into one) is first moved aside in one step and then removed: between the two
+    steps `latest` is missing, which admits nobody, and never the old report. OSError
+    when it cannot be done."""
     link = reports_dir / "latest"
     tmp = reports_dir / f".latest.{os.getpid()}"
     try:
@@ -113,6 +125,12 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
     except FileNotFoundError:
         pass
     os.symlink(run_id, tmp)
+    if link.is_dir() and not link.is_symlink():
+        aside = reports_dir / f".latest-replaced.{os.getpid()}.{time.time_ns()}"
+        os.rename(link, aside)
+        os.replace(tmp, link)
+        shutil.rmtree(aside, ignore_errors=True)
+        return
     os.replace(tmp, link)
 
 

@@ -24,8 +24,9 @@ from pathlib import Path
 from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
 from burnin.files import append_durably, private_dirs, write_atomically
 from burnin.nodes import Inventory, Node
-from burnin.probe import ProbeOutcome, run_probe, run_probes
+from burnin.probe import ProbeOutcome, run_probe, run_probes, unreachable
 from burnin.progress import Progress
+from burnin.schema import MAX_DEVICES
 from burnin.shipped import shipped
 from burnin.transports import Launcher, Launchers, NodeUnreachable, Transport, transport_for
 from burnin.verdict import Verdict
@@ -33,6 +34,12 @@ from burnin.verdict import Verdict
 PROBES_DIR = shipped("probes")  # inside the package from a wheel, beside it in a checkout
 DEFAULT_FANOUT = 256
 CANCEL_WAIT_S = 20.0  # an interrupted run waits this long for its probes to be killed
+
+
+class ControllerFault(Exception):
+    """The controller itself failed (its reports or ledger cannot be written, the disk is
+    full, a bug outside any one node's document): the run ends incomplete, no report of
+    it is admissible, and no node is blamed."""
 
 
 def raise_open_files_limit(connections: int) -> None:
@@ -92,6 +99,10 @@ class Run:
     _outcomes: dict[str, dict[str, ProbeOutcome]] = field(default_factory=dict)
     _transports: dict[str, Transport] = field(default_factory=dict)
     _summaries: dict = field(default_factory=dict)
+    # {check: {node: why}}: nodes whose document broke their check's fleet figures when
+    # summarised alone; left out of the fleet, and failed with the reason.
+    _unjudged: dict[str, dict[str, str]] = field(default_factory=dict)
+    _verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
     progress: Progress | None = None  # live lines for probes that report progress
     # Re-entrant: the inter-node all-reduce asks for the single-node checks' outcomes
     # while its own are being made.
@@ -134,27 +145,97 @@ class Run:
     def summary(self, check: str):
         """The check's fleet summary over this run's outcomes, computed once per run:
         fleet-wide figures such as majorities and medians, so judging n nodes is O(n)."""
-        summarize = CHECKS[check].summarize
-        if summarize is None:
+        spec = CHECKS[check]
+        if spec.summarize is None:
             return None
-        if check not in self._summaries:
-            facts = CHECKS[check].facts
-            self._summaries[check] = summarize(Fleet(
-                self.outcomes(check),
-                {n.name: n.gpus if facts else self.devices(n) for n in self.nodes},
-                {n.name: self.inventory.model(n) for n in self.nodes}))
-        return self._summaries[check]
+        with self._lock:
+            if check not in self._summaries:
+                self._summaries[check] = self._summarize(spec)
+            return self._summaries[check]
+
+    def _summarize(self, spec: Check):
+        """spec.summarize over the fleet, with the blast radius of one node: when a node's
+        document makes the fleet figure raise, each node is summarised alone, those that
+        raise alone are left out (and failed: Run.verdict), and the rest make the figure.
+        What still raises then is no one node's doing: a fault of the controller."""
+        outcomes = self.outcomes(spec.name)
+        devices = {n.name: n.gpus if spec.facts else self._devices_or_none(n)
+                   for n in self.nodes}
+        models = {n.name: self.inventory.model(n) for n in self.nodes}
+
+        def over(names) -> object:
+            return spec.summarize(Fleet({k: outcomes[k] for k in names}, devices, models))
+        try:
+            return over(outcomes)
+        except Exception:  # whose document it was is found next
+            pass
+        unjudged = {}
+        for name in outcomes:
+            try:
+                over([name])
+            except Exception as e:  # this node's document: its failure
+                unjudged[name] = (f"its {spec.name} document could not be summarised with "
+                                  f"the fleet's: {type(e).__name__}: {e}")
+        try:
+            if len(unjudged) == len(outcomes):  # no node's doing when it fails every node
+                raise RuntimeError(next(iter(unjudged.values()), "no node"))
+            summary = over([k for k in outcomes if k not in unjudged])
+        except Exception as e:
+            raise ControllerFault(f"the {spec.name} fleet figures could not be computed: "
+                                  f"{type(e).__name__}: {e}") from e
+        self._unjudged[spec.name] = unjudged
+        return summary
+
+    def _devices_or_none(self, node: Node) -> int | None:
+        try:
+            return self.devices(node)
+        except (KeyError, TypeError, AttributeError, ValueError):  # its own health facts
+            return None
 
     def verdict(self, check: str, node: Node) -> Verdict:
         """The verdict on `node` for `check`, running the check's probe if it has not run."""
-        outcome = self.outcomes(check)[node.name]
+        with self._lock:
+            if check not in self._verdicts:
+                self._verdicts[check] = self._judge_all(check)
+            return self._verdicts[check][node.name]
+
+    def _judge_all(self, check: str) -> dict[str, Verdict]:
+        """Every node's verdict on `check`, once per run. Whatever one node's document does
+        to the judge is that node's failure alone; a judge that raises for every node it
+        judges is no node's doing but ours (ControllerFault), and blames none of them."""
+        outcomes = self.outcomes(check)
         spec = CHECKS[check]
+        fleet = self.summary(check)
+        unjudged = self._unjudged.get(check, {})
+        out: dict[str, Verdict] = {}
+        raised: dict[str, str] = {}
+        for node in self.nodes:
+            outcome = outcomes[node.name]
+            if outcome.fault:
+                raise ControllerFault(f"{node.name}: {outcome.reason}")
+            if outcome.busy:
+                out[node.name] = Verdict(node.name, check, skipped=outcome.reason)
+            elif node.name in unjudged:
+                out[node.name] = Verdict(node.name, check, (unjudged[node.name],))
+            else:
+                try:
+                    out[node.name] = spec.judge(node, outcome, self._judging(spec, node, fleet))
+                except Exception as e:  # a document its judge cannot read
+                    raised[node.name] = f"{type(e).__name__}: {e}"
+                    out[node.name] = Verdict(node.name, check, (
+                        f"its {check} document could not be judged: {raised[node.name]}",))
+        judged = sum(outcomes[n.name].ok for n in self.nodes if n.name not in unjudged)
+        if raised and len(raised) >= judged:
+            raise ControllerFault(f"the {check} judge failed on every node it judged, which "
+                                  f"is no node's doing: {next(iter(raised.values()))}")
+        return out
+
+    def _judging(self, spec: Check, node: Node, fleet) -> Judging:
         known = not spec.facts
-        j = Judging(settings=self.settings(check, node), fleet=self.summary(check),
-                    model=self.inventory.model(node),
-                    devices=self.devices(node) if known else node.gpus,
-                    gpus=self.gpus(node) if known else node.gpus)
-        return spec.judge(node, outcome, j)
+        return Judging(settings=self.settings(spec.name, node), fleet=fleet,
+                       model=self.inventory.model(node),
+                       devices=self.devices(node) if known else node.gpus,
+                       gpus=self.gpus(node) if known else node.gpus)
 
     def gpus(self, node: Node) -> int | None:
         """The GPUs `node` must have: the inventory's count, or for `gpus: auto` what its
@@ -209,29 +290,52 @@ class Run:
         return gpus or node.cpu_devices
 
     def failed_single_node_checks(self) -> dict[str, list[str]]:
-        """{node: failed checks} over the single-node checks that ran in this run."""
+        """{node: failed checks} over the single-node checks that ran in this run (a node
+        another run holds counts too: it is no partner to test others with)."""
         out: dict[str, list[str]] = {}
         for check in SINGLE_NODE:
             if not self.has_outcomes(check):
                 continue
             for node in self.nodes:
-                if not self.verdict(check, node).passed:
-                    out.setdefault(node.name, []).append(check)
+                v = self.verdict(check, node)
+                if not v.passed:
+                    out.setdefault(node.name, []).append(f"{check} (busy)" if v.skipped
+                                                         else check)
         return out
 
     def _shared(self, check: str) -> dict[str, ProbeOutcome]:
-        state = self.make_run_dir() / ".probes"
-        state.mkdir(mode=0o700, exist_ok=True)
+        try:
+            state = self.make_run_dir() / ".probes"
+            state.mkdir(mode=0o700, exist_ok=True)
+        except OSError as e:
+            raise ControllerFault(f"cannot write the run's directory {self.run_dir}: "
+                                  f"{e}") from e
         done = state / f"{check}.jsonl"
         with self._held_flock(state / "lock"):
             if done.exists():
                 return _read_outcomes(done)
             outcomes = self.execute(check)
-            lines = "".join(json.dumps(o.to_record(self.run_id)) + "\n"
-                            for o in outcomes.values())
-            append_durably(self.run_dir / "results.jsonl", lines)
-            write_atomically(done, lines, durable=True)
+            lines = "".join(self._record(outcomes, name) for name in outcomes)
+            try:
+                append_durably(self.run_dir / "results.jsonl", lines)
+                write_atomically(done, lines, durable=True)
+            except OSError as e:  # a full disk, a reports dir gone: nobody's node
+                raise ControllerFault(f"cannot record the {check} results in "
+                                      f"{self.run_dir}: {e}") from e
             return outcomes
+
+    def _record(self, outcomes: dict[str, ProbeOutcome], name: str) -> str:
+        """The results.jsonl line of one node's outcome. A document that cannot be encoded
+        (none should: burnin/text.py made it safe where it was parsed) fails its node
+        alone, here, rather than the line of every node."""
+        o = outcomes[name]
+        try:
+            return json.dumps(o.to_record(self.run_id), allow_nan=False) + "\n"
+        except (ValueError, TypeError, RecursionError) as e:
+            o = outcomes[name] = ProbeOutcome(
+                o.node, o.probe, False, f"its {o.probe} document could not be recorded: "
+                f"{type(e).__name__}: {e}", {}, o.duration_s, o.exit_code, o.stderr_tail)
+            return json.dumps(o.to_record(self.run_id)) + "\n"
 
     def has_outcomes(self, check: str) -> bool:
         """Whether `check` has run in this run (here or in another xdist worker)."""
@@ -299,7 +403,8 @@ class Run:
         def on_progress(node: Node):
             if not self.progress:
                 return None
-            return lambda info, name=node.name: self.progress.update(name, info)
+            most = devices(node) or MAX_DEVICES
+            return lambda info, name=node.name: self.progress.update(name, info, most)
 
         def one(item: tuple[Launcher | None, list[Node]]) -> dict[str, ProbeOutcome]:
             launcher, nodes = item
@@ -347,10 +452,10 @@ class Run:
                              schema=schema or check.schema, lifeline=True,
                              cancel=self.cancel)
         except NodeUnreachable as e:
-            return ProbeOutcome(node.name, check.probe_name, False, str(e))
-        except Exception as e:  # a controller bug must fail this node, not the run
+            return unreachable(node.name, check.probe_name, e)
+        except Exception as e:  # a bug of ours, never the node's: Run.verdict ends the run
             return ProbeOutcome(node.name, check.probe_name, False, f"controller error "
-                                f"running {check.name}: {type(e).__name__}: {e}")
+                                f"running {check.name}: {type(e).__name__}: {e}", fault=True)
 
     # --- transports that run a check's nodes as one (srun: one job step per check) ------
 
@@ -377,9 +482,10 @@ class Run:
                               schema=schema or check.schema, lifeline=True,
                              cancel=self.cancel)
             return {name: tasks[0] for name, tasks in done.items()}
-        except Exception as e:  # a controller bug must fail these nodes, not the run
+        except Exception as e:  # a bug of ours, never the nodes': Run.verdict ends the run
             return {n.name: ProbeOutcome(n.name, check.probe_name, False, f"controller error "
-                                         f"running {check.name}: {type(e).__name__}: {e}")
+                                         f"running {check.name}: {type(e).__name__}: {e}",
+                                         fault=True)
                     for n in nodes}
 
     def at_once(self, items: list, fn: Callable) -> list:
