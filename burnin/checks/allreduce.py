@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, timeout
+from burnin.checks.base import PEERS, Check, Figure, Fleet, Judging, Setting, count_problem, timeout
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
@@ -68,7 +68,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if floor is not None:
         if busbw < floor:
             failures.append(f"{what}, below the floor of {floor:g} GB/s")
-    elif summary.get("nodes", 0) >= 2:
+    elif summary.get("nodes", 0) >= PEERS:
         fraction = settings.get("peer_fraction", 0.5)
         if busbw < fraction * summary["median"]:
             failures.append(f"{what}, below {fraction:g} x {summary['median']:.3f} GB/s, the "

@@ -19,6 +19,10 @@ from burnin.verdict import Verdict
 
 PROFILES = ("quick", "standard", "extended")
 DEFAULT_PROFILE = "standard"
+# The fewest nodes a rule comparing a node with its peers (a median, a majority) needs:
+# of two that disagree, neither is the odd one out (one liar and one honest node cannot
+# outvote each other), so a pair is judged by the model's floors alone.
+PEERS = 3
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,16 @@ from __future__ import annotations
 import functools
 import statistics
 
-from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, implausible
+from burnin.checks.base import (
+    PEERS,
+    Check,
+    Figure,
+    Fleet,
+    Judging,
+    Setting,
+    count_problem,
+    implausible,
+)
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import (
@@ -32,9 +41,15 @@ FAULT_REASONS = {0x8: "hw_slowdown", 0x20: "sw_thermal_slowdown",
                  0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake"}
 
 
+# An SM clock no GPU runs at: a reading outside this is no reading (and a node's series
+# of 1e308 must not overflow the mean of its own clocks, nor the fleet's median).
+PLAUSIBLE_MHZ = (0.0, 100_000.0)
+
+
 def _mean_clock(dev: dict) -> float | None:
+    lo, hi = PLAUSIBLE_MHZ
     clocks = [c for c in ((dev.get("telemetry") or {}).get("series") or {}).get("sm_mhz", [])
-              if c is not None]
+              if isinstance(c, (int, float)) and lo <= c <= hi]
     return statistics.fmean(clocks) if clocks else None
 
 
@@ -87,6 +102,10 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                             node_median.get(dev.get("name")), len(devices))
         failures += [f"{where}: {x}" for x in f]
         warnings += [f"{where}: {x}" for x in w]
+    if any(1 < summary.get(d.get("name"), {}).get("nodes", 0) < PEERS for d in devices):
+        warnings.append(f"fewer than {PEERS} nodes of this model reported: of two that "
+                        "differ neither is the odd one out, so no comparison with peers; "
+                        "judged against the model's floor alone")
     return Verdict(node.name, "burn", tuple(failures), tuple(warnings))
 
 
@@ -102,7 +121,7 @@ def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
     if floor is not None and tflops < floor:
         fail.append(f"{tflops:.1f} TFLOPS, below the floor of {floor:g} TFLOPS")
     fraction = settings.get("peer_fraction", 0.9)
-    if fleet.get("nodes", 0) >= 2 and tflops < fraction * fleet["tflops"]:
+    if fleet.get("nodes", 0) >= PEERS and tflops < fraction * fleet["tflops"]:
         fail.append(f"straggler: {tflops:.3f} TFLOPS, below {fraction:g} x {fleet['tflops']:.3f}"
                     f" TFLOPS, the median of the run's {fleet['nodes']} nodes with this model")
     elif node_devices >= 2 and node_median and tflops < fraction * node_median:
@@ -110,6 +129,12 @@ def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
                     f"TFLOPS, the median of the node's {node_devices} devices")
     tel = dev.get("telemetry")
     if tel:
+        lo, hi = PLAUSIBLE_MHZ
+        odd = [c for c in (tel.get("series") or {}).get("sm_mhz") or ()
+               if isinstance(c, (int, float)) and not lo <= c <= hi]
+        if odd:
+            fail.append(f"telemetry reads an SM clock of {odd[0]:g} MHz, which no GPU runs "
+                        "at: its readings cannot be trusted")
         f, w = telemetry_rules(tel, settings)
         fail += f
         warn += w

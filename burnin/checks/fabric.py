@@ -220,12 +220,16 @@ def evidence(record: dict) -> dict[str, object]:
                             "devices": record["data"]["devices"]}}
 
 
+# A port's error counters: the probe reads seven (probes/fabric.py COUNTERS); room for a
+# few more a newer probe may add, but not for a node claiming a thousand.
+COUNTERS = 16
 PORT = Obj(port=Str(64), state=Str(256, null=True), state_code=Int(null=True),
            phys_state=Str(256, null=True), phys_state_code=Int(null=True),
            rate=Str(256, null=True), rate_gbps=Num(0, 1e6, null=True),
-           link_layer=Str(256, null=True), before=Obj(values=COUNT), after=Obj(values=COUNT),
-           growth=Obj(values=Int(-2**63, 2**63)))
-HCA = Obj(required=("name", "ports"), name=Str(256), ports=List(PORT, max=64))
+           link_layer=Str(256, null=True), before=Obj(values=COUNT, max_keys=COUNTERS),
+           after=Obj(values=COUNT, max_keys=COUNTERS),
+           growth=Obj(values=Int(-2**63, 2**63), max_keys=COUNTERS))
+HCA = Obj(required=("name", "ports"), name=Str(256), ports=List(PORT, max=16))
 LINK_COUNTERS = Obj(values=Obj(values=COUNT, max_keys=8), max_keys=64)  # {link: {c: n}}
 DEVICE = Obj(device=Str(64), index=Int(0, 1023), name=Str(256), uuid=Str(256),
              error=Str(4096), nvlink=Obj(links=Int(0, 64), active=Int(0, 64),

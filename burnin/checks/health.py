@@ -15,7 +15,7 @@ host differs (burnin/checks/host.py: CPU count, memory, swap, EDAC memory errors
 
 from __future__ import annotations
 
-from burnin.checks.base import Check, Fleet, Judging, Setting, timeout
+from burnin.checks.base import PEERS, Check, Fleet, Judging, Setting, timeout
 from burnin.checks.drift import device_drift, pinned_versions
 from burnin.checks.fabric import SNAPSHOT
 from burnin.checks.host import GIB, clock_rules, host_rules, xid_rules
@@ -95,6 +95,12 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         if node.gpus:
             failures.append(f"inventory says {node.gpus} GPUs, but NVML is absent on the node "
                             f"({gpu.get('reason', 'no reason given')})")
+        elif node.gpus is None and node.gpu_model:
+            # gpus: auto counts what NVML sees; a node of a GPU model where NVML sees
+            # nothing would otherwise count as a CPU node and pass on its CPU.
+            failures.append(f"inventory says gpu_model {node.gpu_model} (gpus: auto), but "
+                            f"NVML is absent on the node "
+                            f"({gpu.get('reason', 'no reason given')})")
     else:
         if node.gpus is not None and len(devices) != node.gpus:
             failures.append(f"GPU count is {len(devices)}, inventory says {node.gpus}")
@@ -125,8 +131,9 @@ def _count_against_peers(count: int, j: Judging) -> list[str]:
     common, why, nodes = j.fleet["gpus"].get(j.model.key if j.model else "", (None, "", 0))
     if nodes < 2:
         return []
-    if common is None:
-        return [f"GPU count {count}: {why} among {nodes} nodes of this model"]
+    if common is None:  # two that disagree: neither is the odd one out
+        return [f"GPU count {count}: {why} among {nodes} nodes of this model"] \
+            if nodes >= PEERS else []
     if count != common:
         return [f"GPU count is {count}, most of the run's {nodes} nodes of this model "
                 f"have {common}"]
@@ -206,8 +213,8 @@ def _odd_one_out(mine, what: str, fleet: tuple[object, str, int]) -> list[str]:
     common, why, count = fleet
     if mine is None or count < 2:
         return []
-    if common is None:
-        return [f"{what} version {mine}: {why} among {count} nodes"]
+    if common is None:  # two that disagree: neither is the odd one out
+        return [f"{what} version {mine}: {why} among {count} nodes"] if count >= PEERS else []
     if mine != common:
         return [f"{what} version {mine}, the run's majority is {common}"]
     return []

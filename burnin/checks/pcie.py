@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import statistics
 
-from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, timeout
+from burnin.checks.base import PEERS, Check, Figure, Fleet, Judging, Setting, count_problem, timeout
 from burnin.checks.base import device_name as where
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
@@ -91,7 +91,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             fleet, nodes = summary["gpu"].get(dev.get("name"), {}).get(direction, (None, 0))
             if floor is not None and rate < floor:
                 failures.append(f"{at}, below the floor of {floor:g} GB/s{link(dev)}")
-            elif fraction and nodes >= 2 and rate < fraction * fleet:
+            elif fraction and nodes >= PEERS and rate < fraction * fleet:
                 failures.append(f"{at}, below {fraction:g} x {fleet:.3f} GB/s, the median of "
                                 f"the run's {nodes} nodes with this model{link(dev)}")
             elif fraction and len(devices) >= 2 and rate < fraction * node_median:
@@ -120,7 +120,7 @@ def _aggregate_rules(data: dict, direction: str, devices: list[dict], settings: 
     if len(models) == 1:
         key = (models.pop(), len(devices))
         fleet, nodes = summary["aggregate"].get(key, {}).get(direction, (None, 0))
-        if fraction and nodes >= 2 and agg["gbps"] < fraction * fleet:
+        if fraction and nodes >= PEERS and agg["gbps"] < fraction * fleet:
             return [f"{at}, below {fraction:g} x {fleet:.3f} GB/s, the median of the run's "
                     f"{nodes} nodes with {key[1]} GPUs of this model"]
     return []

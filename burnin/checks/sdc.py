@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, implausible
+from burnin.checks.base import (
+    PEERS,
+    Check,
+    Figure,
+    Fleet,
+    Judging,
+    Setting,
+    count_problem,
+    implausible,
+)
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
@@ -91,7 +100,9 @@ def _known_faults(where: str, known: dict, summary: dict) -> list[str]:
         out.append(f"{where}: {what}: checksum mismatches {known['errors']}, expected none")
     common, why, count = summary.get(_known_key(known), (None, "", 0))
     if known.get("digest") and count >= 2:
-        if common is None:
+        # Two voters that agree are a yardstick for a third; two that disagree are not
+        # (neither is the odd one out): no majority fails the node only among PEERS.
+        if common is None and count >= PEERS:
             out.append(f"{where}: {what}: result digest {known['digest'][:12]}: {why} "
                        f"among {count} nodes")
         elif known["digest"] != common:
