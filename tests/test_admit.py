@@ -113,11 +113,13 @@ def admit(report: Path, *args: str) -> subprocess.CompletedProcess:
 def test_doctored_reports(tmp_path, text, args, code, rejected):
     report = tmp_path / "junit.xml"
     report.write_text(text)
+    # An inventory's ledger is read too (a node in quarantine is refused): empty here.
+    ledger = Ledger(tmp_path / "ledger.db").path
     inv = tmp_path / "inv.yaml"
-    inv.write_text("version: 1\nnodes:\n  - name: n[1-3]\n")
+    inv.write_text(f"version: 1\nnodes:\n  - name: n[1-3]\nquarantine: {{ledger: {ledger}}}\n")
     inv_require = tmp_path / "inv-require.yaml"
     inv_require.write_text("version: 1\nnodes:\n  - name: n[1-2]\n"
-                           "admission: {require: [health]}\n")
+                           f"admission: {{require: [health]}}\nquarantine: {{ledger: {ledger}}}\n")
     args = [a.replace("{inv}", str(inv)).replace("{inv_require}", str(inv_require))
             for a in args]
     res = admit(report, *args, "--json")

@@ -113,8 +113,13 @@ def test_no_nvml_fails_only_a_node_that_should_have_gpus(nvml, code, text):
     assert f"NVML did not initialise: {text}" in out.data["figures"]["gpu"]["reason"]
     failures = judged(h100_node(gpus=8), out, {"n1": out}).failures
     assert failures and "inventory says 8 GPUs, but NVML is absent" in failures[0]
-    for gpus in (0, None):  # a CPU node, or gpus: auto
-        assert judged(h100_node(gpus=gpus), out, {"n1": out}).passed
+    # gpus: auto on a node the inventory gives a GPU model: it must have GPUs, and never
+    # counts as a CPU node because NVML is not there to count them.
+    failures = judged(h100_node(gpus=None), out, {"n1": out}).failures
+    assert failures and ("inventory says gpu_model H100-SXM5-80GB (gpus: auto), but NVML is "
+                         f"absent on the node (NVML did not initialise: {text}") in failures[0]
+    assert judged(h100_node(gpus=0), out, {"n1": out}).passed  # a CPU node
+    assert judged(auto_node("n1"), out, {"n1": out}).passed  # auto, and no GPU model
 
 
 def test_real_probe_on_this_machine_without_gpu():
@@ -167,8 +172,17 @@ def test_driver_and_torch_that_differ_from_the_fleet_majority_fail():
     assert verdicts["d"].failures == ("torch version 2.12.0, the run's majority is 2.13.0",)
 
 
-def test_a_tie_has_no_majority_and_fails_both_sides():
+def test_two_nodes_that_differ_are_neither_the_odd_one_out():
+    """Of two nodes, one lying and one honest cannot outvote each other: a pair that
+    differs is judged by its pinned versions (expect:) alone, not failed both."""
     fleet = {"a": outcome("a"), "b": outcome("b", driver="535.1")}
+    for name in fleet:
+        assert judged(auto_node(name), fleet[name], fleet).passed
+
+
+def test_a_tie_among_three_or_more_has_no_majority_and_fails_every_side():
+    fleet = {"a": outcome("a"), "b": outcome("b", driver="535.1"),
+             "c": outcome("c", driver="525.9")}
     for name in fleet:
         (failure,) = judged(auto_node(name), fleet[name], fleet).failures
         assert "no majority" in failure

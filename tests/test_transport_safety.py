@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from suiterun import SUITES, junit_cases, run_suite, script
 
 from burnin.inventory import load_inventory
+from burnin.ledger import Ledger
 from burnin.probe import run_probe
 from burnin.run import PROBES_DIR
 from burnin.transports import NodeUnreachable
@@ -133,7 +135,11 @@ def test_a_kill_that_cannot_reach_its_node_says_so(make_hosts, tmp_path):
     assert "passed its timeout of 6 s and could not be killed" in out.reason, out.reason
 
 
-def test_a_second_run_against_nodes_under_test_fails_them_busy(pytester, make_hosts, tmp_path):
+def test_a_second_run_skips_nodes_under_test_as_busy_and_blames_nobody(pytester, make_hosts,
+                                                                       tmp_path):
+    """Busy is not a fault: the second run neither quarantines the nodes the first is
+    testing nor runs its hook for them, reports them skipped (not admitted), and the first
+    run's verdicts stand."""
     hosts = make_hosts(2)
     first_inv = hosts.write_inventory(tmp_path / "first.yaml", checks={
         "sdc": {"duration_s": 15, "n": 64, "random_repeats": 2}})
@@ -147,14 +153,27 @@ def test_a_second_run_against_nodes_under_test_fails_them_busy(pytester, make_ho
         deadline = time.monotonic() + 120
         while len(list(remote.glob("burnin-*"))) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
-        result, second = run_suite(pytester, hosts.write_inventory(pytester.path / "inv.yaml"),
-                                   "-k", "health", "--no-quarantine")
+        inv = hosts.write_inventory(pytester.path / "inv.yaml")
+        hook_log = tmp_path / "hook.log"
+        hook = script(tmp_path / "hook.sh", f"echo \"$@\" >> {hook_log}\n")
+        doc = yaml.safe_load(inv.read_text())
+        doc["quarantine"] = {"ledger": str(tmp_path / "second.db"), "actions": ["command"],
+                             "command": [hook, "{node}"]}
+        inv.write_text(yaml.safe_dump(doc))
+        result, second = run_suite(pytester, inv, "-k", "health")
         cases = junit_cases(second)
         for h in hosts.hosts:
             outcome, message = cases[h.name]["health"]
-            assert outcome == "failure" and message.startswith("busy: under test by run "), \
+            assert outcome == "skipped" and message.startswith("busy: under test by run "), \
                 message
             assert " since " in message
+        assert not hook_log.exists(), hook_log.read_text()
+        assert Ledger(tmp_path / "second.db").quarantined() == set()
+        admitted = subprocess.run([sys.executable, "-m", "burnin.cli", "admit",
+                                   str(second / "latest" / "junit.xml")],
+                                  capture_output=True, text=True, timeout=60)
+        assert admitted.returncode == 1 and "health: skipped: busy: under test by run" in \
+            admitted.stdout, admitted.stdout + admitted.stderr
     finally:
         out, _ = first.communicate(timeout=600)
     assert first.returncode == 0, out.decode()[-3000:]
