@@ -8,9 +8,16 @@ decides nothing: what a "Fail" of DCGM_ERROR_MONITOR severity means is the contr
 call. A node without `dcgmi` (the `dcgmi` setting: a name looked up on PATH, or a path)
 reports that DCGM does not apply, and runs nothing. Standard library only.
 
+dcgmi stops its diagnostic (nvvs, run by nv-hostengine, not by dcgmi) only when it is
+asked to by SIGINT, SIGTERM, SIGHUP or SIGQUIT; killed, it leaves nvvs running on the
+GPUs. So dcgmi gets SIGTERM, and time to stop, before the probe's own deadline, which
+ends ahead of the controller's timeout for the probe (`timeout_s`); and SIGTERM too when
+the probe is stopped or dies.
+
     echo '{"settings": {"level": 1}}' | python3 probes/dcgm.py
 
-Settings (optional): dcgmi ("dcgmi"), level (1), timeout_s (3600).
+Settings (optional): dcgmi ("dcgmi"), level (1), timeout_s (3600: the controller's
+timeout for this probe; dcgmi gets that less a quarter, at most a minute).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -27,10 +35,25 @@ import probelib
 PROBE = "dcgm"
 MAX_MESSAGES = 50
 MAX_TEXT = 2000
+# After SIGTERM, dcgmi asks nv-hostengine to stop nvvs and waits up to 25 s for it
+# (Diag::ExecuteDiagOnServer, DCGM 4.6): its grace must cover that.
+STOP_GRACE_S = 30.0
+# What the probe keeps of the controller's timeout for itself: dcgmi's grace, then the
+# time to report. A quarter of short timeouts (tests, by hand), at most a minute.
+RESERVE_S = 60.0
+RESERVE_FRACTION = 0.25
 
 
 def log(msg: str) -> None:
     probelib.log(PROBE, msg)
+
+
+def deadlines(timeout_s: float) -> tuple[float, float]:
+    """(how long dcgmi may run, how long it then has to stop after SIGTERM) within the
+    controller's timeout for this probe: the controller kills the probe's whole process
+    group with SIGKILL, dcgmi included, so the probe must be done well before it."""
+    reserve = min(RESERVE_S, RESERVE_FRACTION * timeout_s)
+    return timeout_s - reserve, min(STOP_GRACE_S, reserve / 2)
 
 
 def _int(value) -> int | None:
@@ -140,6 +163,78 @@ def version_of(doc: dict) -> str | None:
     return None
 
 
+class Stopped(Exception):
+    """The probe was asked to stop (the controller's timeout or cancel, its lifeline)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def _term_with_parent() -> None:
+    """preexec_fn for dcgmi: SIGTERM (not probelib's SIGKILL) when the probe dies, so
+    dcgmi still stops the diagnostic it started."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def stop(proc: subprocess.Popen, grace_s: float) -> tuple[str, str, str]:
+    """SIGTERM, the grace for dcgmi to stop nvvs, then SIGKILL; (the signal that ended it,
+    its stdout, its stderr)."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        try:
+            out, err = proc.communicate(timeout=wait_s)
+            return sig.name, out or "", err or ""
+        except subprocess.TimeoutExpired:
+            continue
+    return "SIGKILL", "", ""
+
+
+def run_dcgmi(argv: list[str], timeout_s: float) -> dict:
+    """Run dcgmi within the probe's deadline; its exit status and output, and how it was
+    stopped if it had to be. Raises Stopped when the probe itself is told to stop, once
+    dcgmi is stopped."""
+    run_s, grace_s = deadlines(timeout_s)
+    started = time.time()
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, encoding="utf-8", errors="replace",
+                            preexec_fn=_term_with_parent)
+    before = {s: signal.signal(s, _raise_stopped)
+              for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    out = {"deadline_s": round(run_s, 3), "stop_grace_s": round(grace_s, 3)}
+    try:
+        try:
+            stdout, stderr = proc.communicate(timeout=run_s)
+        except subprocess.TimeoutExpired:
+            log(f"dcgmi still running at the probe's deadline of {run_s:g} s: SIGTERM")
+            out["stopped"], stdout, stderr = stop(proc, grace_s)
+    except Stopped:
+        # Our group got the same signal, dcgmi included; what it needs is time to act on
+        # it before the probe is gone (the controller then SIGKILLs the group). A second
+        # signal must not cut that short.
+        for s in before:
+            signal.signal(s, signal.SIG_IGN)
+        stop(proc, grace_s)
+        raise
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    out.update(exit_status=proc.returncode, stdout=stdout, stderr=stderr,
+               elapsed_s=round(time.time() - started, 3))
+    return out
+
+
 def main() -> int:
     payload = probelib.start(__doc__, PROBE)
     if payload is None:
@@ -155,17 +250,17 @@ def main() -> int:
     level = int(settings.get("level", 1))
     argv = [dcgmi, "diag", "-r", str(level), "-j"]
     log(f"running {' '.join(argv)}")
-    started = time.time()
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=float(settings.get("timeout_s", 3600)),
-                              preexec_fn=probelib.die_with_parent)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        ran = run_dcgmi(argv, float(settings.get("timeout_s", 3600)))
+    except OSError as e:
         probelib.emit(PROBE, node, [], {"applies": True, "level": level},
                       [f"{' '.join(argv)}: {e}"])
         return 0
-    ran = {"exit_status": done.returncode, "elapsed_s": round(time.time() - started, 3)}
-    text, stderr, errors = done.stdout, done.stderr, []
+    except Stopped as e:
+        log(f"stopped by signal {e.signum}; dcgmi stopped")
+        return 128 + e.signum
+    text, errors = ran.pop("stdout"), []
+    stderr = ran.pop("stderr")
     figures = {"applies": True, "level": level, **ran}
     try:
         doc = json.loads(text[text.find("{"):text.rfind("}") + 1])
@@ -178,9 +273,10 @@ def main() -> int:
             errors.append(f"dcgmi diag: runtime error: {str(runtime)[:MAX_TEXT]}")
     except ValueError:
         results = []
-        errors.append(f"dcgmi diag exited {ran['exit_status']} without a JSON document: "
-                      f"{(stderr or text).strip()[-500:]}")
-    if not results and not errors:
+        if not ran.get("stopped"):  # else the judge says why there is no document
+            errors.append(f"dcgmi diag exited {ran['exit_status']} without a JSON "
+                          f"document: {(stderr or text).strip()[-500:]}")
+    if not results and not errors and not ran.get("stopped"):
         errors.append(f"dcgmi diag exited {ran['exit_status']} and reported no test")
     figures["results"] = results
     probelib.emit(PROBE, node, [], figures, errors)

@@ -6,8 +6,13 @@ admission does not require the check of it."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -46,10 +51,10 @@ def from_fixture(tmp_path: Path, name: str) -> str:
     return fake_dcgmi(tmp_path, name, f["stdout"], f["exit_status"])
 
 
-def probe(dcgmi: str, level: int = 1, timeout_s: float = 120) -> ProbeOutcome:
+def probe(dcgmi: str, level: int = 1, timeout_s: float = 120, **run) -> ProbeOutcome:
     settings = {"dcgmi": dcgmi, "level": level, "timeout_s": timeout_s}
     return run_probe(LocalTransport(NODE, REPO / "probes"), "dcgm", {"settings": settings},
-                     timeout_s=timeout_s, schema=SCHEMA)
+                     timeout_s=timeout_s, schema=SCHEMA, **run)
 
 
 def verdict(o: ProbeOutcome):
@@ -280,3 +285,107 @@ def test_dcgms_own_words_fail_the_node_where_no_result_does(tmp_path):
         assert out.ok, out.reason
         assert list(verdict(out).failures) == expected, name
 
+
+# What dcgmi prints when a signal stopped its diagnostic (Diag::RunDiagOnce, DCGM 4.6:
+# DCGM_ST_NVVS_KILLED = -53, exit 203, and errorString's words for it).
+KILLED = {"DCGM Diagnostic": {"runtime_error": "Error: Unable to complete diagnostic. Return: "
+                                               "(-53) : The DCGM diagnostic was killed by a "
+                                               "signal", "version": "4.6.0"}}
+
+
+def hanging_dcgmi(tmp_path: Path, on_term: str) -> str:
+    """A dcgmi whose diagnostic never ends by itself; on SIGTERM it runs `on_term` (as
+    real dcgmi stops its diagnostic, prints KILLED and exits 203), and it says when it
+    has started."""
+    killed = tmp_path / "killed.json"
+    killed.write_text(json.dumps(KILLED))
+    return script(tmp_path / "hanging-dcgmi", f"""\
+sleep 30 & pid=$!
+trap 'kill $pid; {on_term.format(tmp=tmp_path, killed=killed)}' TERM
+echo started > {tmp_path}/started
+wait $pid
+""")
+
+
+@pytest.mark.parametrize("timeout_s", [6, 60, 900, 1800, 7200])
+def test_the_probe_gives_up_on_dcgmi_before_the_controller_gives_up_on_the_probe(timeout_s):
+    """The controller SIGKILLs the probe's group at timeout_s, dcgmi with it, which leaves
+    nvvs running: dcgmi's deadline and its grace after SIGTERM (long enough for the 25 s
+    dcgmi waits for nvvs) end before it, with as long again left to report."""
+    run_s, grace_s = probe_module().deadlines(timeout_s)
+    assert 0 < run_s and run_s + 2 * grace_s <= timeout_s
+    if timeout_s >= 900:  # the profiles' timeouts
+        assert grace_s >= 25 and timeout_s - run_s <= 60
+    assert probe_module().deadlines(900) == (840, 30)
+
+
+def test_dcgmi_past_the_probes_deadline_gets_sigterm_and_the_probe_reports(tmp_path):
+    dcgmi = hanging_dcgmi(tmp_path, "echo TERM > {tmp}/signal; sleep 0.3; cat {killed}; "
+                                    "exit 203")
+    out = probe(dcgmi, timeout_s=6)
+    assert out.ok, f"the controller had to stop the probe: {out.reason}"
+    assert (tmp_path / "signal").read_text() == "TERM\n"
+    figures = out.data["figures"]
+    assert (figures["stopped"], figures["exit_status"], figures["deadline_s"]) == (
+        "SIGTERM", 203, 4.5)
+    assert verdict(out).failures == (
+        "dcgmi diag did not finish within the probe's deadline of 4.5 s (the check's "
+        "timeout_s, less time to stop and report); stopped with SIGTERM, on which dcgmi "
+        "stops the diagnostic",
+        "probe error: dcgmi diag: runtime error: Error: Unable to complete diagnostic. "
+        "Return: (-53) : The DCGM diagnostic was killed by a signal")
+
+
+def test_dcgmi_deaf_to_sigterm_is_killed_after_its_grace_and_the_verdict_says_so(tmp_path):
+    dcgmi = script(tmp_path / "deaf-dcgmi", "trap '' TERM\nexec sleep 30\n")
+    out = probe(dcgmi, timeout_s=8)
+    assert out.ok, f"the controller had to stop the probe: {out.reason}"
+    assert (out.data["figures"]["stopped"], out.data["figures"]["exit_status"]) == (
+        "SIGKILL", -9)
+    assert verdict(out).failures == (
+        "dcgmi diag did not finish within the probe's deadline of 6 s (the check's timeout_s, "
+        "less time to stop and report); it did not stop within 1 s of SIGTERM and was killed "
+        "(SIGKILL): nvvs may still be running on the GPUs",)
+
+
+def test_a_probe_stopped_by_the_controller_lets_dcgmi_stop_its_diagnostic(tmp_path):
+    """Cancelled (Ctrl-C, or its timeout), the controller SIGTERMs the probe's group, then
+    SIGKILLs what is left once the probe is gone: the probe stays until dcgmi, which got
+    the SIGTERM too, has stopped the diagnostic (here, half a second later)."""
+    dcgmi = hanging_dcgmi(tmp_path, "sleep 0.5; echo stopped > {tmp}/stopped; exit 203")
+    cancel = threading.Event()
+    ran = threading.Thread(target=probe, args=(dcgmi,), kwargs={"cancel": cancel,
+                                                                "lifeline": True})
+    ran.start()
+    waited = time.monotonic()
+    while not (tmp_path / "started").exists() and time.monotonic() - waited < 30:
+        time.sleep(0.05)
+    cancel.set()
+    ran.join(60)
+    assert not ran.is_alive()
+    assert (tmp_path / "stopped").exists(), "dcgmi was killed before it stopped nvvs"
+
+
+def test_dcgmi_outliving_a_killed_probe_still_stops_its_diagnostic(tmp_path):
+    """A probe killed outright (the OOM killer, kill -9) cannot stop dcgmi itself: the
+    kernel sends dcgmi SIGTERM for it, not probelib's SIGKILL, so dcgmi stops nvvs."""
+    dcgmi = hanging_dcgmi(tmp_path, "sleep 0.5; echo stopped > {tmp}/stopped; exit 203")
+    proc = subprocess.Popen([sys.executable, str(REPO / "probes" / "dcgm.py")],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.stdin.write(json.dumps({"settings": {"dcgmi": dcgmi}}).encode() + b"\n")
+        proc.stdin.flush()
+        waited = time.monotonic()
+        while not (tmp_path / "started").exists() and time.monotonic() - waited < 30:
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        while not (tmp_path / "stopped").exists() and time.monotonic() - waited < 40:
+            time.sleep(0.05)
+        assert (tmp_path / "stopped").exists(), "dcgmi died with the probe"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the test's own group is left
+        except ProcessLookupError:
+            pass

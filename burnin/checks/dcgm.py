@@ -60,6 +60,17 @@ def _weigh(r: dict, level) -> tuple[str, str] | None:
     return "fail", f"{head}: {said or 'no warning, so no severity given'}"
 
 
+def _stopped(figs: dict) -> str:
+    how = figs["stopped"]
+    line = (f"dcgmi diag did not finish within the probe's deadline of "
+            f"{figs.get('deadline_s', 0):g} s (the check's timeout_s, less time to stop and "
+            f"report); ")
+    if how == "SIGTERM":
+        return line + "stopped with SIGTERM, on which dcgmi stops the diagnostic"
+    return line + (f"it did not stop within {figs.get('stop_grace_s', 0):g} s of SIGTERM and "
+                   f"was killed ({how}): nvvs may still be running on the GPUs")
+
+
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if not outcome.ok:
         return Verdict(node.name, "dcgm", (outcome.reason,))
@@ -72,6 +83,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         weighed = _weigh(r, figs.get("level"))
         if weighed is not None:
             (failures if weighed[0] == "fail" else warnings).append(weighed[1])
+    if figs.get("stopped"):
+        failures.insert(0, _stopped(figs))
     status = figs.get("exit_status")
     # 226 is how dcgmi exits for a warning; without one, or with any other status, the
     # exit says something no result did.
@@ -96,6 +109,7 @@ RESULT = Obj(required=("category", "test", "status"), category=Str(256), test=St
 SCHEMA = document(Obj(), Obj(
     required=("applies",), applies=Bool(), why=Str(4096), level=Int(1, 4),
     exit_status=Int(-255, 255), elapsed_s=Num(0), version=Str(256, null=True),
+    deadline_s=Num(0), stop_grace_s=Num(0), stopped=Str(16),
     results=List(RESULT, max=10_000)))
 
 CHECK = Check(
