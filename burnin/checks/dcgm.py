@@ -101,6 +101,7 @@ def evidence(record: dict) -> dict[str, object]:
 
 
 CODE = Int(-(2**31), 2**32, null=True)   # C ints in DCGM's structures
+# exit_status is null when dcgmi outlived even SIGKILL (stuck in the kernel).
 WARNING = Obj(required=("message",), message=Str(4096), error_id=CODE, category=CODE,
               severity=CODE)
 RESULT = Obj(required=("category", "test", "status"), category=Str(256), test=Str(256),
@@ -108,7 +109,7 @@ RESULT = Obj(required=("category", "test", "status"), category=Str(256), test=St
              warnings=List(WARNING, max=100), info=List(Str(4096), max=100))
 SCHEMA = document(Obj(), Obj(
     required=("applies",), applies=Bool(), why=Str(4096), level=Int(1, 4),
-    exit_status=Int(-255, 255), elapsed_s=Num(0), version=Str(256, null=True),
+    exit_status=Int(-255, 255, null=True), elapsed_s=Num(0), version=Str(256, null=True),
     deadline_s=Num(0), stop_grace_s=Num(0), stopped=Str(16),
     results=List(RESULT, max=10_000)))
 
