@@ -1,96 +1,116 @@
-"""The dcgm check: a fake `dcgmi` answering with documents in DCGM's JSON shapes (DCGM 3's
-"DCGM GPU Diagnostic" with gpu_ids, DCGM 4's "DCGM Diagnostic" with entity_id); a GPU
-node without dcgmi gets no dcgm testcase (its health facts found no dcgmi) and admission
-does not require the check of it."""
+"""The dcgm check: a fake `dcgmi` answering with what real dcgmi prints and exits with,
+built from DCGM's own sources (tests/fixtures/dcgm/, provenance beside each document); a
+GPU node without dcgmi gets no dcgm testcase (its health facts found no dcgmi) and
+admission does not require the check of it."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
+import pytest
 from suiterun import junit_cases, run_suite, script
 
 from burnin.admit import Report, read_junit
 from burnin.checks import Judging, applicable, resolve_settings
-from burnin.checks.dcgm import judge
+from burnin.checks.dcgm import SCHEMA, judge
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome, run_probe
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
-
-def warning(text: str, error_id: int) -> dict:
-    return {"error_category": 2, "error_id": error_id, "error_severity": 2, "warning": text}
-
-
-def gpu(i: int, status: str, **more) -> dict:
-    return {"entity_group": "GPU", "entity_group_id": 1, "entity_id": i, "status": status,
-            **more}
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "dcgm"
+NODE = Node(name="n", address="n", transport="local")
 
 
-# DCGM 4's shape, as its own schema gives it (NVIDIA/DCGM testing/python3/
-# dcgm_diag_schema.json): the version under "metadata", a test_summary per test.
-DCGM4_FAIL = {"DCGM Diagnostic": {"test_categories": [
-    {"category": "Deployment", "tests": [{"name": "software", "test_summary": {
-        "status": "Pass"}, "results": [gpu(0, "Pass"), gpu(1, "Pass")]}]},
-    {"category": "Hardware", "tests": [{"name": "memory", "test_summary": {"status": "Fail"},
-                                        "results": [gpu(0, "Pass"), gpu(1, "Fail", warnings=[
-        warning("GPU 1 had uncorrectable memory errors", 50)])]}]},
-    {"category": "Integration", "tests": [{"name": "pcie", "test_summary": {"status": "Pass"},
-                                           "results": [
-        gpu(0, "Warn", warnings=["Clocks are being throttled for GPU 0"]),
-        gpu(1, "Skip")]}]}]},
-    "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1, "entities": [
-        {"entity_id": 0, "device_id": "2330"}, {"entity_id": 1, "device_id": "2330"}]}],
-    "metadata": {"version": "4.2.3", "Driver Version Detected": "570.124.06"}}
-DCGM3_PASS = {"DCGM GPU Diagnostic": {"version": "3.3.5", "test_categories": [
-    {"category": "Deployment", "tests": [{"name": "Denylist", "results": [{"status": "Pass"}]}]},
-    {"category": "Hardware", "tests": [{"name": "GPU Memory", "results": [
-        {"gpu_ids": "0", "status": "Pass"}, {"gpu_ids": "1", "status": "Pass"}]}]}]}}
+def fixture(name: str) -> dict:
+    """A fixture without its provenance note: argv, exit_status, stdout."""
+    data = json.loads((FIXTURES / f"{name}.json").read_text())
+    data.pop("_provenance")
+    return data
 
 
 def fake_dcgmi(tmp_path: Path, name: str, doc: dict, exit_status: int) -> str:
-    """An executable answering `dcgmi diag -r N -j` with `doc`, and recording its argv."""
+    """An executable answering `dcgmi diag -r N -j` with `doc` as jsoncpp's toStyledString
+    prints it (keys sorted, three-space indent), and recording its argv."""
     answer = tmp_path / f"{name}.json"
-    answer.write_text(json.dumps(doc))
+    answer.write_text(json.dumps(doc, indent=3, sort_keys=True) + "\n")
     return script(tmp_path / f"{name}-dcgmi",
                   f'echo "$@" > {tmp_path / name}.argv\ncat {answer}\nexit {exit_status}\n')
+
+
+def from_fixture(tmp_path: Path, name: str) -> str:
+    f = fixture(name)
+    return fake_dcgmi(tmp_path, name, f["stdout"], f["exit_status"])
+
+
+def probe(dcgmi: str, level: int = 1, timeout_s: float = 120, **run) -> ProbeOutcome:
+    settings = {"dcgmi": dcgmi, "level": level, "timeout_s": timeout_s}
+    return run_probe(LocalTransport(NODE, REPO / "probes"), "dcgm", {"settings": settings},
+                     timeout_s=timeout_s, schema=SCHEMA, **run)
+
+
+def verdict(o: ProbeOutcome):
+    return judge(NODE, o, Judging(resolve_settings("dcgm", "standard")))
+
+
+def outcome(figures: dict, errors=()) -> ProbeOutcome:
+    return ProbeOutcome("n", "dcgm", True, data={"probe": "dcgm", "schema": 1, "node": {},
+                                                 "devices": [], "figures": figures,
+                                                 "errors": list(errors)})
+
+
+def probe_module():
+    sys.path.insert(0, str(REPO / "probes"))
+    try:
+        import dcgm
+    finally:
+        sys.path.remove(str(REPO / "probes"))
+    return dcgm
 
 
 def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester, nvml,
                                                                         tmp_path):
     nvml(devices=[{}, {}])
-    bad = fake_dcgmi(tmp_path, "bad", DCGM4_FAIL, 226)
-    good = fake_dcgmi(tmp_path, "good", DCGM3_PASS, 0)
+    nodes = {"bad": "dcgm4-fail", "good": "dcgm4-pass", "warm": "dcgm4-warn",
+             "old": "dcgm3-fail"}
     inv = pytester.path / "inv.yaml"
-    inv.write_text(textwrap.dedent(f"""\
+    inv.write_text(textwrap.dedent("""\
         version: 1
-        defaults: {{transport: local, gpus: 2}}
+        defaults: {transport: local, gpus: 2}
+        checks: {dcgm: {level: 2}}
         nodes:
-          - name: bad
-            checks: {{dcgm: {{dcgmi: {bad}}}}}
-          - name: good
-            checks: {{dcgm: {{dcgmi: {good}}}}}
-          - name: without
-            checks: {{dcgm: {{dcgmi: {tmp_path / 'no-such-dcgmi'}}}}}
-        """))
+        """) + "".join(f"  - name: {n}\n    checks: {{dcgm: {{dcgmi: "
+                       f"{from_fixture(tmp_path, f)}}}}}\n" for n, f in nodes.items())
+        + f"  - name: without\n    checks: {{dcgm: {{dcgmi: {tmp_path / 'no-such-dcgmi'}}}}}\n")
     result, reports = run_suite(pytester, inv, "-k", "dcgm", "--profile", "quick")
     cases = junit_cases(reports)
     assert cases["without"] == {}, "not collected where the node's facts found no dcgmi"
     cases = {n: c["dcgm"] for n, c in cases.items() if c}
-    assert cases["good"] == ("passed", "")
-    assert cases["bad"] == ("failure", "DCGM level 1 Hardware/memory on GPU 1: fail: GPU 1 "
-                                       "had uncorrectable memory errors (DCGM error id 50)")
-    assert (tmp_path / "bad.argv").read_text().split() == ["diag", "-r", "1", "-j"]
+    mismatch = ("Fail: A memory mismatch was detected on GPU 1, but no error was reported by "
+                "CUDA or NVML. (DCGM error id 58, DCGM_ERROR_ISOLATE)")
+    assert cases == {
+        "good": ("passed", ""),
+        "warm": ("passed", ""),  # DCGM's "Fail" of DCGM_ERROR_MONITOR severity, exit 226
+        "bad": ("failure", f"DCGM level 2 Hardware/memory on GPU 1: {mismatch}"),
+        "old": ("failure", f"DCGM level 2 Hardware/GPU Memory on GPU 1: {mismatch}")}
+    for n, f in nodes.items():
+        assert (tmp_path / f"{f}.argv").read_text().split() == fixture(f)["argv"], n
     records = {(r["check"], r["node"]): r for r in map(
         json.loads, (reports / "latest" / "results.jsonl").read_text().splitlines())}
     # The probe runs on every node of the run, as pcie's does: there it found nothing.
     assert records[("dcgm", "without")]["data"]["figures"]["applies"] is False
     assert records[("health", "without")]["data"]["figures"]["tools"] == {
         "dcgm": {"command": str(tmp_path / "no-such-dcgmi"), "path": None}}
-    assert records[("dcgm", "good")]["data"]["figures"]["version"] == "3.3.5"
-    assert records[("dcgm", "bad")]["data"]["figures"]["version"] == "4.2.3"
+    assert records[("dcgm", "old")]["data"]["figures"]["version"] == "3.3.9"  # at the root
+    assert records[("dcgm", "good")]["data"]["figures"]["version"] == "4.6.0"  # metadata
     report = read_junit(reports / "latest" / "junit.xml")
     assert "dcgm" not in report.required("without")
     assert "dcgm" in report.required("good") and "dcgm" in report.required("bad")
@@ -108,75 +128,264 @@ def test_admission_fails_closed_where_the_tools_are_unknown():
 
 
 def test_the_probe_reports_does_not_apply_where_dcgmi_is_gone(tmp_path):
-    node = Node(name="n", address="n", transport="local")
-    out = run_probe(LocalTransport(node, REPO / "probes"), "dcgm",
-                    {"settings": {"dcgmi": str(tmp_path / "gone")}}, timeout_s=120)
+    out = probe(str(tmp_path / "gone"))
     assert out.ok and out.data["figures"]["applies"] is False
     assert verdict(out).passed
 
 
-def outcome(figures: dict, errors=()) -> ProbeOutcome:
-    return ProbeOutcome("n", "dcgm", True, data={"probe": "dcgm", "schema": 1, "node": {},
-                                                 "devices": [], "figures": figures,
-                                                 "errors": list(errors)})
+@pytest.mark.parametrize("name, failures, warnings", [
+    ("dcgm4-pass", (), ()),
+    ("dcgm4-warn", (), (
+        "DCGM level 2 Integration/pcie on GPU 0: Fail, DCGM_ERROR_MONITOR only: Temperature "
+        "91 of GPU 0 exceeded user-specified maximum allowed temperature 87 (DCGM error id "
+        "42, DCGM_ERROR_MONITOR)",)),
+    ("dcgm4-fail", (
+        "DCGM level 2 Hardware/memory on GPU 1: Fail: A memory mismatch was detected on GPU "
+        "1, but no error was reported by CUDA or NVML. (DCGM error id 58, DCGM_ERROR_ISOLATE)",
+    ), ()),
+    ("dcgm3-fail", (
+        "DCGM level 2 Hardware/GPU Memory on GPU 1: Fail: A memory mismatch was detected on "
+        "GPU 1, but no error was reported by CUDA or NVML. (DCGM error id 58, "
+        "DCGM_ERROR_ISOLATE)",), ()),
+    # DCGM 3's Deployment tests write the text under "warnings" and the GPU as a number.
+    ("dcgm3-row-remap", (
+        "DCGM level 1 Deployment/Page Retirement/Row Remap on GPU 0: Fail: GPU 0 had memory "
+        "errors and row remappings are pending (DCGM error id 85, DCGM_ERROR_RESET)",), ()),
+])
+def test_dcgms_own_documents_are_judged_by_severity_and_exit_status(tmp_path, name,
+                                                                    failures, warnings):
+    f = fixture(name)
+    out = probe(from_fixture(tmp_path, name), level=int(f["argv"][2]))
+    assert out.ok, out.reason
+    assert out.data["figures"]["exit_status"] == f["exit_status"]
+    v = verdict(out)
+    assert (v.failures, v.warnings) == (failures, warnings)
 
 
-def verdict(o: ProbeOutcome):
-    return judge(Node(name="n", address="n"), o, Judging(resolve_settings("dcgm", "standard")))
+def result(status: str, *warnings, test: str = "pcie") -> dict:
+    return {"category": "Integration", "test": test, "gpu": "0", "status": status,
+            "warnings": list(warnings), "info": []}
 
 
-def test_a_warning_warns_and_a_nonzero_exit_without_a_failed_test_fails():
-    warn = {"category": "Integration", "test": "pcie", "gpu": "0", "status": "Warn",
-            "warnings": ["Clocks are being throttled for GPU 0"], "info": []}
-    v = verdict(outcome({"applies": True, "level": 2, "exit_status": 0, "results": [warn]}))
-    assert v.passed and v.warnings == ("DCGM level 2 Integration/pcie on GPU 0: warn: Clocks "
-                                       "are being throttled for GPU 0",)
-    v = verdict(outcome({"applies": True, "level": 2, "exit_status": 1, "results": [warn]}))
-    assert v.failures == ("dcgmi diag exited 1 without a failed test",)
+def warned(severity, text: str = "hot", error_id=42) -> dict:
+    return {"message": text, "error_id": error_id, "category": 9, "severity": severity}
 
 
-def test_the_probe_parses_both_dcgm_shapes():
-    import sys
-    sys.path.insert(0, str(REPO / "probes"))
-    try:
-        import dcgm as probe
-    finally:
-        sys.path.remove(str(REPO / "probes"))
-    four = probe.parse(DCGM4_FAIL)
-    assert [(r["test"], r["gpu"], r["status"]) for r in four] == [
-        ("software", "0", "Pass"), ("software", "1", "Pass"), ("memory", "0", "Pass"),
-        ("memory", "1", "Fail"), ("pcie", "0", "Warn"), ("pcie", "1", "Skip")]
-    three = probe.parse(DCGM3_PASS)
-    assert [(r["category"], r["test"], r["gpu"]) for r in three] == [
-        ("Deployment", "Denylist", None), ("Hardware", "GPU Memory", "0"),
-        ("Hardware", "GPU Memory", "1")]
+def judged(*results, exit_status: int = 226):
+    v = verdict(outcome({"applies": True, "level": 2, "exit_status": exit_status,
+                         "results": list(results)}))
+    return v.failures, v.warnings
+
+
+HEAD = "DCGM level 2 Integration/pcie on GPU 0: Fail"
+
+
+@pytest.mark.parametrize("results, exit_status, failures, warnings", [
+    # MONITOR only: a warning, with DCGM's exit for it, or none.
+    ([result("Fail", warned(1))], 226, (),
+     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
+    ([result("Fail", warned(1))], 0, (),
+     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
+    # nvvs's own JSON can say Warn; the severity still decides.
+    ([result("Warn", warned(4))], 226,
+     ("DCGM level 2 Integration/pcie on GPU 0: Warn: hot (DCGM error id 42, "
+      "DCGM_ERROR_TRIAGE)",), ()),
+    # Any other severity fails, a known one or not, and so does a Fail with none.
+    ([result("Fail", warned(1), warned(6, "remap", 85))], 226,
+     (f"{HEAD}: hot (DCGM error id 42, DCGM_ERROR_MONITOR); remap (DCGM error id 85, "
+      "DCGM_ERROR_RESET)",), ()),
+    ([result("Fail", warned(5, "persistence mode", 29))], 226,
+     (f"{HEAD}: persistence mode (DCGM error id 29, DCGM_ERROR_CONFIG)",), ()),
+    ([result("Fail", warned(9))], 226,
+     (f"{HEAD}: hot (DCGM error id 42, unknown severity 9)",), ()),
+    ([result("Fail", warned(None))], 226,
+     (f"{HEAD}: hot (DCGM error id 42, no severity given)",), ()),
+    ([result("Fail")], 226, (f"{HEAD}: no warning, so no severity given",), ()),
+    ([result("Broken", warned(1))], 0,
+     ("DCGM level 2 Integration/pcie on GPU 0: Broken (a result burnin does not know): hot "
+      "(DCGM error id 42, DCGM_ERROR_MONITOR)",), ()),
+    # The exit status says what no result did.
+    ([result("Fail", warned(1))], 205,
+     ("dcgmi diag exited 205 (DCGM_ST_NVVS_ISOLATE_ERROR: DCGM says a GPU must be isolated) "
+      "though every result it gave is of DCGM_ERROR_MONITOR severity",),
+     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
+    ([result("Pass")], 226, ("dcgmi diag exited 226 (DCGM_ST_NVVS_ERROR: the diagnostic "
+                             "reported an error) without a failed test",), ()),
+    ([result("Skip")], 1, ("dcgmi diag exited 1 without a failed test",), ()),
+])
+def test_a_fail_of_monitor_severity_only_warns_and_everything_else_fails(
+        results, exit_status, failures, warnings):
+    assert judged(*results, exit_status=exit_status) == (failures, warnings)
+
+
+def test_the_probe_reads_dcgm_4_entities_summaries_and_dcgm_3_gpu_ids():
+    dcgm = probe_module()
+    four = fixture("dcgm4-fail")["stdout"]
+    assert [(r["test"], r["gpu"], r["entity_group"], r["status"]) for r in dcgm.parse(four)] == [
+        ("software", "0", "GPU", "Pass"), ("software", "1", "GPU", "Pass"),
+        ("memory", "0", "GPU", "Pass"), ("memory", "1", "GPU", "Fail"),
+        ("pcie", "0", "GPU", "Pass"), ("pcie", "1", "GPU", "Pass")], \
+        "4.6 repeats GPU 1's error in the test summary: not a second result"
+    three = dcgm.parse(fixture("dcgm3-fail")["stdout"])
+    assert [(r["test"], r["gpu"]) for r in three if r["gpu"] is not None] == [
+        ("PCIe", "0"), ("PCIe", "1"), ("GPU Memory", "0"), ("GPU Memory", "1")]
+    assert three[-1]["warnings"] == [{
+        "message": "A memory mismatch was detected on GPU 1, but no error was reported by "
+                   "CUDA or NVML.", "error_id": 58, "category": 10, "severity": 2}]
+    assert dcgm.version_of(fixture("dcgm3-fail")["stdout"]) == "3.3.9"
+    assert dcgm.version_of(four) == "4.6.0"
+
+
+def test_a_failing_test_summary_is_judged_with_its_own_warnings():
+    """DCGM 4 puts an error of no entity only in the test summary: with a GPU's MONITOR
+    warning beside it, a RESET there still fails the node; a summary that fails with no
+    result and no warning fails too."""
+    dcgm = probe_module()
+    hot = {"error_category": 9, "error_id": 42, "error_severity": 1, "warning": "hot"}
+    nccl = {"error_category": 16, "error_id": 129, "error_severity": 6, "warning": "NCCL"}
+    doc = {"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [
+        {"name": "nccl_tests", "results": [{"entity_group": "GPU", "entity_group_id": 1,
+                                            "entity_id": 0, "status": "Fail",
+                                            "warnings": [hot]}],
+         "test_summary": {"status": "Fail", "warnings": [hot, nccl]}},
+        {"name": "targeted_power", "results": [], "test_summary": {"status": "Fail"}}]}]}}
+    results = dcgm.parse(doc)
+    assert [(r["test"], r["gpu"], [w["error_id"] for w in r["warnings"]]) for r in results] \
+        == [("nccl_tests", "0", [42]), ("nccl_tests", None, [129]),
+            ("targeted_power", None, [None])]
+    failures, warnings = judged(*results)
+    assert failures == (
+        "DCGM level 2 Hardware/nccl_tests: Fail: NCCL (DCGM error id 129, DCGM_ERROR_RESET)",
+        "DCGM level 2 Hardware/targeted_power: Fail: DCGM's test summary says so; no result "
+        "names an entity (no severity given)")
+    assert warnings == ("DCGM level 2 Hardware/nccl_tests on GPU 0: Fail, DCGM_ERROR_MONITOR "
+                        "only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)
 
 
 def test_dcgms_own_words_fail_the_node_where_no_result_does(tmp_path):
-    """A runtime error (DCGM could not run its diagnostic), a test whose summary fails with
-    no failing result, and a failing CPU entity (DCGM 4's CPU diagnostic) each fail, in
-    DCGM's own words and naming the entity as DCGM does."""
+    """A runtime error (DCGM could not run its diagnostic) and a failing CPU entity
+    (DCGM 4's CPU diagnostic) each fail, in DCGM's own words and naming the entity as
+    DCGM does."""
     cases = {
         "runtime": ({"DCGM Diagnostic": {"runtime_error": "Unable to create a group of GPUs",
-                                         "test_categories": []}}, 226,
+                                         "version": "4.6.0"}}, 226,
                     ["probe error: dcgmi diag: runtime error: Unable to create a group of "
                      "GPUs"]),
-        "summary": ({"DCGM Diagnostic": {"test_categories": [{"category": "Stress", "tests": [
-            {"name": "targeted_power", "test_summary": {"status": "Fail"},
-             "results": []}]}]}}, 0,
-                    ["DCGM level 1 Stress/targeted_power: fail: DCGM's test summary says "
-                     "Fail; no result names an entity"]),
         "cpu": ({"DCGM Diagnostic": {"test_categories": [{"category": "Hardware", "tests": [
             {"name": "cpu_eud", "test_summary": {"status": "Fail"}, "results": [
                 {"entity_group": "CPU", "entity_group_id": 7, "entity_id": 0,
-                 "status": "Fail", "warnings": [warning("CPU 0 failed its EUD", 101)]}]}]}]}},
-                0, ["DCGM level 1 Hardware/cpu_eud on CPU 0: fail: CPU 0 failed its EUD "
-                    "(DCGM error id 101)"]),
+                 "status": "Fail", "warnings": [
+                     {"error_category": 15, "error_id": 101, "error_severity": 2,
+                      "warning": "CPU 0 failed its EUD"}]}]}]}]}}, 205,
+                ["DCGM level 1 Hardware/cpu_eud on CPU 0: Fail: CPU 0 failed its EUD "
+                 "(DCGM error id 101, DCGM_ERROR_ISOLATE)"]),
     }
-    node = Node(name="n", address="n", transport="local")
     for name, (doc, status, expected) in cases.items():
-        dcgmi = fake_dcgmi(tmp_path, name, doc, status)
-        out = run_probe(LocalTransport(node, REPO / "probes"), "dcgm",
-                        {"settings": {"dcgmi": dcgmi, "level": 1}}, timeout_s=120)
+        out = probe(fake_dcgmi(tmp_path, name, doc, status))
         assert out.ok, out.reason
         assert list(verdict(out).failures) == expected, name
+
+
+# What dcgmi prints when a signal stopped its diagnostic (Diag::RunDiagOnce, DCGM 4.6:
+# DCGM_ST_NVVS_KILLED = -53, exit 203, and errorString's words for it).
+KILLED = {"DCGM Diagnostic": {"runtime_error": "Error: Unable to complete diagnostic. Return: "
+                                               "(-53) : The DCGM diagnostic was killed by a "
+                                               "signal", "version": "4.6.0"}}
+
+
+def hanging_dcgmi(tmp_path: Path, on_term: str) -> str:
+    """A dcgmi whose diagnostic never ends by itself; on SIGTERM it runs `on_term` (as
+    real dcgmi stops its diagnostic, prints KILLED and exits 203), and it says when it
+    has started."""
+    killed = tmp_path / "killed.json"
+    killed.write_text(json.dumps(KILLED))
+    return script(tmp_path / "hanging-dcgmi", f"""\
+sleep 30 & pid=$!
+trap 'kill $pid; {on_term.format(tmp=tmp_path, killed=killed)}' TERM
+echo started > {tmp_path}/started
+wait $pid
+""")
+
+
+@pytest.mark.parametrize("timeout_s", [6, 60, 900, 1800, 7200])
+def test_the_probe_gives_up_on_dcgmi_before_the_controller_gives_up_on_the_probe(timeout_s):
+    """The controller SIGKILLs the probe's group at timeout_s, dcgmi with it, which leaves
+    nvvs running: dcgmi's deadline and its grace after SIGTERM (long enough for the 25 s
+    dcgmi waits for nvvs) end before it, with as long again left to report."""
+    run_s, grace_s = probe_module().deadlines(timeout_s)
+    assert 0 < run_s and run_s + 2 * grace_s <= timeout_s
+    if timeout_s >= 900:  # the profiles' timeouts
+        assert grace_s >= 25 and timeout_s - run_s <= 60
+    assert probe_module().deadlines(900) == (840, 30)
+
+
+def test_dcgmi_past_the_probes_deadline_gets_sigterm_and_the_probe_reports(tmp_path):
+    dcgmi = hanging_dcgmi(tmp_path, "echo TERM > {tmp}/signal; sleep 0.3; cat {killed}; "
+                                    "exit 203")
+    out = probe(dcgmi, timeout_s=6)
+    assert out.ok, f"the controller had to stop the probe: {out.reason}"
+    assert (tmp_path / "signal").read_text() == "TERM\n"
+    figures = out.data["figures"]
+    assert (figures["stopped"], figures["exit_status"], figures["deadline_s"]) == (
+        "SIGTERM", 203, 4.5)
+    assert verdict(out).failures == (
+        "dcgmi diag did not finish within the probe's deadline of 4.5 s (the check's "
+        "timeout_s, less time to stop and report); stopped with SIGTERM, on which dcgmi "
+        "stops the diagnostic",
+        "probe error: dcgmi diag: runtime error: Error: Unable to complete diagnostic. "
+        "Return: (-53) : The DCGM diagnostic was killed by a signal")
+
+
+def test_dcgmi_deaf_to_sigterm_is_killed_after_its_grace_and_the_verdict_says_so(tmp_path):
+    dcgmi = script(tmp_path / "deaf-dcgmi", "trap '' TERM\nexec sleep 30\n")
+    out = probe(dcgmi, timeout_s=8)
+    assert out.ok, f"the controller had to stop the probe: {out.reason}"
+    assert (out.data["figures"]["stopped"], out.data["figures"]["exit_status"]) == (
+        "SIGKILL", -9)
+    assert verdict(out).failures == (
+        "dcgmi diag did not finish within the probe's deadline of 6 s (the check's timeout_s, "
+        "less time to stop and report); it did not stop within 1 s of SIGTERM and was killed "
+        "(SIGKILL): nvvs may still be running on the GPUs",)
+
+
+def test_a_probe_stopped_by_the_controller_lets_dcgmi_stop_its_diagnostic(tmp_path):
+    """Cancelled (Ctrl-C, or its timeout), the controller SIGTERMs the probe's group, then
+    SIGKILLs what is left once the probe is gone: the probe stays until dcgmi, which got
+    the SIGTERM too, has stopped the diagnostic (here, half a second later)."""
+    dcgmi = hanging_dcgmi(tmp_path, "sleep 0.5; echo stopped > {tmp}/stopped; exit 203")
+    cancel = threading.Event()
+    ran = threading.Thread(target=probe, args=(dcgmi,), kwargs={"cancel": cancel,
+                                                                "lifeline": True})
+    ran.start()
+    waited = time.monotonic()
+    while not (tmp_path / "started").exists() and time.monotonic() - waited < 30:
+        time.sleep(0.05)
+    cancel.set()
+    ran.join(60)
+    assert not ran.is_alive()
+    assert (tmp_path / "stopped").exists(), "dcgmi was killed before it stopped nvvs"
+
+
+def test_dcgmi_outliving_a_killed_probe_still_stops_its_diagnostic(tmp_path):
+    """A probe killed outright (the OOM killer, kill -9) cannot stop dcgmi itself: the
+    kernel sends dcgmi SIGTERM for it, not probelib's SIGKILL, so dcgmi stops nvvs."""
+    dcgmi = hanging_dcgmi(tmp_path, "sleep 0.5; echo stopped > {tmp}/stopped; exit 203")
+    proc = subprocess.Popen([sys.executable, str(REPO / "probes" / "dcgm.py")],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        proc.stdin.write(json.dumps({"settings": {"dcgmi": dcgmi}}).encode() + b"\n")
+        proc.stdin.flush()
+        waited = time.monotonic()
+        while not (tmp_path / "started").exists() and time.monotonic() - waited < 30:
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        while not (tmp_path / "stopped").exists() and time.monotonic() - waited < 40:
+            time.sleep(0.05)
+        assert (tmp_path / "stopped").exists(), "dcgmi died with the probe"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the test's own group is left
+        except ProcessLookupError:
+            pass

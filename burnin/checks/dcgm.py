@@ -1,8 +1,17 @@
 """The dcgm check's judge: NVIDIA DCGM's own diagnostic (`dcgmi diag -r <level> -j`), on
-GPU nodes where DCGM is installed. Each DCGM test that fails on a GPU fails the node with
-DCGM's own message; a warning warns. The check applies only where the node's health
-facts found `dcgmi` (Check.tool): elsewhere it is not collected and admission does not
-require it. Should the probe still find no dcgmi, it says so and the node passes."""
+GPU nodes where DCGM is installed, judged by what DCGM means rather than by its words.
+
+dcgmi never prints "Warn" in JSON: DCGM 4 prints a warning's result as "Fail", DCGM 3
+prints only Pass, Skip and Fail, and either exits non-zero for any warning. What tells a
+warning from a failure is each warning's `error_severity` (dcgm_errors.h): a "Fail" whose
+every warning is DCGM_ERROR_MONITOR ("can perform workload, but needs to be monitored")
+warns; any other severity (ISOLATE, RESET, TRIAGE, CONFIG, NONE, UNKNOWN, or one this
+table does not know), or none given, fails the node. dcgmi's exit status agrees or
+overrules: 226 (DCGM_ST_NVVS_ERROR) is what a warning exits with; 205 (an error DCGM
+says needs isolating) or any other non-zero status fails even with only MONITOR
+warnings. The check applies only where the node's health facts found `dcgmi`
+(Check.tool): elsewhere it is not collected and admission does not require it. Should
+the probe still find no dcgmi, it says so and the node passes."""
 
 from __future__ import annotations
 
@@ -11,6 +20,55 @@ from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import Bool, Int, List, Num, Obj, Str, document
 from burnin.verdict import Verdict
+
+# dcgm_errors.h, dcgmErrorSeverity_t: the same numbers from DCGM 3.3 to 4.6.
+SEVERITIES = {0: "DCGM_ERROR_NONE", 1: "DCGM_ERROR_MONITOR", 2: "DCGM_ERROR_ISOLATE",
+              3: "DCGM_ERROR_UNKNOWN", 4: "DCGM_ERROR_TRIAGE", 5: "DCGM_ERROR_CONFIG",
+              6: "DCGM_ERROR_RESET"}
+MONITOR = 1
+# dcgm_structs.h's dcgmReturn_t, as dcgmi's exit status (its main returns the code).
+NVVS_ERROR = 226
+EXIT_NAMES = {226: "DCGM_ST_NVVS_ERROR: the diagnostic reported an error",
+              205: "DCGM_ST_NVVS_ISOLATE_ERROR: DCGM says a GPU must be isolated",
+              203: "DCGM_ST_NVVS_KILLED: the diagnostic was stopped by a signal"}
+QUIET = ("pass", "skip", "not run")       # results that say nothing against the node
+WEIGHED = ("fail", "warn")                # judged by their warnings' severity
+
+
+def _warning(w: dict) -> str:
+    sev = w.get("severity")
+    named = ("no severity given" if sev is None
+             else SEVERITIES.get(sev, f"unknown severity {sev}"))
+    code = w.get("error_id")
+    return f"{w['message']} ({'' if code is None else f'DCGM error id {code}, '}{named})"
+
+
+def _weigh(r: dict, level) -> tuple[str, str] | None:
+    """('fail' or 'warn', the line saying what DCGM said) for a result that is not quiet."""
+    status = r["status"].strip().lower()
+    if status in QUIET:
+        return None
+    on = (f" on {r.get('entity_group') or 'GPU'} {r['gpu']}" if r.get("gpu") is not None
+          else "")
+    head = f"DCGM level {level} {r['category']}/{r['test']}{on}: {r['status']}"
+    said = "; ".join(_warning(w) for w in r.get("warnings") or [])
+    if status not in WEIGHED:
+        return "fail", f"{head} (a result burnin does not know): {said or 'no warning'}"
+    severities = [w.get("severity") for w in r.get("warnings") or []]
+    if severities and all(s == MONITOR for s in severities):
+        return "warn", f"{head}, DCGM_ERROR_MONITOR only: {said}"
+    return "fail", f"{head}: {said or 'no warning, so no severity given'}"
+
+
+def _stopped(figs: dict) -> str:
+    how = figs["stopped"]
+    line = (f"dcgmi diag did not finish within the probe's deadline of "
+            f"{figs.get('deadline_s', 0):g} s (the check's timeout_s, less time to stop and "
+            f"report); ")
+    if how == "SIGTERM":
+        return line + "stopped with SIGTERM, on which dcgmi stops the diagnostic"
+    return line + (f"it did not stop within {figs.get('stop_grace_s', 0):g} s of SIGTERM and "
+                   f"was killed ({how}): nvvs may still be running on the GPUs")
 
 
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
@@ -22,16 +80,19 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if not figs.get("applies"):
         return Verdict(node.name, "dcgm", tuple(failures))
     for r in figs.get("results", []):
-        status = r["status"].lower()
-        if status not in ("fail", "warn"):
-            continue
-        on = (f" on {r.get('entity_group') or 'GPU'} {r['gpu']}" if r.get("gpu") is not None
-              else "")
-        said = "; ".join(r.get("warnings") or []) or "no message"
-        line = f"DCGM level {figs.get('level')} {r['category']}/{r['test']}{on}: {status}: {said}"
-        (failures if status == "fail" else warnings).append(line)
-    if figs.get("exit_status") and not failures:
-        failures.append(f"dcgmi diag exited {figs['exit_status']} without a failed test")
+        weighed = _weigh(r, figs.get("level"))
+        if weighed is not None:
+            (failures if weighed[0] == "fail" else warnings).append(weighed[1])
+    if figs.get("stopped"):
+        failures.insert(0, _stopped(figs))
+    status = figs.get("exit_status")
+    # 226 is how dcgmi exits for a warning; without one, or with any other status, the
+    # exit says something no result did.
+    if status and not failures and not (status == NVVS_ERROR and warnings):
+        named = f" ({EXIT_NAMES[status]})" if status in EXIT_NAMES else ""
+        why = ("though every result it gave is of DCGM_ERROR_MONITOR severity" if warnings
+               else "without a failed test")
+        failures.append(f"dcgmi diag exited {status}{named} {why}")
     return Verdict(node.name, "dcgm", tuple(failures), tuple(warnings))
 
 
@@ -39,13 +100,17 @@ def evidence(record: dict) -> dict[str, object]:
     return {"dcgm.json": record["data"]["figures"]}
 
 
-MESSAGES = List(Str(4096), max=100)
+CODE = Int(-(2**31), 2**32, null=True)   # C ints in DCGM's structures
+# exit_status is null when dcgmi outlived even SIGKILL (stuck in the kernel).
+WARNING = Obj(required=("message",), message=Str(4096), error_id=CODE, category=CODE,
+              severity=CODE)
 RESULT = Obj(required=("category", "test", "status"), category=Str(256), test=Str(256),
              gpu=Str(64, null=True), entity_group=Str(64, null=True), status=Str(64),
-             warnings=MESSAGES, info=MESSAGES)
+             warnings=List(WARNING, max=100), info=List(Str(4096), max=100))
 SCHEMA = document(Obj(), Obj(
     required=("applies",), applies=Bool(), why=Str(4096), level=Int(1, 4),
-    exit_status=Int(-255, 255), elapsed_s=Num(0), version=Str(256, null=True),
+    exit_status=Int(-255, 255, null=True), elapsed_s=Num(0), version=Str(256, null=True),
+    deadline_s=Num(0), stop_grace_s=Num(0), stopped=Str(16),
     results=List(RESULT, max=10_000)))
 
 CHECK = Check(
