@@ -1,5 +1,6 @@
-"""The host beside its GPUs, for the health probe: XIDs in the kernel log since boot,
-memory (EDAC) error counts, swap. Standard library only; imports nothing of burnin.
+"""The host beside its GPUs, for the health probe: XIDs and NVSwitch SXids in the kernel
+log since boot, memory (EDAC) error counts, swap. Standard library only; imports nothing
+of burnin.
 
 Every reader is bounded (a node's kernel log can hold a million lines) and says where it
 read from and why it could not: the controller decides what an unreadable source means.
@@ -15,21 +16,28 @@ import time
 from pathlib import Path
 
 # NVRM: Xid (PCI:0000:3b:00): 79, pid=..., name=..., GPU has fallen off the bus.
+# With MIG on, the driver names the GPU instance as well: "Xid (PCI:0000:01:00 GPU-I:05): 94"
+# (open-gpu-kernel-modules, kern_gpu_error_cont_ga100.c).
 XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:[0-9A-Fa-f]{1,2})"
-                 r"(?:\.[0-7])?\): (\d{1,6})\b,? ?(.*)")
-MAX_XIDS = 1000           # events kept; the rest are counted
+                 r"(?:\.[0-7])?(?: GPU-I:[0-9A-Fa-f]{1,4})?\): (\d{1,6})\b,? ?(.*)")
+# The NVSwitch driver's own: nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, ...
+SXID = re.compile(r"nvidia-(nvswitch\d{1,4}): SXid \(PCI:([0-9A-Fa-f]{1,8}:[0-9A-Fa-f]{1,2}:"
+                  r"[0-9A-Fa-f]{1,2}(?:\.[0-7])?)\): (\d{1,6})\b,? ?(.*)")
+MAX_XIDS = 1000           # events kept, of each kind; the rest are counted
 MAX_RECORDS = 2_000_000   # kernel log records read at most
 READ_S = 10.0             # and for at most this long
 TEXT = 300                # characters of each XID line kept
 
 
 def kernel_xids(where: str | None) -> dict:
-    """NVRM Xid lines in the kernel log since boot. `where`: "auto" (/dev/kmsg, else
-    `journalctl -k -b`), "off" (not read: the operator opted out), or a file of kernel
-    log lines (kmsg records or dmesg text). Returns {source, readable, error, xids,
-    dropped}; each xid is {pci, xid, text, t (s since boot, or None)}."""
+    """NVRM Xid and NVSwitch SXid lines in the kernel log since boot. `where`: "auto"
+    (/dev/kmsg, else `journalctl -k -b`), "off" (not read: the operator opted out), or a
+    file of kernel log lines (kmsg records or dmesg text). Returns {source, readable,
+    error, xids, sxids, dropped}; each xid is {pci, xid, text, t (s since boot, or
+    None)}, each sxid {switch, pci, sxid, text, t}."""
     where = where or "auto"
-    out = {"source": where, "readable": False, "error": None, "xids": [], "dropped": 0}
+    out = {"source": where, "readable": False, "error": None, "xids": [], "sxids": [],
+           "dropped": 0}
     if where == "off":
         out["error"] = "not read: kernel_log is off"
         return out
@@ -109,13 +117,20 @@ def _scan(out: dict, lines) -> None:
         if "Xid" not in line:
             continue
         m = XID.search(line)
-        if not m:
+        s = None if m else SXID.search(line)
+        if not m and not s:
             continue
-        if len(out["xids"]) >= MAX_XIDS:
+        kind = "xids" if m else "sxids"
+        if len(out[kind]) >= MAX_XIDS:
             out["dropped"] += 1
             continue
-        out["xids"].append({"pci": m.group(1).lower(), "xid": int(m.group(2)),
-                            "text": m.group(3).strip()[:TEXT], "t": _seconds(line)})
+        if m:
+            out["xids"].append({"pci": m.group(1).lower(), "xid": int(m.group(2)),
+                                "text": m.group(3).strip()[:TEXT], "t": _seconds(line)})
+        else:
+            out["sxids"].append({"switch": s.group(1), "pci": s.group(2).lower(),
+                                 "sxid": int(s.group(3)), "text": s.group(4).strip()[:TEXT],
+                                 "t": _seconds(line)})
 
 
 def edac(sysfs_root: str) -> dict:
