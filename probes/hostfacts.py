@@ -29,32 +29,40 @@ READ_S = 10.0             # and for at most this long
 TEXT = 300                # characters of each XID line kept
 
 
-def kernel_xids(where: str | None) -> dict:
+def kernel_xids(where: str | bool | None, proc_root: str = "/proc") -> dict:
     """NVRM Xid and NVSwitch SXid lines in the kernel log since boot. `where`: "auto"
     (/dev/kmsg, else `journalctl -k -b`), "off" (not read: the operator opted out), or a
     file of kernel log lines (kmsg records or dmesg text). Returns {source, readable,
-    error, xids, sxids, dropped}; each xid is {pci, xid, text, t (s since boot, or
-    None)}, each sxid {switch, pci, sxid, text, t}."""
-    where = where or "auto"
-    out = {"source": where, "readable": False, "error": None, "xids": [], "sxids": [],
-           "dropped": 0}
+    error, user, xids, sxids, dropped, records, oldest_s, newest_s, first_seq, overruns,
+    complete, uptime_s}: each xid is {pci, xid, text, t (s since boot, or None)}, each
+    sxid {switch, pci, sxid, text, t}; oldest_s/newest_s the span the records read cover,
+    first_seq the kmsg sequence number of the oldest (0 is the boot's first message: more
+    means the ring buffer had already overwritten the start), overruns the records lost
+    to the ring while reading, complete False where a bound stopped the read early."""
+    # YAML reads an unquoted `kernel_log: off` as false: that is the operator's "off".
+    where = "off" if where is False else (where or "auto")
+    out = {"source": where, "readable": False, "error": None, "user": _user(), "xids": [],
+           "sxids": [], "dropped": 0, "records": 0, "oldest_s": None, "newest_s": None,
+           "first_seq": None, "overruns": 0, "complete": True, "uptime_s": _uptime(proc_root)}
     if where == "off":
         out["error"] = "not read: kernel_log is off"
         return out
     if where != "auto":
         try:
             with open(where, encoding="utf-8", errors="replace") as f:
-                _scan(out, (line for _, line in zip(range(MAX_RECORDS), f, strict=False)))
+                _scan(out, _bounded(out, f))
             out["readable"] = True
         except OSError as e:
             out["error"] = f"{where}: {e.strerror or e}"
         return out
     try:
-        _scan(out, _kmsg())
+        _scan(out, _kmsg(out))
         out.update(source="/dev/kmsg", readable=True)
         return out
     except OSError as e:
         first = f"/dev/kmsg: {e.strerror or e}"
+        if e.errno in (errno.EPERM, errno.EACCES):
+            first += _restricted()
     try:
         done = subprocess.run(["journalctl", "-k", "-b", "--no-pager", "-o", "short-monotonic"],
                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -70,12 +78,48 @@ def kernel_xids(where: str | None) -> dict:
     if len(lines) < 2:  # a boot always logs: journald is not collecting the kernel's log
         out["error"] = f"{first}; journalctl -k -b returned no kernel messages"
         return out
-    _scan(out, lines[-MAX_RECORDS:])
+    _scan(out, lines[-MAX_RECORDS:])  # the newest: a cut start shows in oldest_s
     out.update(source="journalctl -k -b", readable=True)
     return out
 
 
-def _kmsg():
+def _restricted() -> str:
+    """Why /dev/kmsg refused, where the kernel says: Debian and Ubuntu set dmesg_restrict."""
+    try:
+        with open("/proc/sys/kernel/dmesg_restrict", encoding="ascii") as f:
+            value = f.read(8).strip()
+    except OSError:
+        return ""
+    return f" (kernel.dmesg_restrict={value})" if value.isdigit() else ""
+
+
+def _user() -> str:
+    """Who the probe ran as: the account the operator must give the right to read the log."""
+    uid = os.geteuid()
+    try:
+        import pwd
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name[:64]})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _uptime(proc_root: str) -> float | None:
+    try:
+        with open(Path(proc_root) / "uptime", encoding="ascii") as f:
+            return float(f.read(64).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _bounded(out: dict, lines):
+    for n, line in enumerate(lines):
+        if n >= MAX_RECORDS:
+            out["complete"] = False
+            return
+        yield line
+
+
+def _kmsg(out: dict):
     """/dev/kmsg's records from the start of the ring, without waiting for new ones."""
     fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
     try:
@@ -83,18 +127,21 @@ def _kmsg():
         deadline = time.monotonic() + READ_S
         for _ in range(MAX_RECORDS):
             if time.monotonic() > deadline:
+                out["complete"] = False
                 return
             try:
                 record = os.read(fd, 8192)
             except BlockingIOError:
                 return  # read to the end
             except OSError as e:
-                if e.errno == errno.EPIPE:  # overwritten while reading: go on
+                if e.errno == errno.EPIPE:  # overwritten while reading: go on, and say so
+                    out["overruns"] += 1
                     continue
                 raise
             if not record:
                 return
             yield record.decode("utf-8", "replace")
+        out["complete"] = False
     finally:
         os.close(fd)
 
@@ -102,18 +149,39 @@ def _kmsg():
 def _seconds(line: str) -> float | None:
     """The time since boot of a kmsg record ("6,1234,5678901,-;...", microseconds) or a
     dmesg/journalctl line ("[ 5678.901234] ...")."""
+    m = re.match(r"\s*\[\s*(\d+\.\d+)\]", line)
+    if m:  # first: a dmesg line may hold "a, b, c;" in its text
+        return float(m.group(1))
     head, sep, _ = line.partition(";")
     if sep and head.count(",") >= 2:
         try:
             return int(head.split(",")[2]) / 1e6
         except ValueError:
             return None
-    m = re.match(r"\s*\[\s*(\d+\.\d+)\]", line)
-    return float(m.group(1)) if m else None
+    return None
+
+
+def _sequence(line: str) -> int | None:
+    """A kmsg record's sequence number ("6,1234,..."); None for dmesg or journal text."""
+    head, sep, _ = line.partition(";")
+    fields = head.split(",")
+    if not sep or len(fields) < 3:
+        return None
+    try:
+        return int(fields[1])
+    except ValueError:
+        return None
 
 
 def _scan(out: dict, lines) -> None:
+    last = None
     for line in lines:
+        out["records"] += 1
+        last = line
+        if out["oldest_s"] is None:
+            out["oldest_s"] = _seconds(line)
+            if out["oldest_s"] is not None:
+                out["first_seq"] = _sequence(line)
         if "Xid" not in line:
             continue
         m = XID.search(line)
@@ -131,6 +199,8 @@ def _scan(out: dict, lines) -> None:
             out["sxids"].append({"switch": s.group(1), "pci": s.group(2).lower(),
                                  "sxid": int(s.group(3)), "text": s.group(4).strip()[:TEXT],
                                  "t": _seconds(line)})
+    if last is not None:
+        out["newest_s"] = _seconds(last)
 
 
 def edac(sysfs_root: str) -> dict:
@@ -175,7 +245,7 @@ def host_facts(settings: dict) -> dict:
     proc_root = str(settings.get("proc_root") or "/proc")
     facts = {"cpus": _cpus(proc_root), **meminfo(proc_root),
              "edac": edac(str(settings.get("sysfs_root") or "/sys")),
-             "kernel_log": kernel_xids(settings.get("kernel_log"))}
+             "kernel_log": kernel_xids(settings.get("kernel_log"), proc_root)}
     return facts
 
 

@@ -83,6 +83,7 @@ def test_xids_since_boot_edac_and_declared_host_fail_with_what_they_name(nvml, t
     assert (host["cpus"], host["memory_bytes"], host["swap_bytes"]) == (3, 15.5 * GIB, 2 * GIB)
     log = host["kernel_log"]
     assert log["readable"] and len(log["xids"]) == 4 and log["sxids"] == []
+    assert (log["records"], log["oldest_s"], log["newest_s"], log["first_seq"]) == (6, 0, 7000, 0)
     v = judged({"n1": out}, "n1", cpus=4, memory_gib=16, swap_gib=0)
     uuid1 = out.data["devices"][1]["uuid"]
     assert sorted(v.failures) == sorted([
@@ -118,11 +119,17 @@ def test_a_kernel_log_that_cannot_be_read_fails_a_gpu_node_unless_turned_off(nvm
     gone = probe(node(), {**settings, "kernel_log": str(tmp_path / "no-such-log")})
     failures = judged({"n1": gone}, "n1").failures
     assert len(failures) == 1 and failures[0].startswith(
-        "kernel log unreadable, so XIDs since boot cannot be checked (")
+        "kernel log unreadable as uid 0 (root), so XIDs and NVSwitch SXids since boot cannot "
+        "be checked (")
+    assert "No such file or directory): give that account the right" in failures[0]
     assert "set checks.health.kernel_log: off" in failures[0]
     off = probe(node(), {**settings, "kernel_log": "off"})
     v = judged({"n1": off}, "n1")
-    assert v.passed and v.warnings == ("XIDs since boot not checked: kernel_log is off",)
+    assert v.passed and v.warnings == (
+        "kernel log not read (checks.health.kernel_log: off): XIDs and NVSwitch SXids since "
+        "boot not checked, so a GPU or NVSwitch that logged a fault since boot (fallen off the "
+        "bus, a double-bit ECC error, an NVLink error) passes health; burn still fails any XID "
+        "NVML reports during its own load",)
     # A CPU-only node has no XIDs to miss.
     cpu = copy.deepcopy(gone)
     cpu.data["devices"], cpu.data["figures"]["gpu"] = [], {"nvml": "absent", "reason": "none"}

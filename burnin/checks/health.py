@@ -242,7 +242,10 @@ SCHEMA = document(DEVICE, Obj(
              edac=Obj(present=Bool(), controllers=Obj(values=Obj(ce=NULL_COUNT, ue=NULL_COUNT),
                                                       max_keys=256)),
              kernel_log=Obj(source=Str(4096), readable=Bool(), error=Str(4096, null=True),
-                            dropped=COUNT,
+                            user=Str(256), dropped=COUNT, records=COUNT,
+                            oldest_s=Num(null=True), newest_s=Num(null=True),
+                            first_seq=NULL_COUNT, overruns=COUNT, complete=Bool(),
+                            uptime_s=Num(null=True),
                             xids=List(Obj(pci=Str(32), xid=COUNT, text=Str(1024),
                                           t=Num(null=True)), max=1000),
                             sxids=List(Obj(switch=Str(32), pci=Str(32), sxid=COUNT,
@@ -270,7 +273,7 @@ CHECK = Check(
                                  "every GPU's power limit; default: the GPU's default limit"),
         "custom_clocks": Setting("bool", False, "application or locked GPU clocks are "
                                  "set on purpose (otherwise they fail)"),
-        "kernel_log": Setting("str", "auto", "where XIDs and SXids since boot are "
+        "kernel_log": Setting("kernel_log", "auto", "where XIDs and SXids since boot are "
                               "read: auto (/dev/kmsg, else journalctl -k), off, or a file"),
         "cpus": Setting("int", None, "logical CPUs; default: most nodes of the model"),
         "memory_gib": Setting("positive", None, "memory; default: most nodes of the model"),
