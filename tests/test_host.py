@@ -14,13 +14,14 @@ from burnin.nodes import Node
 from burnin.probe import ProbeOutcome, run_probe
 from burnin.reference import GPU_MODELS
 from burnin.transports.local import LocalTransport
-from burnin.xid import XIDS, application_caused, meaning
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "H100-SXM5-80GB"
 GIB = 1 << 30
 
 KERNEL_LOG = [
+    # The boot's first record (sequence 0): this log runs from boot.
+    "6,0,0,-;Linux version 6.8.0-45-generic",
     "6,1000,2000000,-;nvidia-nvlink: Nvlink Core is being initialized",
     # GPU 1 (00000000:28:00.0) fell off the bus: a kmsg record, microseconds since boot.
     "3,1001,5000000,-;NVRM: Xid (PCI:0000:28:00): 79, pid=1234, name=python3, GPU has "
@@ -80,15 +81,18 @@ def test_xids_since_boot_edac_and_declared_host_fail_with_what_they_name(nvml, t
     out = probe(node(), bad)
     host = out.data["figures"]["host"]
     assert (host["cpus"], host["memory_bytes"], host["swap_bytes"]) == (3, 15.5 * GIB, 2 * GIB)
-    assert host["kernel_log"]["readable"] and len(host["kernel_log"]["xids"]) == 4
+    log = host["kernel_log"]
+    assert log["readable"] and len(log["xids"]) == 4 and log["sxids"] == []
+    assert (log["records"], log["oldest_s"], log["newest_s"], log["first_seq"]) == (6, 0, 7000, 0)
     v = judged({"n1": out}, "n1", cpus=4, memory_gib=16, swap_gib=0)
     uuid1 = out.data["devices"][1]["uuid"]
     assert sorted(v.failures) == sorted([
         f"GPU 1 ({uuid1}): XID 79 (GPU has fallen off the bus) in the kernel log since boot, "
         f"2 times, last at 5 s after boot: 'pid=1234, name=python3, GPU has fallen off the "
-        f"bus.'",
-        "PCI 0000:99:00 (no GPU of this node there now): XID 48 (double-bit ECC error) in the "
-        "kernel log since boot, last at 7000 s after boot: 'pid=1, DBE (double bit error)'",
+        f"bus.'; NVIDIA's immediate action: RESTART_BM",
+        "PCI 0000:99:00 (no GPU of this node there now): XID 48 (Double Bit ECC Error) in the "
+        "kernel log since boot, last at 7000 s after boot: 'pid=1, DBE (double bit error)'; "
+        "NVIDIA's immediate action: WORKFLOW_XID_48",
         "3 CPUs, the settings declare 4",
         "swap 2.0 GiB, the settings declare 0 GiB",
         "EDAC mc1: 2 uncorrected memory errors since boot",
@@ -97,14 +101,15 @@ def test_xids_since_boot_edac_and_declared_host_fail_with_what_they_name(nvml, t
     uuid0 = out.data["devices"][0]["uuid"]
     assert sorted(v.warnings) == sorted([
         f"GPU 0 ({uuid0}): XID 31 (GPU memory page fault) in the kernel log since boot, last "
-        f"at 6000 s after boot: 'pid=55, name=train, Ch 00000008, intr 00000000. MMU Fault'",
+        f"at 6000 s after boot: 'pid=55, name=train, Ch 00000008, intr 00000000. MMU Fault'; "
+        f"NVIDIA's immediate action: RESTART_APP",
         "EDAC mc0: 5 corrected memory errors since boot"]), v.warnings
     # 15.5 GiB is within 5% of 16 GiB (MemTotal leaves out what firmware keeps); of 17 not.
     assert not any(f.startswith("memory") for f in v.failures)
     assert "memory 15.5 GiB, the settings declare 17 GiB (within 5%)" in judged(
         {"n1": out}, "n1", memory_gib=17).failures
 
-    clean = probe(node(), tree(tmp_path / "clean", log=KERNEL_LOG[:1]))
+    clean = probe(node(), tree(tmp_path / "clean", log=KERNEL_LOG[:2]))
     assert judged({"n1": clean}, "n1", cpus=4, memory_gib=16, swap_gib=0).passed
 
 
@@ -114,11 +119,17 @@ def test_a_kernel_log_that_cannot_be_read_fails_a_gpu_node_unless_turned_off(nvm
     gone = probe(node(), {**settings, "kernel_log": str(tmp_path / "no-such-log")})
     failures = judged({"n1": gone}, "n1").failures
     assert len(failures) == 1 and failures[0].startswith(
-        "kernel log unreadable, so XIDs since boot cannot be checked (")
+        "kernel log unreadable as uid 0 (root), so XIDs and NVSwitch SXids since boot cannot "
+        "be checked (")
+    assert "No such file or directory): give that account the right" in failures[0]
     assert "set checks.health.kernel_log: off" in failures[0]
     off = probe(node(), {**settings, "kernel_log": "off"})
     v = judged({"n1": off}, "n1")
-    assert v.passed and v.warnings == ("XIDs since boot not checked: kernel_log is off",)
+    assert v.passed and v.warnings == (
+        "kernel log not read (checks.health.kernel_log: off): XIDs and NVSwitch SXids since "
+        "boot not checked, so a GPU or NVSwitch that logged a fault since boot (fallen off the "
+        "bus, a double-bit ECC error, an NVLink error) passes health; burn still fails any XID "
+        "NVML reports during its own load",)
     # A CPU-only node has no XIDs to miss.
     cpu = copy.deepcopy(gone)
     cpu.data["devices"], cpu.data["figures"]["gpu"] = [], {"nvml": "absent", "reason": "none"}
@@ -141,11 +152,3 @@ def test_the_host_is_judged_against_most_nodes_of_its_model(nvml, tmp_path):
         "memory 959.7 GiB, most of the run's 5 nodes of this model have 1024 GiB",)
     assert verdicts["lost-socket"].failures == (
         "2 CPUs, most of the run's 5 nodes of this model have 4",)
-
-
-def test_every_xid_has_a_meaning_and_unknown_codes_fail_closed():
-    assert meaning(79) == "XID 79 (GPU has fallen off the bus)"
-    assert meaning(9999) == "XID 9999 (not in burnin XID table)"
-    assert not application_caused(9999), "an unknown code fails"
-    # Only what NVIDIA lists as usually the application's doing is a warning.
-    assert {code for code, (_, app) in XIDS.items() if app} == {8, 13, 31, 43, 45}

@@ -18,7 +18,7 @@ from __future__ import annotations
 from burnin.checks.base import PEERS, Check, Fleet, Judging, Setting, timeout
 from burnin.checks.drift import device_drift, pinned_versions
 from burnin.checks.fabric import SNAPSHOT
-from burnin.checks.host import GIB, clock_rules, host_rules, xid_rules
+from burnin.checks.host import GIB, clock_rules, host_rules, kernel_log_rules
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import (
@@ -117,7 +117,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         failures += pinned_versions(node, gpu.get("driver"), gpu.get("cuda_driver"))
     host = figures.get("host") or {}
     gpu_node = bool(node.gpus) or bool(devices)
-    more = xid_rules(devices, host.get("kernel_log") or {}, gpu_node, _gpu)
+    more = kernel_log_rules(devices, host.get("kernel_log") or {}, gpu_node, _gpu)
     more2 = host_rules(node, host, j.settings, summary, j.model.key if j.model else "")
     failures += more[0] + more2[0]
     warnings += more[1] + more2[1]
@@ -249,9 +249,14 @@ SCHEMA = document(DEVICE, Obj(
              edac=Obj(present=Bool(), controllers=Obj(values=Obj(ce=NULL_COUNT, ue=NULL_COUNT),
                                                       max_keys=256)),
              kernel_log=Obj(source=Str(4096), readable=Bool(), error=Str(4096, null=True),
-                            dropped=COUNT, xids=List(Obj(
-                                pci=Str(32), xid=COUNT, text=Str(1024),
-                                t=Num(null=True)), max=1000))),
+                            user=Str(256), dropped=COUNT, records=COUNT,
+                            oldest_s=Num(null=True), newest_s=Num(null=True),
+                            first_seq=NULL_COUNT, overruns=COUNT, complete=Bool(),
+                            uptime_s=Num(null=True),
+                            xids=List(Obj(pci=Str(32), xid=COUNT, text=Str(1024),
+                                          t=Num(null=True)), max=1000),
+                            sxids=List(Obj(switch=Str(32), pci=Str(32), sxid=COUNT,
+                                           text=Str(1024), t=Num(null=True)), max=1000))),
     elapsed_s=Scalar()))
 
 def evidence(record: dict) -> dict[str, object]:
@@ -275,8 +280,8 @@ CHECK = Check(
                                  "every GPU's power limit; default: the GPU's default limit"),
         "custom_clocks": Setting("bool", False, "application or locked GPU clocks are "
                                  "set on purpose (otherwise they fail)"),
-        "kernel_log": Setting("str", "auto", "where XIDs since boot are read: auto "
-                              "(/dev/kmsg, else journalctl -k), off, or a file"),
+        "kernel_log": Setting("kernel_log", "auto", "where XIDs and SXids since boot are "
+                              "read: auto (/dev/kmsg, else journalctl -k), off, or a file"),
         "cpus": Setting("int", None, "logical CPUs; default: most nodes of the model"),
         "memory_gib": Setting("positive", None, "memory; default: most nodes of the model"),
         "memory_tolerance": Setting("fraction", 0.05, "how far MemTotal may be from it"),

@@ -1,13 +1,14 @@
-"""The health check's host rules: what the node around the GPUs must be. XIDs in the
-kernel log since boot (named by GPU, with NVIDIA's meaning: burnin/xid.py); application or
-locked GPU clocks unless declared; the CPU count and memory as the settings declare or as
-most nodes of the same model have; swap as declared; EDAC memory error counts. Each rule
-reads what the health probe gathered (probes/hostfacts.py); none decides on the node."""
+"""The health check's host rules: what the node around the GPUs must be. XIDs and NVSwitch
+SXids in the kernel log since boot (named by GPU or switch, with NVIDIA's meaning and
+action: burnin/xid.py), and the span of time the log read covers; application or locked
+GPU clocks unless declared; the CPU count and memory as the settings declare or as most
+nodes of the same model have; swap as declared; EDAC memory error counts. Each rule reads
+what the health probe gathered (probes/hostfacts.py); none decides on the node."""
 
 from __future__ import annotations
 
+from burnin import xid
 from burnin.nodes import Node
-from burnin.xid import application_caused, meaning
 
 GIB = 1 << 30
 # nvml.h: nvmlClocksEventReasonApplicationsClocksSetting, also user-defined (locked) clocks
@@ -27,37 +28,121 @@ def pci_key(bus_id: str | None) -> tuple[int, int, int] | None:
         return None
 
 
-def xid_rules(devices: list[dict], log: dict, gpu_node: bool,
-              name_of) -> tuple[list[str], list[str]]:
-    """(failures, warnings) of the XIDs the kernel logged since boot, per GPU and code."""
+# dmesg or journal text has no sequence numbers: its first message is the boot's when it
+# is stamped 0.000000 s, so a start past this says the older messages are gone.
+WRAP_S = 1.0
+GONE = {"/dev/kmsg": "the kernel's ring buffer had overwritten the older messages",
+        "journalctl -k -b": "the journal no longer holds the older messages"}
+NOT_READ = ("kernel log not read (checks.health.kernel_log: off): XIDs and NVSwitch SXids "
+            "since boot not checked, so a GPU or NVSwitch that logged a fault since boot "
+            "(fallen off the bus, a double-bit ECC error, an NVLink error) passes health; "
+            "burn still fails any XID NVML reports during its own load")
+
+
+def kernel_log_rules(devices: list[dict], log: dict, gpu_node: bool,
+                     name_of) -> tuple[list[str], list[str]]:
+    """(failures, warnings) of the kernel log since boot: XIDs per GPU and code, NVSwitch
+    SXids per switch and code, and which span of time the log read covered."""
     if not log:
         return [], []
     if not log.get("readable"):
         if not gpu_node:
             return [], []
         if log.get("source") == "off":
-            return [], ["XIDs since boot not checked: kernel_log is off"]
-        return [f"kernel log unreadable, so XIDs since boot cannot be checked "
-                f"({log.get('error') or 'no reason given'}): let the probe read /dev/kmsg "
-                f"(root or CAP_SYSLOG) or journalctl -k (group adm or systemd-journal), or "
-                f"set checks.health.kernel_log: off"], []
+            return [], [NOT_READ]
+        who = log.get("user") or "the probe's account"
+        return [f"kernel log unreadable as {who}, so XIDs and NVSwitch SXids since boot "
+                f"cannot be checked ({log.get('error') or 'no reason given'}): give that "
+                f"account the right to read it (root or CAP_SYSLOG for /dev/kmsg; group adm "
+                f"or systemd-journal for journalctl -k), or set checks.health.kernel_log: "
+                f"off"], []
+    failures, warnings = _xids(devices, log.get("xids") or [], name_of)
+    more = _sxids(log.get("sxids") or [])
+    failures += more[0]
+    warnings += more[1] + _window(log)
+    if log.get("dropped"):
+        warnings.append(f"{log['dropped']} more XID or SXid lines in the kernel log were "
+                        f"not read")
+    return failures, warnings
+
+
+def _said(events: list[dict]) -> str:
+    last = events[-1]
+    when = f" at {last['t']:.0f} s after boot" if last.get("t") is not None else ""
+    times = f", {len(events)} times" if len(events) > 1 else ""
+    said = f": {last['text']!r}" if last.get("text") else ""
+    return f"in the kernel log since boot{times}, last{when}{said}"
+
+
+def _xids(devices: list[dict], xids: list[dict], name_of) -> tuple[list[str], list[str]]:
     by_pci = {pci_key(d.get("pci_bus_id")): d for d in devices if pci_key(d.get("pci_bus_id"))}
     seen: dict[tuple[str, int], list[dict]] = {}
-    for x in log.get("xids", []):
+    for x in xids:
         dev = by_pci.get(pci_key(x["pci"]))
         where = name_of(dev) if dev else f"PCI {x['pci']} (no GPU of this node there now)"
         seen.setdefault((where, x["xid"]), []).append(x)
     failures, warnings = [], []
     for (where, code), events in seen.items():
-        last = events[-1]
-        when = f" at {last['t']:.0f} s after boot" if last.get("t") is not None else ""
-        times = f", {len(events)} times" if len(events) > 1 else ""
-        said = f": {last['text']!r}" if last.get("text") else ""
-        line = f"{where}: {meaning(code)} in the kernel log since boot{times}, last{when}{said}"
-        (warnings if application_caused(code) else failures).append(line)
-    if log.get("dropped"):
-        warnings.append(f"{log['dropped']} more XID lines in the kernel log were not read")
+        line = f"{where}: {xid.meaning(code)} {_said(events)}"
+        if code == 154:
+            # The driver's summary of what the GPU needs now: the last one stands.
+            action = xid.recovery_action(events[-1].get("text", ""))
+            if action is None:
+                failures.append(f"{line}; not the driver's format, so the recovery action it "
+                                f"asks for is unknown")
+            elif action[0] == 0:
+                warnings.append(f"{line}; the driver's recovery action is back to None")
+            else:
+                failures.append(f"{line}; the driver asks for {action[1] or hex(action[0])}")
+            continue
+        why = xid.FAULT_BY_TEXT.get(code) or xid.IN_SERVICE_BY_TEXT.get(code)
+        line += f"; NVIDIA's immediate action: {xid.immediate_action(code)}"
+        line += f" ({why})" if why else ""
+        (warnings if xid.in_service(code) else failures).append(line)
     return failures, warnings
+
+
+def _sxids(sxids: list[dict]) -> tuple[list[str], list[str]]:
+    seen: dict[tuple[str, int], list[dict]] = {}
+    for x in sxids:
+        seen.setdefault((f"NVSwitch {x['switch']} (PCI {x['pci']})", x["sxid"]), []).append(x)
+    failures, warnings = [], []
+    for (where, code), events in seen.items():
+        line = f"{where}: {xid.sxid_meaning(code)} {_said(events)}"
+        ok = all(xid.sxid_in_service(code, e.get("text", "")) for e in events)
+        (warnings if ok else failures).append(line)
+    return failures, warnings
+
+
+def _window(log: dict) -> list[str]:
+    """The span of time the log read covers, where it is not 'since boot'."""
+    out = []
+    oldest, seq = log.get("oldest_s"), log.get("first_seq")
+    wrapped = (seq > 0) if seq is not None else (oldest is not None and oldest > WRAP_S)
+    if wrapped and oldest is not None:
+        # The node's own log (not a file): its uptime is how long "since boot" would be.
+        up = log.get("uptime_s") if log.get("source") in GONE else None
+        of = f" (up {_span(up)})" if up else ""
+        why = GONE.get(log.get("source"), "the file begins there")
+        out.append(f"kernel log ({log.get('source')}) read from {_span(oldest)} after boot, "
+                   f"not from boot{of}: {why}, so XIDs and SXids of the first "
+                   f"{_span(oldest)} are not checked")
+    if log.get("overruns"):
+        out.append(f"{log['overruns']} kernel log records were overwritten while being read: "
+                   f"XIDs and SXids in them are not checked")
+    if log.get("complete") is False:
+        last = log.get("newest_s")
+        at = f" at {_span(last)} after boot" if last is not None else ""
+        out.append(f"kernel log read stopped at its bound{at}: later XIDs and SXids are not "
+                   f"checked")
+    return out
+
+
+def _span(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
 
 
 def clock_rules(name: str, dev: dict, settings: dict) -> list[str]:
