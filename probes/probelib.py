@@ -273,6 +273,26 @@ def nvml_count() -> int | None:
             pass
 
 
+def nvml_first(nv, *calls):
+    """(value, name of the function that answered) from the first of `calls`, each
+    (pynvml function or None, args), that this node has. A function this nvidia-ml-py
+    lacks (None: look it up with getattr(nv, name, None)) or this driver lacks is skipped:
+    pynvml resolves a C symbol only when it is first called, so the Python function of a
+    symbol an older driver lacks exists and raises NVMLError_FunctionNotFound. Any other
+    error is raised; when none is there, the last FunctionNotFound is."""
+    missing = None
+    for fn, args in calls:
+        if fn is None:
+            continue
+        try:
+            return fn(*args), fn.__name__
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise
+            missing = e
+    raise missing or nv.NVMLError(nv.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
 def sig(x: float, digits: int = 6) -> float:
     """x to `digits` significant digits: a CPU's 0.00004 TFLOPS keeps its meaning where a
     fixed number of decimals would round it to 0, and a GPU's 700 keeps its decimals."""

@@ -227,6 +227,8 @@ DEVICE = Obj(index=Int(0, 1023), name=Str(256, null=True), uuid=Str(256, null=Tr
              vbios=Str(256, null=True), inforom_image=Str(256, null=True),
              clocks=Obj(values=NULL_COUNT, max_keys=8), clock_event_reasons=NULL_COUNT,
              processes=List(Obj(pid=COUNT, used_memory=NULL_COUNT), max=4096),
+             # which NVML function answered a reading that has an older or newer name
+             api=Obj(values=Str(128), max_keys=32),
              unsupported=MESSAGES, errors=MESSAGES)
 SCHEMA = document(DEVICE, Obj(
     torch=Obj(present=Bool(), version=Str(256), cuda=Str(64, null=True),
