@@ -215,6 +215,17 @@ def test_telemetry_survives_a_gpu_nvml_cannot_open(nvml_in_process):
     assert b["series"]["t"] == [] and unknown["after"] == {}
 
 
+def test_a_gpu_check_names_mig_and_never_measures_a_mig_device(nvml):
+    devices = gpus(4, "m")
+    devices[1]["mig_mode"] = {"current": 1, "pending": 1}
+    nvml(devices=devices)  # torch: cuda:0, a MIG device of GPU 1, cuda:2, cuda:3
+    data = probe("sdc", {"gpus": 4, "settings": {"duration_s": 0.3, "n": 64}})
+    assert data["devices"] == []
+    assert data["errors"] == [
+        "MIG is on for GPU 1 (GPU-m1): CUDA sees MIG devices in its place, not the GPU; the "
+        "node should have 4 GPUs, torch sees 3 whole GPUs; nothing is measured"]
+
+
 @pytest.mark.parametrize("branch,reasons,temperature", [
     ("R525", "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperature"),
     ("R535", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTemperature"),

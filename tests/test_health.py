@@ -135,6 +135,31 @@ def test_clocks_held_are_still_read_through_the_older_or_newer_name(nvml, branch
         "(declare it with checks.health.custom_clocks: true)" in failures
 
 
+MIG_ON = {"mig_mode": {"current": 1, "pending": 1}}
+
+
+@pytest.mark.parametrize("mig_on,cuda", [
+    ([3], "0,1,2,4,5,6,7"),  # no MIG instance made yet: CUDA sees the other 7
+    (list(range(8)), "all")])  # one MIG device to torch for 8 GPUs (nvmlemu.visible)
+def test_mig_fails_health_as_mig_not_as_gpus_torch_cannot_see(nvml, mig_on, cuda):
+    nvml(cuda=cuda, devices=[gpu(i, **(MIG_ON if i in mig_on else {})) for i in range(8)])
+    node = h100_node(gpus=8)
+    out = probe(node)
+    failures = judged(node, out, {node.name: out}).failures
+    assert list(failures) == [f"MIG is on for GPU {i} (GPU-{i}), expected off: CUDA sees MIG "
+                              "devices in its place, not the GPU" for i in mig_on]
+
+
+def test_gpus_torch_cannot_see_beyond_those_with_mig_are_still_named(nvml):
+    nvml(cuda="0,1", devices=[gpu(0), gpu(1), gpu(2, **MIG_ON), gpu(3)])  # GPU 3 hidden
+    node = h100_node(gpus=4)
+    out = probe(node)
+    failures = judged(node, out, {node.name: out}).failures
+    assert failures == ("MIG is on for GPU 2 (GPU-2), expected off: CUDA sees MIG devices in "
+                        "its place, not the GPU",
+                        "torch sees 2 of the 4 GPUs the inventory declares (1 with MIG on)")
+
+
 def test_gpu_count_differs_from_inventory(nvml):
     nvml(devices=[gpu(0), gpu(1)])
     node = h100_node(gpus=8)

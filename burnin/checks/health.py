@@ -143,11 +143,18 @@ def _torch_sees_too_few(node: Node, outcome: ProbeOutcome) -> list[str]:
     nvml = len(outcome.data["devices"]) if _nvml(outcome) else 0
     should = node.gpus if node.gpus is not None else nvml
     seen = torch.get("device_count", 0)
-    if not should or seen >= should:
+    if "devices" in torch:  # a MIG device (UUID MIG-...) is a slice of a GPU, not a GPU
+        seen = sum(not str(d.get("uuid") or "").startswith("MIG-") for d in torch["devices"])
+    # CUDA cannot use a GPU with MIG on as a whole: its own rule names it (MIG is on for
+    # GPU n); only GPUs missing beyond those are torch's to explain.
+    mig = sum(1 for d in outcome.data["devices"] if d.get("mig_mode_current") == 1) \
+        if _nvml(outcome) else 0
+    if not should or seen + mig >= should:
         return []
     who = "the inventory declares" if node.gpus is not None else "NVML reports"
     why = f": {torch['cuda_error']}" if torch.get("cuda_error") else ""
-    return [f"torch sees {seen} of the {should} GPUs {who}{why}"]
+    with_mig = f" ({mig} with MIG on)" if mig else ""
+    return [f"torch sees {seen} of the {should} GPUs {who}{with_mig}{why}"]
 
 
 def _gpu(dev: dict) -> str:
