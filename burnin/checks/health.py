@@ -3,7 +3,8 @@
 Fails the node when: the probe failed; torch is missing; the GPU count or model differs
 from the inventory (with `gpus: auto`, the count differs from most nodes of its model);
 torch sees fewer GPUs than the node should have (a driver/CUDA mismatch, hidden devices:
-the node would otherwise be measured on its CPU); ECC is off; any uncorrectable ECC
+the node would otherwise be measured on its CPU; a GPU with MIG on is named as such, "MIG
+is on for GPU n", and a MIG device is not counted as a GPU); ECC is off; any uncorrectable ECC
 error since the driver loaded; a row remap is pending or has failed; retired pages are
 pending; a PCIe link is below its max width or generation (generation read under load);
 the driver or torch version differs from the majority of the run's nodes; the GPU's
