@@ -109,16 +109,29 @@ class Nvml:
         try:
             value = fn(*args)
         except self.nv.NVMLError as e:
-            if getattr(e, "value", None) == self.nv.NVML_ERROR_NOT_SUPPORTED:
-                device["unsupported"].append(field)
-            else:
-                device["errors"].append(f"{field}: {e}")
-            return None
+            return self._failed(device, field, e)
         return value.decode() if isinstance(value, bytes) else value
+
+    def read_first(self, device: dict, field: str, *calls):
+        """read() from the first of `calls` this driver has (probelib.nvml_first: a
+        newer name an older driver lacks, or a name a newer driver dropped); device['api']
+        says which function answered."""
+        try:
+            value, device["api"][field] = probelib.nvml_first(self.nv, *calls)
+        except self.nv.NVMLError as e:
+            return self._failed(device, field, e)
+        return value
+
+    def _failed(self, device: dict, field: str, e) -> None:
+        if getattr(e, "value", None) == self.nv.NVML_ERROR_NOT_SUPPORTED:
+            device["unsupported"].append(field)
+        else:
+            device["errors"].append(f"{field}: {e}")
+        return None
 
     def device(self, index: int) -> dict:
         nv = self.nv
-        dev = {"index": index, "unsupported": [], "errors": []}
+        dev = {"index": index, "unsupported": [], "errors": [], "api": {}}
         try:
             h = nv.nvmlDeviceGetHandleByIndex(index)
         except nv.NVMLError as e:
@@ -174,15 +187,26 @@ class Nvml:
                                           h)
         dev["power_default_limit_mw"] = self.read(
             dev, "power_default_limit", nv.nvmlDeviceGetPowerManagementDefaultLimit, h)
-        dev["clocks"] = {
-            f"{what}_{kind}": self.read(dev, f"{kind}_clock_{what}", fn, h, clock)
-            for what, clock in (("graphics", nv.NVML_CLOCK_GRAPHICS), ("memory", nv.NVML_CLOCK_MEM))
-            for kind, fn in (("applications", nv.nvmlDeviceGetApplicationsClock),
-                             ("default", nv.nvmlDeviceGetDefaultApplicationsClock))}
+        # nvml.h 13 deprecates the applications-clocks calls, and pynvml says CUDA 14.0
+        # removes them: where they are gone, nvmlDeviceGetClock reads the same clocks by id.
+        dev["clocks"] = {}
+        for what, clock in (("graphics", nv.NVML_CLOCK_GRAPHICS), ("memory", nv.NVML_CLOCK_MEM)):
+            for kind, old, clock_id in (
+                    ("applications", getattr(nv, "nvmlDeviceGetApplicationsClock", None),
+                     nv.NVML_CLOCK_ID_APP_CLOCK_TARGET),
+                    ("default", getattr(nv, "nvmlDeviceGetDefaultApplicationsClock", None),
+                     nv.NVML_CLOCK_ID_APP_CLOCK_DEFAULT)):
+                dev["clocks"][f"{what}_{kind}"] = self.read_first(
+                    dev, f"{kind}_clock_{what}", (old, (h, clock)),
+                    (nv.nvmlDeviceGetClock, (h, clock, clock_id)))
         # At rest, before any check: a clock held by the applications-clocks setting
-        # (application or locked clocks) shows as this event reason.
-        dev["clock_event_reasons"] = self.read(dev, "clock_event_reasons",
-                                               nv.nvmlDeviceGetCurrentClocksEventReasons, h)
+        # (application or locked clocks) shows as this event reason. The call is
+        # nvmlDeviceGetCurrentClocksEventReasons from R535; before, and in an older
+        # nvidia-ml-py, it was ...ThrottleReasons, which CUDA 14.0 removes.
+        dev["clock_event_reasons"] = self.read_first(
+            dev, "clock_event_reasons",
+            (getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None), (h,)),
+            (getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None), (h,)))
         dev["vbios"] = self.read(dev, "vbios", nv.nvmlDeviceGetVbiosVersion, h)
         dev["inforom_image"] = self.read(dev, "inforom_image",
                                          nv.nvmlDeviceGetInforomImageVersion, h)

@@ -13,10 +13,16 @@ the bytes of all GPUs over the span from the first start to the last end (host c
 CLOCK_MONOTONIC, shared by the processes). The link's width and generation are read from
 NVML (paired with the GPU by UUID) while all GPUs copy: an idle link trains down.
 
+Each worker is bound to its GPU's local CPUs (locality.py: NVML, else sysfs) before it
+imports torch or allocates its pinned buffers, which then sit in the GPU's NUMA node; its
+record says where it ran (`affinity`: the NUMA node, the CPUs), or why it ran unbound
+(not a failure: the figures stand, the reader knows).
+
     echo '{"settings": {"seconds": 1}}' | python3 probes/pcie.py
 
 Settings (optional): block_mb (256), seconds (per GPU and direction alone, and per
-direction all at once; 1), rounds (3), min_copies (3, per measurement).
+direction all at once; 1), rounds (3), min_copies (3, per measurement), sysfs_root
+(/sys: where a GPU's local CPUs are read when NVML cannot say).
 A CPU-only node has no PCIe path to test: the probe says so and measures nothing.
 """
 
@@ -28,6 +34,7 @@ import subprocess
 import sys
 import time
 
+import locality
 import probelib
 import telemetry
 
@@ -43,6 +50,9 @@ def log(msg: str) -> None:
 
 def worker(index: int) -> int:
     request = json.loads(sys.stdin.readline())
+    # First, while this process has one thread and no buffer: its threads inherit the CPUs,
+    # and the kernel places the pages it touches on the NUMA node it runs on.
+    affinity = locality.bind(request.get("place"))
     import gemmcore as core
     import torch
     devs, problem = probelib.node_devices(request["payload"])
@@ -59,7 +69,7 @@ def worker(index: int) -> int:
     for direction in DIRECTIONS * 2:  # warm-up: allocations, DMA mappings, clocks
         copy(direction, host, device)
     core.sync(dev)
-    _reply({"ready": True, "pinned": pinned, "block_bytes": block})
+    _reply({"ready": True, "pinned": pinned, "block_bytes": block, "affinity": affinity})
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("do") != "measure":
@@ -105,14 +115,14 @@ def _reply(doc: dict) -> int:
 # --- the probe: workers driven one at a time, then all at once ------------------------
 
 class Worker:
-    def __init__(self, d, payload: dict, settings: dict):
+    def __init__(self, d, payload: dict, settings: dict, place: dict):
         self.d = d
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--worker", str(d.index)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, preexec_fn=probelib.die_with_parent)
         node = {"gpus": payload.get("gpus"), "cpu_devices": payload.get("cpu_devices")}
         self.error = ""
-        self.send({"payload": node, "settings": settings, "uuid": d.uuid})
+        self.send({"payload": node, "settings": settings, "uuid": d.uuid, "place": place})
 
     def send(self, doc: dict) -> None:
         if self.error:
@@ -157,12 +167,16 @@ def nvml_links(devs) -> tuple:
 
 def run(devs, payload: dict, settings: dict, records: list[dict], errors: list[str]) -> dict:
     seconds = float(settings.get("seconds", 1.0))
-    workers = [Worker(d, payload, settings) for d in devs]
+    placed = locality.places(devs, str(settings.get("sysfs_root") or "/sys"))
+    workers = [Worker(d, payload, settings, p) for d, p in zip(devs, placed, strict=True)]
     try:
         for w, rec in zip(workers, records, strict=True):
             ready = w.recv()
             if ready:
-                rec.update(pinned=ready["pinned"], block_bytes=ready["block_bytes"])
+                rec.update(pinned=ready["pinned"], block_bytes=ready["block_bytes"],
+                           affinity=ready["affinity"])
+                if not ready["affinity"]["bound"]:
+                    log(f"{rec['device']}: worker not bound: {ready['affinity']['why']}")
         links = nvml_links(devs)
         rounds = max(1, int(settings.get("rounds", 3)))
         for _ in range(rounds):  # one GPU at a time, round robin; each GPU's best round

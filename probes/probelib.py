@@ -10,8 +10,13 @@ reports, so a GPU node whose GPUs torch cannot see fails, by hand too. A node th
 have GPUs is never measured on its CPU: `gpus: 0` is the only way to test a CPU. Torch's
 devices are paired with NVML's by UUID, never by index.
 
+A GPU with MIG on is not a CUDA device: CUDA sees MIG devices (UUID "MIG-...") in its
+place. A MIG device is never taken for a GPU; where one stands for a GPU the node should
+have, the probe says "MIG is on for GPU n (UUID)" and measures nothing.
+
 FOR THE PROJECT'S TESTS ONLY: BURNIN_EMULATE_CUDA="i,j,..." makes torch "see" NVML's
-devices i, j, ... (in that order) as cuda:0, cuda:1, ..., each computing on the CPU. With
+devices i, j, ... (in that order) as cuda:0, cuda:1, ..., each computing on the CPU;
+"mig:i" is a MIG device of NVML's GPU i. With
 NVML emulated below nvidia-ml-py, every GPU path of the probes (counts, pairing, per-device
 workers, telemetry) then runs on a machine without a GPU. Never set it on a fleet.
 """
@@ -26,7 +31,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # Before torch starts CUDA: torch's cuda:i is the i-th GPU in PCI bus order, as NVML's
 # index i is. Pairing is by UUID all the same; this keeps logs and indexes consistent.
@@ -178,6 +183,11 @@ class Device:
     def gpu(self) -> bool:
         return self.kind != "cpu"
 
+    @property
+    def mig(self) -> bool:
+        """A MIG device: a slice of a GPU with MIG on, not a GPU."""
+        return (self.uuid or "").startswith("MIG-")
+
     def describe(self) -> dict:
         out = {"device": self.label, "name": self.name}
         if self.uuid:
@@ -194,16 +204,25 @@ def node_devices(payload: dict) -> tuple[list[Device], str]:
     if expected == 0:
         return cpu_devices(int(payload.get("cpu_devices") or 1)), ""
     seen, torch_error = cuda_devices()
+    # A MIG device is a slice of a GPU, never one of the GPUs the node must be tested on.
+    whole = [replace(d, index=i) for i, d in enumerate(d for d in seen if not d.mig)]
     if expected is None:
         nvml = nvml_count()
-        expected = nvml if nvml is not None else len(seen)
+        expected = nvml if nvml is not None else len(whole)
         if expected == 0:
             return cpu_devices(int(payload.get("cpu_devices") or 1)), ""
-    if len(seen) < expected:
+    if len(whole) < expected:
+        gpus = f"{expected} GPU{'s' * (expected != 1)}"
+        mig = mig_gpus()
+        if mig:
+            named = ", ".join(f"GPU {i} ({uuid})" for i, uuid in mig)
+            return [], (f"MIG is on for {named}: CUDA sees MIG devices in its place, not the "
+                        f"GPU; the node should have {gpus}, torch sees {len(whole)} whole "
+                        "GPUs; nothing is measured")
         why = f": {torch_error}" if torch_error else ""
-        return [], (f"the node should have {expected} GPU{'s' * (expected != 1)}, torch sees "
-                    f"{len(seen)}{why}; nothing is measured on the CPU instead")
-    return seen[:expected], ""
+        return [], (f"the node should have {gpus}, torch sees {len(whole)}{why}; nothing is "
+                    "measured on the CPU instead")
+    return whole[:expected], ""
 
 
 def cpu_devices(count: int) -> list[Device]:
@@ -232,14 +251,19 @@ def cuda_devices() -> tuple[list[Device], str]:
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
         uuid = str(getattr(p, "uuid", "") or "")
-        out.append(Device(i, "cuda", p.name, ordinal=i, uuid=nvml_uuid(uuid) if uuid else None,
+        out.append(Device(i, "cuda", p.name, ordinal=i,
+                          uuid=nvml_uuid(uuid, p.name) if uuid else None,
                           pci_bus_id=_torch_bus_id(p)))
     return out, ""
 
 
-def nvml_uuid(torch_uuid: str) -> str:
-    """torch prints a GPU's UUID bare; NVML prefixes it ('GPU-', or 'MIG-')."""
-    return torch_uuid if torch_uuid.startswith(("GPU-", "MIG-")) else f"GPU-{torch_uuid}"
+def nvml_uuid(torch_uuid: str, name: str = "") -> str:
+    """torch prints a GPU's UUID bare; NVML prefixes it: 'MIG-' for a MIG device (CUDA
+    names one '<GPU name> MIG <profile>', e.g. 'NVIDIA A100-SXM4-40GB MIG 1g.5gb'), else
+    'GPU-'."""
+    if torch_uuid.startswith(("GPU-", "MIG-")):
+        return torch_uuid
+    return f"{'MIG' if ' MIG ' in f'{name} ' else 'GPU'}-{torch_uuid}"
 
 
 def _torch_bus_id(props) -> str | None:
@@ -251,21 +275,50 @@ def _torch_bus_id(props) -> str | None:
 
 
 def _emulated(spec: str) -> tuple[list[Device], str]:
-    indexes = [int(x) for x in spec.split(",") if x.strip()]
-    if not indexes:
+    entries = [x.strip() for x in spec.split(",") if x.strip()]
+    if not entries:
         return [], f"no CUDA device visible ({EMULATE_ENV} is empty)"
     import pynvml
     pynvml.nvmlInit()
     try:
         out = []
-        for i, nv_index in enumerate(indexes):
-            h = pynvml.nvmlDeviceGetHandleByIndex(nv_index)
-            bus = pynvml.nvmlDeviceGetPciInfo(h).busId
-            out.append(Device(i, "emulated", _text(pynvml.nvmlDeviceGetName(h)), ordinal=i,
-                              uuid=_text(pynvml.nvmlDeviceGetUUID(h)), pci_bus_id=_text(bus)))
+        for i, entry in enumerate(entries):
+            mig = entry.startswith("mig:")
+            h = pynvml.nvmlDeviceGetHandleByIndex(int(entry.removeprefix("mig:")))
+            bus = _text(pynvml.nvmlDeviceGetPciInfo(h).busId)
+            name, uuid = _text(pynvml.nvmlDeviceGetName(h)), _text(pynvml.nvmlDeviceGetUUID(h))
+            if mig:  # as CUDA names a MIG device of that GPU
+                name, uuid = f"{name} MIG 1g.10gb", f"MIG-{uuid.removeprefix('GPU-')}"
+            out.append(Device(i, "emulated", name, ordinal=i, uuid=uuid, pci_bus_id=bus))
         return out, ""
     finally:
         pynvml.nvmlShutdown()
+
+
+def mig_gpus() -> list[tuple[int, str]]:
+    """(NVML index, UUID) of each GPU whose MIG mode is on now; [] where NVML cannot say."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+    except Exception:
+        return []
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                if pynvml.nvmlDeviceGetMigMode(h)[0] == pynvml.NVML_DEVICE_MIG_ENABLE:
+                    out.append((i, _text(pynvml.nvmlDeviceGetUUID(h))))
+            except pynvml.NVMLError:
+                continue  # no MIG on this GPU (not supported), or it is lost: not MIG
+        return out
+    except Exception:
+        return []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
 
 
 def nvml_count() -> int | None:
@@ -284,6 +337,26 @@ def nvml_count() -> int | None:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def nvml_first(nv, *calls):
+    """(value, name of the function that answered) from the first of `calls`, each
+    (pynvml function or None, args), that this node has. A function this nvidia-ml-py
+    lacks (None: look it up with getattr(nv, name, None)) or this driver lacks is skipped:
+    pynvml resolves a C symbol only when it is first called, so the Python function of a
+    symbol an older driver lacks exists and raises NVMLError_FunctionNotFound. Any other
+    error is raised; when none is there, the last FunctionNotFound is."""
+    missing = None
+    for fn, args in calls:
+        if fn is None:
+            continue
+        try:
+            return fn(*args), fn.__name__
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise
+            missing = e
+    raise missing or nv.NVMLError(nv.NVML_ERROR_FUNCTION_NOT_FOUND)
 
 
 def sig(x: float, digits: int = 6) -> float:

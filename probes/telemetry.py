@@ -13,6 +13,8 @@ import os
 import threading
 import time
 
+import probelib
+
 # Clock event reasons (nvmlClocksEventReason*): which ones are faults is the judge's call.
 REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap",
            0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
@@ -35,7 +37,7 @@ class GpuTelemetry:
             d = {"uuid": uuid, "handle": None, "unsupported": set(), "errors": [],
                  "series": {k: [] for k in ("t", "temp_c", "sm_mhz", "mem_mhz", "power_w",
                                             "reasons")}, "xid": [], "static": {},
-                 "before": {}}
+                 "before": {}, "api": {}}
             self.devices.append(d)
             try:  # a lost GPU, or a UUID NVML does not know, is that device's error alone
                 d["handle"] = nv.nvmlDeviceGetHandleByUUID(uuid)
@@ -48,14 +50,22 @@ class GpuTelemetry:
                          threading.Thread(target=self._xid_loop, daemon=True)]
 
     def _read(self, d: dict, name: str, fn, *args):
+        return self._read_first(d, name, (fn, args), api=False)
+
+    def _read_first(self, d: dict, name: str, *calls, api: bool = True):
+        """The first of `calls` ((function, args after the handle), ...) this driver has
+        (probelib.nvml_first); d['api'] says which answered."""
         try:
-            value = fn(d["handle"], *args)
+            value, used = probelib.nvml_first(
+                self.nv, *((fn, (d["handle"], *args)) for fn, args in calls))
         except self.nv.NVMLError as e:
             if getattr(e, "value", None) == self.nv.NVML_ERROR_NOT_SUPPORTED:
                 d["unsupported"].add(name)
             elif len(d["errors"]) < 20:
                 d["errors"].append(f"{name}: {e}")
             return None
+        if api:
+            d["api"][name] = used
         return value
 
     def _static(self, d: dict) -> dict:
@@ -150,14 +160,14 @@ class GpuTelemetry:
             s = d["series"]
             power = self._read(d, "power", nv.nvmlDeviceGetPowerUsage)
             s["t"].append(t)
-            s["temp_c"].append(self._read(d, "temperature", nv.nvmlDeviceGetTemperature,
-                                          nv.NVML_TEMPERATURE_GPU))
+            s["temp_c"].append(self._read_first(d, "temperature", *_temperature_calls(nv)))
             s["sm_mhz"].append(self._read(d, "sm_clock", nv.nvmlDeviceGetClockInfo,
                                           nv.NVML_CLOCK_SM))
             s["mem_mhz"].append(self._read(d, "mem_clock", nv.nvmlDeviceGetClockInfo,
                                            nv.NVML_CLOCK_MEM))
             s["power_w"].append(None if power is None else power / 1000.0)
-            s["reasons"].append(self._read(d, "clock_event_reasons", _reasons_fn(nv)))
+            s["reasons"].append(self._read_first(d, "clock_event_reasons",
+                                                 *_reasons_calls(nv)))
 
     def _sample_loop(self) -> None:
         while not self.stop_event.is_set():
@@ -237,7 +247,8 @@ class GpuTelemetry:
             after = self.counters(d) if d["handle"] is not None else {}
             out.append({"uuid": d["uuid"], **d["static"], "series": d["series"],
                         "before": d["before"], "after": after, "xid": d["xid"],
-                        "unsupported": sorted(d["unsupported"]), "errors": d["errors"]})
+                        "api": d["api"], "unsupported": sorted(d["unsupported"]),
+                        "errors": d["errors"]})
         return out
 
 
@@ -245,9 +256,18 @@ def _code(e) -> int | None:
     return getattr(e, "value", None)
 
 
-def _reasons_fn(nv):
-    return getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        nv.nvmlDeviceGetCurrentClocksThrottleReasons
+# Each reading under its current name first, then the older one: an R525 driver has only
+# nvmlDeviceGetCurrentClocksThrottleReasons, and nvmlDeviceGetTemperatureV comes with
+# R570; CUDA 14.0 removes the older names (pynvml says so). getattr: the nvidia-ml-py on a
+# node may be older (no new name) or newer (no old name) than the one tested here.
+def _reasons_calls(nv) -> tuple:
+    return ((getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None), ()),
+            (getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None), ()))
+
+
+def _temperature_calls(nv) -> tuple:
+    return ((getattr(nv, "nvmlDeviceGetTemperatureV", None), (nv.NVML_TEMPERATURE_GPU,)),
+            (getattr(nv, "nvmlDeviceGetTemperature", None), (nv.NVML_TEMPERATURE_GPU,)))
 
 
 def _text(v) -> str:

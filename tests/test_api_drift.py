@@ -6,7 +6,11 @@ reaches only C symbols the NVML emulator declares, so the emulator cannot lag be
 The probes are read with ast, not imported. A module is followed however it is bound:
 `import pynvml as nv`, `import torch.distributed as dist`, `self.nv = pynvml`,
 `nv = self.nv`, or passed as an argument to a function or class of the probes
-(`Nvml(pynvml)`, `GpuTelemetry(pynvml, ...)`, `_reasons_fn(nv)`).
+(`Nvml(pynvml)`, `GpuTelemetry(pynvml, ...)`, `_reasons_calls(nv)`).
+
+A pynvml function that pynvml says CUDA 14.0 removes is reached only through
+getattr(pynvml, name, None) with a newer call beside it (probelib.nvml_first), so that
+neither a newer nvidia-ml-py nor a newer driver turns the reading into an error.
 """
 
 from __future__ import annotations
@@ -166,7 +170,7 @@ def test_the_reader_follows_every_binding_the_probes_use_today():
                      "pynvml.nvmlDeviceGetRemappedRows",                # nv = self.nv (health)
                      "pynvml.nvmlDeviceGetHandleByUUID",                # GpuTelemetry(pynvml)
                      "pynvml.nvmlDeviceGetNvLinkErrorCounter",          # nv = self.nv (telemetry)
-                     "pynvml.nvmlDeviceGetCurrentClocksThrottleReasons",  # _reasons_fn(nv)
+                     "pynvml.NVML_TEMPERATURE_GPU",                     # _temperature_calls(nv)
                      "torch.cuda.get_device_properties", "torch.cuda.synchronize",
                      "torch.distributed.all_reduce", "torch.distributed.ReduceOp.MAX"):
         assert expected in seen, f"{expected} not found; the reader saw {sorted(seen)}"
@@ -226,7 +230,9 @@ UPCOMING = ["nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByPciBusId",
 
 def test_the_probes_call_pynvml_functions_that_reach_c():
     assert len(CALLED) >= 20 and "nvmlEventSetWait" in CALLED and "NVMLError" in CALLED
-    assert "nvmlDeviceGetCurrentClocksEventReasons" in CALLED  # getattr(nv, ..., None)
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons",  # getattr(nv, ..., None)
+                 "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperatureV"):
+        assert name in CALLED
     # raising NVMLError reaches nvmlErrorString too: str(error) asks the library for its text
     assert SYMBOLS_OF["nvmlEventSetWait"] == {"nvmlEventSetWait_v2", "nvmlErrorString"}
     assert SYMBOLS_OF["nvmlInit"] == {"nvmlInitWithFlags", "nvmlErrorString"}
@@ -242,3 +248,23 @@ def test_the_emulator_declares_every_symbol_a_probe_call_reaches(function):
 def test_the_emulator_declares_only_symbols_pynvml_asks_for():
     asked = set().union(*SYMBOLS_OF.values())
     assert set(nvmlemu.SYMBOLS) <= asked, sorted(set(nvmlemu.SYMBOLS) - asked)
+
+
+def _removed_in_cuda14() -> set[str]:
+    """The pynvml functions whose source says 'will be removed in CUDA 14.0'."""
+    import re
+
+    import pynvml
+    source = Path(pynvml.__file__).read_text()
+    return set(re.findall(r"#[^\n]*will be removed in CUDA 14[^\n]*\n\s*def (\w+)\(", source))
+
+
+def test_what_cuda_14_removes_is_reached_only_where_a_newer_call_stands_beside_it():
+    removed = _removed_in_cuda14()
+    assert {"nvmlDeviceGetTemperature", "nvmlDeviceGetApplicationsClock"} <= removed
+    direct = {a: USES[m, a] for m, a in USES if m == "pynvml" and a in removed}
+    assert not direct, f"call these through getattr(nv, name, None) and nvml_first: {direct}"
+    optional = {a for m, a in OPTIONAL if m == "pynvml" and a in removed}
+    assert optional == {"nvmlDeviceGetTemperature", "nvmlDeviceGetApplicationsClock",
+                        "nvmlDeviceGetDefaultApplicationsClock",
+                        "nvmlDeviceGetCurrentClocksThrottleReasons"}

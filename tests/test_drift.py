@@ -27,7 +27,8 @@ def gpu(i: int, **over) -> dict:
 DRIFTED = [
     (gpu(0), None),
     (gpu(1, persistence_mode=0), "GPU 1 (GPU-1): persistence mode is off, expected on"),
-    (gpu(2, mig_mode={"current": 1, "pending": 1}), "GPU 2 (GPU-2): MIG mode is on, expected off"),
+    (gpu(2, mig_mode={"current": 1, "pending": 1}),
+     "MIG is on for GPU 2 (GPU-2), expected off: CUDA sees MIG devices in its place, not the GPU"),
     (gpu(3, mig_mode={"current": 0, "pending": 1}), None),  # on only after a reset: off now
     (gpu(4, compute_mode=3),
      "GPU 4 (GPU-4): compute mode exclusive_process, expected default"),

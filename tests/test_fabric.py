@@ -28,8 +28,8 @@ HDR = "200 Gb/sec (4X HDR)"
 
 
 def port(state: str = "4: ACTIVE", phys: str = "5: LinkUp", rate: str = NDR,
-         **counters: int) -> dict:
-    return {"state": state, "phys_state": phys, "rate": rate, "link_layer": "InfiniBand",
+         link_layer: str = "InfiniBand", **counters: int) -> dict:
+    return {"state": state, "phys_state": phys, "rate": rate, "link_layer": link_layer,
             "counters": {"symbol_error": 0, "link_downed": 1, "port_rcv_errors": 0,
                          **counters}}
 
@@ -50,6 +50,15 @@ def ib_tree(root: Path, hcas: dict[str, list[dict]]) -> Path:
 
 def two_hcas(**overrides) -> dict[str, list[dict]]:
     return {"mlx5_0": [port()], "mlx5_1": [port()], **overrides}
+
+
+def several_nics() -> dict[str, list[dict]]:
+    """An 8-GPU node with several NICs: one 400G NDR InfiniBand HCA per GPU for the
+    compute fabric, and a dual-port Ethernet (RoCE) NIC for storage, here on a 200G
+    network; the kernel lists RoCE ports under /sys/class/infiniband too."""
+    compute = {f"mlx5_{i}": [port()] for i in range(8)}
+    storage = {"mlx5_8": [port(rate="200 Gb/sec (4X HDR)", link_layer="Ethernet")] * 2}
+    return {**compute, **storage}
 
 
 def keep_growing(path: Path, stop: threading.Event) -> None:
@@ -321,3 +330,22 @@ def test_nvlink_counters_grown_since_health_fail_the_link(nvml, tmp_path):
     new = {(dict(f.labels)["link"], dict(f.labels)["counter"]): f.value
            for f in figures(fabric.to_record("r")) if f.metric == "nvlink_new_errors"}
     assert new == {("3", "crc_flit"): 500, ("3", "replay"): 5, ("5", "recovery"): 1}
+
+
+@pytest.mark.xfail(strict=True, reason="fabric expects one rate of every port (the node's "
+                   "most common): a node's 200G storage NIC beside 400G compute HCAs fails a "
+                   "healthy node; the expected rate should be per link layer or per HCA")
+def test_a_healthy_node_with_compute_and_storage_nics_passes(tmp_path):
+    from burnin.probe import run_probe
+    from burnin.transports.local import LocalTransport
+    root = ib_tree(tmp_path / "ib", several_nics())
+    node = Node(name="n", address="n", transport="local", gpus=0)
+    out = run_probe(LocalTransport(node, Path(__file__).resolve().parent.parent / "probes"),
+                    "fabric", {"gpus": 0, "settings": {"sysfs_root": str(root),
+                                                       "window_s": 0.1}}, 120)
+    assert out.ok, out.reason
+    layers = {p["link_layer"] for h in out.data["figures"]["ib"]["hcas"] for p in h["ports"]}
+    assert layers == {"InfiniBand", "Ethernet"}
+    fleet = {f"n{i}": out for i in range(3)}
+    failing = {n: v.failures for n, v in verdicts(fleet).items() if not v.passed}
+    assert not failing, failing

@@ -215,6 +215,50 @@ def test_telemetry_survives_a_gpu_nvml_cannot_open(nvml_in_process):
     assert b["series"]["t"] == [] and unknown["after"] == {}
 
 
+def test_a_gpu_check_names_mig_and_never_measures_a_mig_device(nvml):
+    devices = gpus(4, "m")
+    devices[1]["mig_mode"] = {"current": 1, "pending": 1}
+    nvml(devices=devices)  # torch: cuda:0, a MIG device of GPU 1, cuda:2, cuda:3
+    data = probe("sdc", {"gpus": 4, "settings": {"duration_s": 0.3, "n": 64}})
+    assert data["devices"] == []
+    assert data["errors"] == [
+        "MIG is on for GPU 1 (GPU-m1): CUDA sees MIG devices in its place, not the GPU; the "
+        "node should have 4 GPUs, torch sees 3 whole GPUs; nothing is measured"]
+
+
+@pytest.mark.parametrize("branch,reasons,temperature", [
+    ("R525", "nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperature"),
+    ("R535", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTemperature"),
+    ("R570", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTemperatureV"),
+    ("CUDA14", "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTemperatureV")])
+def test_telemetry_reads_each_driver_branch_through_the_name_it_exports(nvml_in_process,
+                                                                        branch, reasons,
+                                                                        temperature):
+    telemetry = load_probe_module("telemetry")
+    nv = nvml_in_process(driver_branch=branch, devices=[
+        {"uuid": "GPU-a", "clock_event_reasons": 0x40, "temperature": {"gpu": 77}}])
+    nv.nvmlInit()
+    tel = telemetry.GpuTelemetry(nv, ["GPU-a"], interval_s=0.05)
+    tel.start()
+    tel.stop_event.wait(0.2)
+    (a,) = tel.stop()
+    assert a["errors"] == [] and a["unsupported"] == []
+    assert a["series"]["reasons"][0] == 0x40 and a["series"]["temp_c"][0] == 77
+    assert a["api"] == {"clock_event_reasons": reasons, "temperature": temperature}
+
+
+@pytest.mark.parametrize("branch", ["R525", "CUDA14"])
+def test_a_burn_on_an_older_or_newer_driver_records_no_nvml_error(nvml, branch):
+    nvml(driver_branch=branch, devices=gpus(2, "b"))
+    data = probe("burn", {"gpus": 2, "settings": {"duration_s": 0.6, "n": 64,
+                                                  "sample_s": 0.2}})
+    assert data["errors"] == []
+    for dev in data["devices"]:
+        tel = dev["telemetry"]
+        assert tel["errors"] == [] and tel["series"]["reasons"], tel
+        assert None not in tel["series"]["reasons"] + tel["series"]["temp_c"]
+
+
 @pytest.mark.parametrize("refused,crc", [
     (["nvmlDeviceGetNvLinkErrorCounter"], 7),
     (["nvmlDeviceGetNvLinkErrorCounter", "nvmlDeviceGetFieldValues"], None)])

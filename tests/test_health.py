@@ -97,6 +97,69 @@ def test_healthy_gpus_pass_and_unsupported_readings_are_not_faults(nvml):
     assert any("lifetime" in w for w in verdict.warnings)
 
 
+# The reading each branch answers through (tests/nvmlemu/drivers.py): R525 predates
+# nvmlDeviceGetCurrentClocksEventReasons; CUDA 14 drops the names pynvml marks for removal.
+REASONS_API = {"R525": "nvmlDeviceGetCurrentClocksThrottleReasons"}
+CLOCK_API = {"CUDA14": "nvmlDeviceGetClock"}
+
+
+@pytest.mark.parametrize("branch", ["R525", "R535", "R570", "CUDA14"])
+def test_a_healthy_node_passes_on_every_driver_branch_and_says_which_call_answered(nvml,
+                                                                                   branch):
+    # GPU 1 as real Hopper parts answer: no page retirement (row remapping replaces it).
+    nvml(driver_branch=branch, devices=[gpu(0), gpu(1, unsupported=["retired_pages"])])
+    node = h100_node(gpus=2)
+    out = probe(node)
+    verdict = judged(node, out, {node.name: out})
+    assert verdict.passed, verdict.failures
+    for dev in out.data["devices"]:
+        assert dev["errors"] == [] and dev["clock_event_reasons"] == 0
+        assert dev["api"]["clock_event_reasons"] == REASONS_API.get(
+            branch, "nvmlDeviceGetCurrentClocksEventReasons")
+        assert dev["api"]["applications_clock_graphics"] == CLOCK_API.get(
+            branch, "nvmlDeviceGetApplicationsClock")
+        assert dev["clocks"]["graphics_applications"] == 1980
+
+
+@pytest.mark.parametrize("branch", ["R525", "CUDA14"])
+def test_clocks_held_are_still_read_through_the_older_or_newer_name(nvml, branch):
+    held = {"clock_event_reasons": 0x2}  # nvmlClocksEventReasonApplicationsClocksSetting
+    apps = {"clocks": {"applications": {"graphics": 1500}}}
+    nvml(driver_branch=branch, devices=[gpu(0, **held), gpu(1, **apps)])
+    node = h100_node(gpus=2)
+    out = probe(node)
+    failures = judged(node, out, {node.name: out}).failures
+    assert any(f.startswith("GPU 0 (GPU-0): clocks held by the applications-clocks setting")
+               for f in failures), failures
+    assert "GPU 1 (GPU-1): graphics application clock set to 1500 MHz, default 1980 MHz " \
+        "(declare it with checks.health.custom_clocks: true)" in failures
+
+
+MIG_ON = {"mig_mode": {"current": 1, "pending": 1}}
+
+
+@pytest.mark.parametrize("mig_on,cuda", [
+    ([3], "0,1,2,4,5,6,7"),  # no MIG instance made yet: CUDA sees the other 7
+    (list(range(8)), "all")])  # one MIG device to torch for 8 GPUs (nvmlemu.visible)
+def test_mig_fails_health_as_mig_not_as_gpus_torch_cannot_see(nvml, mig_on, cuda):
+    nvml(cuda=cuda, devices=[gpu(i, **(MIG_ON if i in mig_on else {})) for i in range(8)])
+    node = h100_node(gpus=8)
+    out = probe(node)
+    failures = judged(node, out, {node.name: out}).failures
+    assert list(failures) == [f"MIG is on for GPU {i} (GPU-{i}), expected off: CUDA sees MIG "
+                              "devices in its place, not the GPU" for i in mig_on]
+
+
+def test_gpus_torch_cannot_see_beyond_those_with_mig_are_still_named(nvml):
+    nvml(cuda="0,1", devices=[gpu(0), gpu(1), gpu(2, **MIG_ON), gpu(3)])  # GPU 3 hidden
+    node = h100_node(gpus=4)
+    out = probe(node)
+    failures = judged(node, out, {node.name: out}).failures
+    assert failures == ("MIG is on for GPU 2 (GPU-2), expected off: CUDA sees MIG devices in "
+                        "its place, not the GPU",
+                        "torch sees 2 of the 4 GPUs the inventory declares (1 with MIG on)")
+
+
 def test_gpu_count_differs_from_inventory(nvml):
     nvml(devices=[gpu(0), gpu(1)])
     node = h100_node(gpus=8)

@@ -186,9 +186,12 @@ def test_unsupported_and_errors_raise_pynvml_subclasses(nvml_in_process):
     lambda nv, h: nv.nvmlDeviceGetRetiredPages(h, 2),
     lambda nv, h: nv.nvmlDeviceRegisterEvents(h, 1 << 40, nv.nvmlEventSetCreate()),
     lambda nv, h: nv.nvmlDeviceGetHandleByPciBusId("not-a-bus-id"),
+    lambda nv, h: nv.nvmlDeviceGetMemoryAffinity(h, 1, 2),
+    lambda nv, h: nv.nvmlDeviceGetCpuAffinityWithinScope(h, 1, 2),
+    lambda nv, h: nv.nvmlDeviceGetCpuAffinity(h, 0),
 ], ids=["threshold", "sensor", "ecc-type", "ecc-counter", "location", "clock-type", "clock-id",
         "nvlink-counter", "nvlink-link", "nvlink-state-link", "retirement-cause", "event-type",
-        "bus-id"])
+        "bus-id", "affinity-scope", "cpu-affinity-scope", "cpu-set-size"])
 def test_a_selector_nvml_does_not_define_is_an_invalid_argument(nv, call):
     with pytest.raises(nv.NVMLError_InvalidArgument):
         call(nv, nv.nvmlDeviceGetHandleByIndex(1))
@@ -213,6 +216,82 @@ def test_wrong_argument_count_or_type_fails_as_ctypes_does(nv):
         nv.nvmlDeviceGetName(ctypes.cast(ctypes.create_string_buffer(8), nv.c_nvmlDevice_t))
     with pytest.raises(nv.NVMLError_FunctionNotFound):  # a symbol it does not export
         nv.nvmlDeviceGetBAR1MemoryInfo(h)
+
+
+# Per branch: (a symbol only the newer branches export, the older name that stands in for
+# it), as nvml.h of each CUDA release declares them (tests/nvmlemu/drivers.py).
+RENAMED = [("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"),
+           ("nvmlDeviceGetTemperatureV", "nvmlDeviceGetTemperature")]
+
+
+@pytest.mark.parametrize("branch,version,cuda,exported,missing", [
+    ("R525", "525.147.05", 12000, ["nvmlDeviceGetCurrentClocksThrottleReasons"],
+     ["nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetTemperatureV"]),
+    ("R535", "535.230.02", 12020, ["nvmlDeviceGetCurrentClocksEventReasons",
+                                   "nvmlDeviceGetCurrentClocksThrottleReasons"],
+     ["nvmlDeviceGetTemperatureV"]),
+    ("R570", "570.86.15", 12080, [name for pair in RENAMED for name in pair], []),
+    ("CUDA14", "999.0.0", 14000, ["nvmlDeviceGetCurrentClocksEventReasons",
+                                  "nvmlDeviceGetTemperatureV", "nvmlDeviceGetClock"],
+     ["nvmlDeviceGetCurrentClocksThrottleReasons", "nvmlDeviceGetTemperature",
+      "nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock"]),
+])
+def test_a_driver_branch_lacks_the_symbols_its_nvml_h_lacks(nvml_in_process, branch, version,
+                                                             cuda, exported, missing):
+    nv = nvml_in_process(driver_branch=branch, devices=[{"clock_event_reasons": 0x4}])
+    nv.nvmlInit()
+    assert nv.nvmlSystemGetDriverVersion() == version
+    assert nv.nvmlSystemGetCudaDriverVersion() == cuda
+    assert nv.nvmlSystemGetNVMLVersion() == f"{cuda // 1000}.{version}"
+    h = nv.nvmlDeviceGetHandleByIndex(0)
+    calls = {"nvmlDeviceGetCurrentClocksEventReasons": (h,),
+             "nvmlDeviceGetCurrentClocksThrottleReasons": (h,),
+             "nvmlDeviceGetTemperatureV": (h, 0), "nvmlDeviceGetTemperature": (h, 0),
+             "nvmlDeviceGetClock": (h, 0, 1), "nvmlDeviceGetApplicationsClock": (h, 0),
+             "nvmlDeviceGetDefaultApplicationsClock": (h, 0)}
+    for name in exported:
+        assert getattr(nv, name)(*calls[name]) in (0x4, 60, 1980), name
+    for name in missing:  # pynvml finds the symbol missing when it is first called
+        with pytest.raises(nv.NVMLError_FunctionNotFound):
+            getattr(nv, name)(*calls[name])
+
+
+def test_the_cuda14_branch_follows_what_pynvml_announces():
+    removed = nvmlemu.drivers.removed_in_cuda14()
+    assert {"nvmlDeviceGetTemperature", "nvmlDeviceGetCurrentClocksThrottleReasons",
+            "nvmlDeviceGetApplicationsClock", "nvmlDeviceGetDefaultApplicationsClock",
+            "nvmlDeviceGetHandleBySerial"} <= removed
+    assert not removed & {"nvmlDeviceGetTemperatureV", "nvmlDeviceGetClock",
+                          "nvmlDeviceGetCurrentClocksEventReasons"}
+    # a driver version stands for its branch; an unknown branch orders by its number
+    assert nvmlemu.load({"driver_version": "525.60.13"}).branch.name == "R525"
+    assert nvmlemu.load({"driver_version": "560.35.03"}).branch.number == 560
+    assert nvmlemu.load({}).driver_version == "550.54.15"
+
+
+def test_the_local_cpus_and_numa_node_of_a_gpu(nvml_in_process):
+    nv = nvml_in_process(devices=[{"cpu_affinity": "1,3-4,65", "numa_node": 1},
+                                  {"cpu_affinity": None, "numa_node": None}, {}])
+    nv.nvmlInit()
+    a, b, c = (nv.nvmlDeviceGetHandleByIndex(i) for i in range(3))
+    assert list(nv.nvmlDeviceGetCpuAffinity(a, 2)) == [0b11010, 0b10]
+    assert list(nv.nvmlDeviceGetCpuAffinity(a, 1)) == [0b11010], "what does not fit is left out"
+    assert list(nv.nvmlDeviceGetCpuAffinityWithinScope(a, 2, nv.NVML_AFFINITY_SCOPE_NODE)) \
+        == [0b11010, 0b10]
+    assert list(nv.nvmlDeviceGetMemoryAffinity(a, 1, nv.NVML_AFFINITY_SCOPE_NODE)) == [0b10]
+    for call in (lambda: nv.nvmlDeviceGetCpuAffinity(b, 1),
+                 lambda: nv.nvmlDeviceGetMemoryAffinity(b, 1, 0)):
+        with pytest.raises(nv.NVMLError_NotSupported):
+            call()
+    assert list(nv.nvmlDeviceGetCpuAffinity(c, 1)) == [(1 << os.cpu_count()) - 1]
+    assert list(nv.nvmlDeviceGetMemoryAffinity(c, 1, 0)) == [1]
+
+
+def test_torch_sees_one_mig_device_in_place_of_the_gpus_with_mig_on():
+    mig = {"mig_mode": {"current": 1, "pending": 1}}
+    assert nvmlemu.visible({"devices": [{}, mig, mig, {}]}) == "0,mig:1,3"
+    assert nvmlemu.visible({"devices": [mig] * 8}) == "mig:0"
+    assert nvmlemu.visible({"devices": [mig, {}]}, cuda="1") == "1"
 
 
 def test_time_series_one_entry_per_second_the_last_holds(nvml_in_process):
@@ -262,7 +341,9 @@ def test_xids_reach_the_sets_registered_before_them(nvml_in_process):
 
 def test_a_lost_gpu_fails_every_call(nvml_in_process):
     now = [0.0]
-    with nvmlemu.installed({"devices": [{"lost": [False, True]}, {"lost": True}],
+    # R580: the newest branch exports every symbol the emulator declares
+    with nvmlemu.installed({"driver_branch": "R580",
+                            "devices": [{"lost": [False, True]}, {"lost": True}],
                             "xid_events": [{"at_s": 1.0, "device": 0, "xid": 79}]},
                            clock=lambda: now[0]) as emu:
         nv = emu.pynvml
@@ -335,6 +416,11 @@ def test_an_emulator_bug_answers_unknown_error_never_success():
     ({"devices": [{"nvlink": {"errors": {"crc": {"0": 1}}}}]}, "unknown counter 'crc'"),
     ({"devices": [{"ecc_locations": {"uncorrected_volatile_hbm": 1}}]}, "ecc_locations"),
     ({"devices": [{}], "xid_events": [{"at_s": 1, "device": 1, "xid": 79}]}, "xid_events[0]"),
+    ({"driver_branch": "R470"}, "'R470' is not one of R525, R535"),
+    ({"driver_branch": "R525", "driver_version": "550.54.15"},
+     "driver_version '550.54.15' is not of branch R525"),
+    ({"driver_version": "latest"}, "'latest' is not <branch>"),
+    ({"devices": [{"cpu_affinity": "0-x"}]}, "devices[0].cpu_affinity: '0-x' is not a cpulist"),
 ])
 def test_scenario_mistakes_are_refused_when_written(tmp_path, scenario, message):
     with pytest.raises(nvmlemu.ScenarioError) as caught:

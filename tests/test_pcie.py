@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 from suiterun import junit_cases, run_suite
 
@@ -18,8 +20,14 @@ from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.pcie import figures, fleet_summary
 from burnin.checks.pcie import judge as pcie_judge
 from burnin.inventory import Node
-from burnin.probe import ProbeOutcome
+from burnin.probe import ProbeOutcome, run_probe
 from burnin.reference import GPU_MODELS
+from burnin.transports.local import LocalTransport
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "probes"))
+import locality  # noqa: E402
+
+sys.path.pop(0)
 
 H100 = "NVIDIA H100 80GB HBM3"
 SETTINGS = resolve_settings("pcie", "quick", {})
@@ -125,7 +133,62 @@ def test_a_gpu_slowed_below_the_probe_fails_alone_by_index_and_uuid(pytester, nv
     assert all(ln.startswith(f"cuda:2 ({H100}, {uuids[2]}): ") for ln in lines), lines
     assert any("host-to-device" in ln and "the median of the node's 4 GPUs" in ln
                for ln in lines), lines
-    assert "GB/s" in message and "(link x8 Gen5, max x16 Gen5)" in message
+    assert "GB/s" in message and "(link x8 Gen5, max x16 Gen5) (NUMA node 0, CPUs " in message
+
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = {"seconds": 0.2, "rounds": 1, "block_mb": 1, "min_copies": 1}
+
+
+def pcie_probe(settings: dict, gpus: int) -> dict:
+    node = Node(name="n", address="n", transport="local")
+    out = run_probe(LocalTransport(node, REPO / "probes"), "pcie",
+                    {"gpus": gpus, "settings": {**TINY, **settings}}, 300)
+    assert out.ok, out.reason
+    return out.data
+
+
+def sysfs(root: Path, bus_id: str, cpus: str, node: int) -> Path:
+    """A fake /sys with one PCI device's local_cpulist and numa_node."""
+    where = root / "bus" / "pci" / "devices" / bus_id
+    where.mkdir(parents=True)
+    (where / "local_cpulist").write_text(f"{cpus}\n")
+    (where / "numa_node").write_text(f"{node}\n")
+    return root
+
+
+def test_each_copy_worker_runs_on_its_gpus_local_cpus(nvml, tmp_path):
+    """Measured in the worker (os.sched_getaffinity after binding, before torch): GPU 0's
+    worker on the first CPU this test may use, GPU 1's on the last, as NVML places them;
+    GPU 2's from sysfs where NVML cannot say; GPU 3's CPUs unknown: unbound, and said."""
+    mine = sorted(os.sched_getaffinity(0))
+    first, last = str(mine[0]), str(mine[-1])
+    unknown = {"cpu_affinity": None, "numa_node": None}
+    nvml(devices=[{"uuid": "GPU-p0", "cpu_affinity": first, "numa_node": 0},
+                  {"uuid": "GPU-p1", "cpu_affinity": last, "numa_node": 1},
+                  {"uuid": "GPU-p2", "pci_bus_id": "0000:3a:00.0", **unknown},
+                  {"uuid": "GPU-p3", "pci_bus_id": "0000:4a:00.0", **unknown}])
+    root = sysfs(tmp_path / "sys", "0000:3a:00.0", last, 1)
+    data = pcie_probe({"sysfs_root": str(root)}, gpus=4)
+    assert data["errors"] == [], data["errors"]
+    got = [d["affinity"] for d in data["devices"]]
+    assert got[0] == {"bound": True, "cpus": first, "local_cpus": first, "numa_node": 0,
+                      "source": "nvml"}
+    assert got[1] == {"bound": True, "cpus": last, "local_cpus": last, "numa_node": 1,
+                      "source": "nvml"}
+    assert got[2] == {"bound": True, "cpus": last, "local_cpus": last, "numa_node": 1,
+                      "source": "sysfs"}
+    assert got[3]["bound"] is False and got[3]["cpus"] == locality.cpulist(mine)
+    assert "the GPU's CPUs are unknown (NVML: Not Supported, and sysfs: no " in got[3]["why"]
+    assert all(d["h2d"]["gbps"] > 0 for d in data["devices"]), "unbound still measures"
+
+
+def test_local_cpus_this_process_may_not_use_leave_the_worker_unbound(nvml, tmp_path):
+    nvml(devices=[{"uuid": "GPU-q0", "cpu_affinity": None, "numa_node": None}])
+    root = sysfs(tmp_path / "sys", "0000:18:00.0", "4000-4001", 3)  # another cpuset's
+    (got,) = [d["affinity"] for d in pcie_probe({"sysfs_root": str(root)}, gpus=1)["devices"]]
+    assert got["bound"] is False and got["numa_node"] == 3 and got["source"] == "sysfs"
+    assert got["why"].startswith("the GPU's CPUs 4000-4001 are all outside this process's CPUs")
 
 
 def device(index: int, h2d: float, d2h: float | None = None, conc: float | None = None,
@@ -157,6 +220,22 @@ def verdicts(fleet: dict[str, ProbeOutcome], model: str | None = None, **setting
                           Judging({**SETTINGS, **settings}, summary, m, devices[n],
                                   devices[n]))
             for n, o in fleet.items()}
+
+
+def test_a_slow_gpu_is_named_with_the_numa_node_and_cpus_its_copies_ran_on():
+    slow = device(1, 22.0, 50.0, 26.0)
+    slow["affinity"] = {"bound": True, "numa_node": 1, "cpus": "56-111,168-223",
+                        "local_cpus": "56-111,168-223", "source": "nvml"}
+    lost = device(2, 21.0, 50.0, 26.0)
+    lost["affinity"] = {"bound": False, "numa_node": None, "cpus": "0-223",
+                        "why": "the GPU's CPUs are unknown (NVML: Not Supported)"}
+    v = verdicts({"g1": outcome("g1", device(0, 52.0), slow, lost)}, "H100-SXM5-80GB")["g1"]
+    assert v.failures == (
+        f"cuda:1 ({H100}, GPU-1): host-to-device 22.000 GB/s, below the floor of 40 GB/s "
+        "(link x16 Gen5) (NUMA node 1, CPUs 56-111,168-223)",
+        f"cuda:2 ({H100}, GPU-2): host-to-device 21.000 GB/s, below the floor of 40 GB/s "
+        "(link x16 Gen5) (copies not bound to the GPU's CPUs: the GPU's CPUs are unknown "
+        "(NVML: Not Supported))")
 
 
 def test_below_the_models_floor_with_the_link_beside_it():

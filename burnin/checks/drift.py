@@ -50,6 +50,9 @@ def _mig(gpu: str, dev: dict, want: bool) -> list[str]:
         return []
     after = f" (pending {_on(bool(pending))} after a reset)" if pending is not None \
         and bool(pending) != bool(current) else ""
+    if current:  # the cause of the GPUs torch then lacks: say it first, in these words
+        return [f"MIG is on for {gpu}{after}, expected off: CUDA sees MIG devices in its "
+                "place, not the GPU"]
     return [f"{gpu}: MIG mode is {_on(bool(current))}{after}, expected {_on(want)}"]
 
 

@@ -3,7 +3,8 @@
 Fails the node when: the probe failed; torch is missing; the GPU count or model differs
 from the inventory (with `gpus: auto`, the count differs from most nodes of its model);
 torch sees fewer GPUs than the node should have (a driver/CUDA mismatch, hidden devices:
-the node would otherwise be measured on its CPU); ECC is off; any uncorrectable ECC
+the node would otherwise be measured on its CPU; a GPU with MIG on is named as such, "MIG
+is on for GPU n", and a MIG device is not counted as a GPU); ECC is off; any uncorrectable ECC
 error since the driver loaded; a row remap is pending or has failed; retired pages are
 pending; a PCIe link is below its max width or generation (generation read under load);
 the driver or torch version differs from the majority of the run's nodes; the GPU's
@@ -150,11 +151,18 @@ def _torch_sees_too_few(node: Node, outcome: ProbeOutcome) -> list[str]:
     nvml = len(outcome.data["devices"]) if _nvml(outcome) else 0
     should = node.gpus if node.gpus is not None else nvml
     seen = torch.get("device_count", 0)
-    if not should or seen >= should:
+    if "devices" in torch:  # a MIG device (UUID MIG-...) is a slice of a GPU, not a GPU
+        seen = sum(not str(d.get("uuid") or "").startswith("MIG-") for d in torch["devices"])
+    # CUDA cannot use a GPU with MIG on as a whole: its own rule names it (MIG is on for
+    # GPU n); only GPUs missing beyond those are torch's to explain.
+    mig = sum(1 for d in outcome.data["devices"] if d.get("mig_mode_current") == 1) \
+        if _nvml(outcome) else 0
+    if not should or seen + mig >= should:
         return []
     who = "the inventory declares" if node.gpus is not None else "NVML reports"
     why = f": {torch['cuda_error']}" if torch.get("cuda_error") else ""
-    return [f"torch sees {seen} of the {should} GPUs {who}{why}"]
+    with_mig = f" ({mig} with MIG on)" if mig else ""
+    return [f"torch sees {seen} of the {should} GPUs {who}{with_mig}{why}"]
 
 
 def _gpu(dev: dict) -> str:
@@ -234,6 +242,8 @@ DEVICE = Obj(index=Int(0, 1023), name=Str(256, null=True), uuid=Str(256, null=Tr
              vbios=Str(256, null=True), inforom_image=Str(256, null=True),
              clocks=Obj(values=NULL_COUNT, max_keys=8), clock_event_reasons=NULL_COUNT,
              processes=List(Obj(pid=COUNT, used_memory=NULL_COUNT), max=4096),
+             # which NVML function answered a reading that has an older or newer name
+             api=Obj(values=Str(128), max_keys=32),
              unsupported=MESSAGES, errors=MESSAGES)
 SCHEMA = document(DEVICE, Obj(
     torch=Obj(present=Bool(), version=Str(256), cuda=Str(64, null=True),

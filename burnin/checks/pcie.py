@@ -3,7 +3,8 @@ device-to-host GB/s per GPU against the model's floor, the same model's fleet me
 (each node one vote) and the node's own GPUs; all GPUs at once against the node's own
 GPUs (a GPU that falls behind only when its neighbours copy shares a switch or sits on
 the wrong NUMA node) and the node's aggregate against a floor and the fleet's nodes of
-the same model and GPU count. Each message gives the link's width and generation."""
+the same model and GPU count. Each message gives the link's width and generation, and
+the NUMA node and CPUs the GPU's copy worker ran on (or that it ran unbound)."""
 
 from __future__ import annotations
 
@@ -58,13 +59,28 @@ def fleet_summary(fleet: Fleet) -> dict:
 
 
 def link(dev: dict) -> str:
-    """'link x8 Gen4 (max x16 Gen5)', as NVML reported it under load, or ''."""
+    """' (link x8 Gen4, max x16 Gen5) (NUMA node 1, CPUs 56-111)': the link as NVML
+    reported it under load, and where the copy worker ran; '' when neither is known."""
     ln = dev.get("link") or {}
-    if ln.get("width") is None and ln.get("gen") is None:
+    out = ""
+    if ln.get("width") is not None or ln.get("gen") is not None:
+        now = f"x{ln.get('width', '?')} Gen{ln.get('gen', '?')}"
+        top = f"x{ln.get('max_width', '?')} Gen{ln.get('max_gen', '?')}"
+        out = f" (link {now}" + (f", max {top})" if top != now else ")")
+    placed = placement(dev)
+    return f"{out} ({placed})" if placed else out
+
+
+def placement(dev: dict) -> str:
+    """'NUMA node 1, CPUs 56-111' where the worker was bound; why it was not, else ''.
+    A cross-socket copy is slower: the reader of a slow figure needs to know where it ran."""
+    aff = dev.get("affinity")
+    if not aff:
         return ""
-    now = f"x{ln.get('width', '?')} Gen{ln.get('gen', '?')}"
-    top = f"x{ln.get('max_width', '?')} Gen{ln.get('max_gen', '?')}"
-    return f" (link {now}" + (f", max {top})" if top != now else ")")
+    node = "NUMA node ?" if aff.get("numa_node") is None else f"NUMA node {aff['numa_node']}"
+    if aff.get("bound"):
+        return f"{node}, CPUs {aff.get('cpus')}"
+    return f"copies not bound to the GPU's CPUs: {aff.get('why')}"
 
 
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
@@ -159,7 +175,8 @@ def evidence(record: dict) -> dict[str, object]:
     return {"pcie.json": {
         "aggregate": record["data"]["figures"].get("aggregate"),
         "devices": {str(d.get("device")): {k: d.get(k) for k in (
-            "uuid", "pci_bus_id", "link", "h2d", "d2h", "concurrent", "pinned", "error")}
+            "uuid", "pci_bus_id", "link", "affinity", "h2d", "d2h", "concurrent", "pinned",
+            "error")}
             for d in record["data"]["devices"]}}}
 
 
@@ -167,10 +184,13 @@ RATE = Obj(required=("gbps",), bytes=COUNT, copies=COUNT, seconds=Num(0),
            gbps=Num(0, 1e4), null=True)
 LINK = Obj(gen=Int(0, 64, null=True), width=Int(0, 64, null=True),
            max_gen=Int(0, 64, null=True), max_width=Int(0, 64, null=True), null=True)
+AFFINITY = Obj(required=("bound",), bound=Bool(), numa_node=Int(0, 1 << 16, null=True),
+               cpus=Str(4096, null=True), local_cpus=Str(4096, null=True),
+               source=Str(64, null=True), why=Str(4096, null=True))
 DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
              pci_bus_id=Str(64, null=True), error=Str(4096), h2d=RATE, d2h=RATE,
-             concurrent=Obj(h2d=RATE, d2h=RATE), link=LINK, pinned=Bool(), block_bytes=COUNT,
-             rounds=Obj(values=List(Num(0, 1e4), max=1000)))
+             concurrent=Obj(h2d=RATE, d2h=RATE), link=LINK, affinity=AFFINITY,
+             pinned=Bool(), block_bytes=COUNT, rounds=Obj(values=List(Num(0, 1e4), max=1000)))
 AGGREGATE = Obj(required=("gbps", "gpus"), bytes=COUNT, seconds=Num(0),
                 gbps=Num(0, 1e5), gpus=Int(1, 1024), null=True)
 SCHEMA = document(DEVICE, Obj(aggregate=Obj(h2d=AGGREGATE, d2h=AGGREGATE, null=True),
@@ -186,6 +206,8 @@ CHECK = Check(
                            "direction all at once"),
         "rounds": Setting("int", 3, "turns of one-GPU-at-a-time copies; the best counts"),
         "min_copies": Setting("int", 3, "copies timed per figure at the least"),
+        "sysfs_root": Setting("str", "/sys", "where a GPU's local CPUs are read when NVML "
+                              "cannot say"),
         "min_gbps": Setting("positive", None,
                             "per GPU and direction; default: the gpu_model's pcie_gbps"),
         "min_aggregate_gbps": Setting("positive", None,

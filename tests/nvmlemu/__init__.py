@@ -24,9 +24,14 @@ Scenario (JSON; every key optional; unknown keys are refused):
 
   init_error            null, or the code nvmlInit answers: "DRIVER_NOT_LOADED",
                         "LIBRARY_NOT_FOUND", 9, ... (any NVML_ERROR_ name or number)
-  driver_version        "550.54.15"          nvmlSystemGetDriverVersion
-  cuda_driver_version   12040                nvmlSystemGetCudaDriverVersion(_v2)
-  nvml_version          "12.<driver>"        nvmlSystemGetNVMLVersion
+  driver_branch         null, or "R525", "R535", "R550", "R570", "R580", "CUDA14": which
+                        symbols the library exports (drivers.py: nvmlDeviceGetCurrentClocks-
+                        EventReasons from R535, nvmlDeviceGetTemperatureV from R570; CUDA14
+                        lacks what pynvml says CUDA 14.0 removes). A symbol the branch lacks
+                        answers as a missing one does. null: driver_version's branch
+  driver_version        a release of the branch ("550.54.15": R550, the default)
+  cuda_driver_version   the branch's (12040 for R550)   nvmlSystemGetCudaDriverVersion(_v2)
+  nvml_version          "<CUDA major>.<driver>"   nvmlSystemGetNVMLVersion
   xid_events            [{"at_s": 1.0, "device": 0, "xid": 79}]: an XID at_s seconds after
                         install, delivered once to each event set the device was registered
                         with (for nvmlEventTypeXidCriticalError) before at_s
@@ -63,7 +68,11 @@ Scenario (JSON; every key optional; unknown keys are refused):
                         _L0.._L11, _TOTAL and scoped NVLINK_ERROR_DL_*, NVLINK_GET_STATE,
                         NVLINK_LINK_COUNT, PCIE_REPLAY_COUNTER, ECC, REMAPPED_*, RETIRED_*),
                         or NOT_SUPPORTED
-  mig_mode              {"current": 0, "pending": 0}
+  mig_mode              {"current": 0, "pending": 0}; with current 1 the GPU is no CUDA
+                        device: visible() shows torch one MIG device ("mig:<index>") instead
+  cpu_affinity          the GPU's local CPUs, a cpulist ("0-3,8") or "all" (every CPU of this
+                        machine, the default); null: NOT_SUPPORTED   nvmlDeviceGetCpuAffinity
+  numa_node             0; null: NOT_SUPPORTED              nvmlDeviceGetMemoryAffinity
   processes             [{"pid": 4242, "used_memory": bytes}]   running compute processes
   memory                {"total", "reserved", "used" (null: what the processes use)} bytes
   unsupported           [name, ...]: these answer NOT_SUPPORTED
@@ -84,6 +93,7 @@ installs at interpreter start, before it imports torch: leave it time to start.
 
 from __future__ import annotations
 
+from . import drivers
 from .activate import (
     CUDA_ENV,
     SCENARIO_ENV,
@@ -95,9 +105,10 @@ from .activate import (
     write_scenario,
 )
 from .declarations import SYMBOLS
+from .drivers import BRANCHES
 from .scenario import ScenarioError, load
 from .state import Emulator, install, uninstall
 
-__all__ = ["CUDA_ENV", "SCENARIO_ENV", "SITE_DIR", "SYMBOLS", "Emulator", "ScenarioError",
-           "install", "installed", "load", "python_wrapper", "pythonpath_with_site",
-           "uninstall", "visible", "write_scenario"]
+__all__ = ["BRANCHES", "CUDA_ENV", "SCENARIO_ENV", "SITE_DIR", "SYMBOLS", "Emulator",
+           "ScenarioError", "drivers", "install", "installed", "load", "python_wrapper",
+           "pythonpath_with_site", "uninstall", "visible", "write_scenario"]

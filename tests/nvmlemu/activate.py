@@ -30,8 +30,13 @@ def visible(scenario: dict, cuda: str = "all") -> str:
     """BURNIN_EMULATE_CUDA for a scenario: the NVML indices torch sees as cuda:0, 1, ...
     'all' is every GPU NVML can name (none when NVML does not start, and not a lost one:
     CUDA cannot use it either); 'none' is no GPU (a driver/CUDA mismatch); any other
-    value ('2,0,1') is taken as it is."""
-    from .scenario import load
+    value ('2,0,1', 'mig:3') is taken as it is.
+
+    A GPU with MIG on is no CUDA device itself: CUDA enumerates MIG devices instead, and
+    one process sees one MIG device (the MIG user guide says so of CUDA 11 and 12), so
+    'all' puts 'mig:<index>' of the first such GPU where that GPU would be, and leaves
+    the other MIG GPUs out: 8 GPUs with MIG on are 1 device to torch."""
+    from .scenario import at, load
     if cuda == "none":
         return ""
     if cuda != "all":
@@ -39,7 +44,17 @@ def visible(scenario: dict, cuda: str = "all") -> str:
     s = load(scenario)
     if s.init_error is not None:
         return ""
-    return ",".join(str(i) for i, d in enumerate(s.devices) if d.get("lost") is not True)
+    seen, mig_seen = [], False
+    for i, d in enumerate(s.devices):
+        if d.get("lost") is True:
+            continue
+        if at(d["mig_mode"]["current"], 0):
+            if not mig_seen:
+                seen.append(f"mig:{i}")
+            mig_seen = True
+            continue
+        seen.append(str(i))
+    return ",".join(seen)
 
 
 def pythonpath_with_site(current: str | None) -> str:

@@ -91,18 +91,27 @@ def struct_version(struct: type, version: int) -> int:
     return ctypes.sizeof(struct) | version << 24
 
 
-class FieldValueArray(ctypes.c_void_p):
-    """nvmlFieldValue_t *values. pynvml passes byref(array of c_nvmlFieldValue_t), which a
-    POINTER(c_nvmlFieldValue_t) argument refuses although C receives the same address; this
-    takes exactly that (or a pointer to, or array of, the struct) and refuses the rest."""
+@cache
+def array_of(item: type) -> type:
+    """A parameter type for `T *values` where pynvml passes byref(array of T), which a
+    POINTER(T) argument refuses although C receives the same address: it takes exactly
+    that (or a pointer to, or array of, T) and refuses the rest."""
 
-    @classmethod
-    def from_param(cls, obj):
-        item = nv.c_nvmlFieldValue_t
-        byref_target = getattr(obj, "_obj", None)  # byref(x) keeps x in _obj
-        if (obj is None or isinstance(obj, (cls, P(item)))
-                or (isinstance(obj, ctypes.Array) and obj._type_ is item)
-                or isinstance(byref_target, item)
-                or (isinstance(byref_target, ctypes.Array) and byref_target._type_ is item)):
-            return obj
-        raise TypeError(f"expected a pointer to c_nvmlFieldValue_t, got {type(obj).__name__}")
+    class ArrayOf(ctypes.c_void_p):
+        @classmethod
+        def from_param(cls, obj):
+            byref_target = getattr(obj, "_obj", None)  # byref(x) keeps x in _obj
+            if (obj is None or isinstance(obj, (cls, P(item)))
+                    or (isinstance(obj, ctypes.Array) and obj._type_ is item)
+                    or isinstance(byref_target, item)
+                    or (isinstance(byref_target, ctypes.Array)
+                        and byref_target._type_ is item)):
+                return obj
+            raise TypeError(f"expected a pointer to {item.__name__}, got {type(obj).__name__}")
+
+    ArrayOf.__name__ = f"ArrayOf_{item.__name__}"
+    return ArrayOf
+
+
+# nvmlFieldValue_t *values
+FieldValueArray = array_of(nv.c_nvmlFieldValue_t)

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .drivers import BRANCHES, Branch, branch_of
+
 # nvmlReturn_t, from nvml.h. Scenarios may name a code ("GPU_IS_LOST") or give the number.
 CODES = {
     "SUCCESS": 0, "UNINITIALIZED": 1, "INVALID_ARGUMENT": 2, "NOT_SUPPORTED": 3,
@@ -70,12 +72,18 @@ DEFAULT_DEVICE = {
     "vbios_version": "96.00.99.00.01",
     "inforom_image_version": "G520.0200.00.05",
     "memory": {"total": 85520809984, "reserved": 566231040, "used": None},  # None: processes'
+    # The GPU's local CPUs (a cpulist as sysfs writes it, or "all": every CPU of this
+    # machine) and NUMA node, as nvmlDeviceGetCpuAffinity / GetMemoryAffinity give them.
+    "cpu_affinity": "all",
+    "numa_node": 0,
     "unsupported": [],
     "errors": {},
     "lost": False,
 }
-DEFAULT_TOP = {"init_error": None, "driver_version": "550.54.15", "cuda_driver_version": 12040,
-               "nvml_version": None, "xid_events": [], "devices": []}
+DEFAULT_TOP = {"init_error": None, "driver_branch": None, "driver_version": None,
+               "cuda_driver_version": None, "nvml_version": None, "xid_events": [],
+               "devices": []}
+DEFAULT_BRANCH = "R550"
 # Mappings whose keys are data, not a fixed schema: checked by their own rules below.
 _FREE_FORM = {"ecc_locations", "field_values", "errors", "nvlink.errors"}
 
@@ -139,6 +147,40 @@ def _check_device(dev: dict, where: str) -> None:
     for proc in (p for snapshot in snapshots for p in snapshot):
         if not isinstance(proc, dict) or "pid" not in proc or set(proc) - {"pid", "used_memory"}:
             raise ScenarioError(f"{where}.processes: expected {{pid, used_memory}}, got {proc!r}")
+    if dev["cpu_affinity"] not in (None, "all"):
+        try:
+            cpulist(dev["cpu_affinity"])
+        except ValueError as e:
+            raise ScenarioError(f"{where}.cpu_affinity: {e}") from None
+
+
+def cpulist(text: str) -> list[int]:
+    """'0-3,8' -> [0, 1, 2, 3, 8], as the kernel writes a cpulist."""
+    out: set[int] = set()
+    for part in str(text).strip().split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            raise ValueError(f"{text!r} is not a cpulist such as '0-3,8'")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(out)
+
+
+def _driver(top: dict) -> tuple[Branch, str, int]:
+    """(branch, driver version, CUDA driver version): each from the others when not given."""
+    name = top["driver_branch"]
+    if name is not None and name not in BRANCHES:
+        raise ScenarioError(f"scenario.driver_branch: {name!r} is not one of "
+                            f"{', '.join(BRANCHES)}")
+    version = top["driver_version"] or BRANCHES[name or DEFAULT_BRANCH].driver_version
+    try:
+        branch = BRANCHES[name] if name else branch_of(version)
+        if name and not branch.cuda14 and branch_of(version).number != branch.number:
+            raise ValueError(f"driver_version {version!r} is not of branch {name}")
+    except ValueError as e:
+        raise ScenarioError(f"scenario: {e}") from None
+    cuda = top["cuda_driver_version"] or branch.cuda_driver_version or \
+        BRANCHES[DEFAULT_BRANCH].cuda_driver_version
+    return branch, version, cuda
 
 
 def load(spec: dict | str | Path) -> Scenario:
@@ -163,9 +205,10 @@ def load(spec: dict | str | Path) -> Scenario:
             raise ScenarioError(f"xid_events[{i}]: expected {{at_s, device, xid}} naming one "
                                 f"of the {len(devices)} devices, got {ev!r}")
         events.append(XidEvent(float(ev["at_s"]), int(ev["device"]), int(ev["xid"])))
-    return Scenario(top["init_error"], top["driver_version"], top["cuda_driver_version"],
-                    top["nvml_version"] or f"12.{top['driver_version']}", tuple(devices),
-                    tuple(sorted(events, key=lambda e: e.at_s)))
+    branch, version, cuda = _driver(top)
+    return Scenario(top["init_error"], version, cuda,
+                    top["nvml_version"] or f"{cuda // 1000}.{version}", tuple(devices),
+                    tuple(sorted(events, key=lambda e: e.at_s)), branch)
 
 
 @dataclass(frozen=True)
@@ -176,6 +219,7 @@ class Scenario:
     nvml_version: str
     devices: tuple[dict, ...]
     xid_events: tuple[XidEvent, ...]
+    branch: Branch  # which symbols the library exports (drivers.py)
 
 
 def at(value, elapsed_s: float):

@@ -11,9 +11,10 @@ import traceback
 
 import pynvml
 
-from . import calls, events, fields  # noqa: F401  (each declares its symbols)
+from . import calls, events, fields, topology  # noqa: F401  (each declares its symbols)
 from . import scenario as sc
 from .declarations import SYMBOLS, Symbol, prototype
+from .drivers import exports
 
 
 class Device:
@@ -74,8 +75,11 @@ class Emulator:
         self._strings: dict[int, ctypes.Array] = {}
         self._check_fault_names()
         self.lib = Library()
+        # Only what the scenario's driver branch exports: pynvml finds no attribute for the
+        # rest and raises NVMLError_FunctionNotFound, as it does with an older real library.
         for sym in SYMBOLS.values():
-            setattr(self.lib, sym.name, prototype(sym)(self._callback(sym)))
+            if exports(sym.name, scenario.branch):
+                setattr(self.lib, sym.name, prototype(sym)(self._callback(sym)))
 
     def _check_fault_names(self) -> None:
         known = {s.name for s in SYMBOLS.values()} | {r for s in SYMBOLS.values()
