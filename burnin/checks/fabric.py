@@ -30,20 +30,29 @@ def _hcas(outcome: ProbeOutcome) -> list[dict]:
     return outcome.data["figures"]["ib"]["hcas"]
 
 
-def _node_rate(outcome: ProbeOutcome) -> float | None:
-    """The rate most of the node's ports run at."""
-    rates = Counter(p["rate_gbps"] for h in _hcas(outcome) for p in h["ports"]
-                    if p.get("rate_gbps"))
-    return rates.most_common(1)[0][0] if rates else None
+def _node_rates(outcome: ProbeOutcome) -> dict[str, float]:
+    """Per link layer, the rate most of the node's ports of that layer run at: a node's
+    storage NIC (RoCE, say 200G) is not held to its compute HCAs' rate (400G NDR)."""
+    by_layer: dict[str, Counter] = {}
+    for h in _hcas(outcome):
+        for p in h["ports"]:
+            if p.get("rate_gbps"):
+                by_layer.setdefault(p.get("link_layer") or "", Counter())[p["rate_gbps"]] += 1
+    return {layer: rates.most_common(1)[0][0] for layer, rates in by_layer.items()}
 
 
 def fleet_summary(fleet: Fleet) -> dict:
-    """Once per run: the majority HCA count and port rate as (value, why, nodes), each
-    node one vote (a node's rate: the one most of its ports run at)."""
+    """Once per run: the majority HCA count, and per link layer the majority port rate,
+    as (value, why, nodes), each node one vote (a node's rate of a layer: the one most of
+    its ports of that layer run at)."""
     ok = {n: o for n, o in fleet.outcomes.items() if o.ok}
     counts = {n: len(_hcas(o)) for n, o in ok.items()}
-    rates = {n: r for n, o in ok.items() if (r := _node_rate(o)) is not None}
-    return {"hcas": (*majority(counts), len(counts)), "rate": (*majority(rates), len(rates))}
+    per_layer: dict[str, dict[str, float]] = {}
+    for n, o in ok.items():
+        for layer, rate in _node_rates(o).items():
+            per_layer.setdefault(layer, {})[n] = rate
+    return {"hcas": (*majority(counts), len(counts)),
+            "rate": {layer: (*majority(rates), len(rates)) for layer, rates in per_layer.items()}}
 
 
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
@@ -52,7 +61,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     data = outcome.data
     failures = [f"probe error: {e}" for e in data["errors"]]
     warnings: list[str] = []
-    summary = j.fleet or {"hcas": (None, "", 0), "rate": (None, "", 0)}
+    summary = j.fleet or {"hcas": (None, "", 0), "rate": {}}
     ib = data["figures"]["ib"]
     hcas = ib["hcas"]
     expected, source = _expected_hcas(node, summary)
@@ -61,11 +70,12 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             names = ", ".join(h["name"] for h in hcas) or "none"
             failures.append(f"{len(hcas)} HCA(s) under {ib['root']} ({names}), expected "
                             f"{expected} ({source})")
-        rate, rate_source = _expected_rate(j.settings, summary)
         for hca in hcas:
             if not hca["ports"]:
                 failures.append(f"{hca['name']}: no port")
             for port in hca["ports"]:
+                rate, rate_source = _expected_rate(j.settings, summary,
+                                                   port.get("link_layer") or "")
                 f, w = _port_rules(hca["name"], port, rate, rate_source, _over(ib),
                                    j.settings)
                 failures += f
@@ -114,13 +124,14 @@ def _expected_hcas(node: Node, summary: dict) -> tuple[int | None, str]:
     return common, f"most of the run's {nodes} nodes"
 
 
-def _expected_rate(settings: dict, summary: dict) -> tuple[float | None, str]:
+def _expected_rate(settings: dict, summary: dict, layer: str) -> tuple[float | None, str]:
     if settings.get("rate_gbps"):
         return settings["rate_gbps"], "the rate_gbps setting"
-    common, _, nodes = summary["rate"]
+    common, _, nodes = summary["rate"].get(layer, (None, "", 0))
     if common is None or nodes < 2:
         return None, ""
-    return common, f"the rate of most of the run's {nodes} nodes"
+    of = f" {layer}" if layer else ""
+    return common, f"the{of} rate of most of the run's {nodes} nodes"
 
 
 def _port_rules(hca: str, port: dict, rate: float | None, source: str, over: str,
