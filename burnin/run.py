@@ -297,6 +297,11 @@ class Run:
             if not self.has_outcomes(check):
                 continue
             for node in self.nodes:
+                # A check that does not apply to the node (pcie on a CPU node of a mixed
+                # fleet, whose probe ran there with the rest) is not one it failed.
+                if not CHECKS[check].applies(self.gpus(node), len(self.nodes),
+                                             self.equipped(node)):
+                    continue
                 v = self.verdict(check, node)
                 if not v.passed:
                     out.setdefault(node.name, []).append(f"{check} (busy)" if v.skipped

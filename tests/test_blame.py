@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from replay import replay_python
 from suiterun import SUITES, junit_cases, run_suite, script
 from test_hostile import assert_clean_run, three_nodes
 
@@ -349,3 +350,21 @@ def test_a_gpu_model_node_with_gpus_auto_and_no_nvml_fails_health(pytester):
     outcome, message = junit_cases(reports)["g1"]["health"]
     assert outcome == "failure"
     assert "inventory says gpu_model H100-SXM5-80GB (gpus: auto), but NVML is absent" in message
+
+
+def test_a_check_that_does_not_apply_to_a_node_is_not_one_it_failed(pytester):
+    """A mixed fleet: the PCIe probe runs on every node with the rest, and on a CPU node
+    says there is nothing to measure. That is no failure of the CPU node: it still joins
+    the inter-node all-reduce (it was left out as 'failed pcie')."""
+    py = replay_python(pytester.path / "replay")
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(json.dumps({
+        "version": 1, "defaults": {"transport": "local", "python": py},
+        "quarantine": {"ledger": str(pytester.path / "ledger.db")},
+        "nodes": [{"name": name, "address": "127.0.0.1", "gpus": 2 if name[0] == "g" else 0}
+                  for name in ("c1", "c2", "g1", "g2")]}))
+    result, reports = run_suite(pytester, inv, "-k", "health or pcie or allreduce_internode")
+    cases = junit_cases(reports)
+    assert {n: c["allreduce_internode"] for n, c in cases.items()} == dict.fromkeys(
+        ("c1", "c2", "g1", "g2"), ("passed", "")), cases
+    assert "pcie" not in cases["c1"] and cases["g1"]["pcie"] == ("passed", "")
