@@ -201,7 +201,7 @@ def test_a_full_disk_ends_the_run_incomplete_and_quarantines_nobody(pytester, tm
     doc = json.loads(inv.read_text())
     doc["nodes"][0]["python"] = script(pytester.path / "filler", (
         f"dd if=/dev/zero of={small_disk}/filler bs=64k 2>/dev/null\n"
-        f'exec {sys.executable} "$@"\n'))
+        f'exec {replay_python(pytester.path / "replay-filler")} "$@"\n'))
     inv.write_text(json.dumps(doc))
     reports = small_disk / "reports"
     result = pytester.runpytest(SUITES, "--inventory", str(inv), "--reports", str(reports),
@@ -267,7 +267,7 @@ def test_a_killed_controller_leaves_no_admissible_report(pytester, tmp_path):
     before = {d.name for d in reports.iterdir()}
     inv = three_nodes(pytester, "pass")
     doc = json.loads(inv.read_text())
-    doc["checks"]["sdc"] = {"duration_s": 120, "n": 64, "random_repeats": 2}
+    doc["defaults"]["python"] = replay_python(pytester.path / "slow", delay_s=120)
     inv.write_text(json.dumps(doc))
     run = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
                             "--reports", str(reports), "-k", "sdc", "-p", "no:cacheprovider"],
@@ -339,11 +339,13 @@ def test_a_ledger_that_was_there_and_is_gone_is_an_error_not_an_empty_ledger(pyt
 
 
 def test_a_gpu_model_node_with_gpus_auto_and_no_nvml_fails_health(pytester):
-    """This machine has no NVML: a node the inventory gives a GPU model, with gpus: auto,
-    is a GPU node that shows none, not a CPU node that passes."""
+    """A node without NVML (the recorded health facts of a CPU node) that the inventory
+    gives a GPU model, with gpus: auto, is a GPU node that shows none, not a CPU node that
+    passes."""
     inv = pytester.path / "inv.yaml"
     inv.write_text(json.dumps({
-        "version": 1, "defaults": {"transport": "local"},
+        "version": 1,
+        "defaults": {"transport": "local", "python": replay_python(pytester.path / "replay")},
         "quarantine": {"ledger": str(pytester.path / "ledger.db")},
         "nodes": [{"name": "g1", "gpu_model": "H100-SXM5-80GB"}]}))
     result, reports = run_suite(pytester, inv, "-k", "health")

@@ -11,16 +11,18 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from replay import replay_python
 from suiterun import junit_cases, run_suite
 
 from burnin.inventory import InventoryError, load_inventory
 from burnin.ledger import Ledger
 
 LIAR = """#!{python}
-# A lying node: runs the real probe (stdin, the controller's lifeline, passes through),
-# then edits its JSON document, and what it writes to stderr, before the controller reads.
+# A lying node: runs the probe (stdin, the controller's lifeline, passes through; the
+# recorded probe of tests/replay.py, which answers as the real one did), then edits its
+# JSON document, and what it writes to stderr, before the controller reads.
 import json, subprocess, sys
-done = subprocess.run([{python!r}, *sys.argv[1:]], stdout=subprocess.PIPE)
+done = subprocess.run([{probe!r}, *sys.argv[1:]], stdout=subprocess.PIPE)
 doc = json.loads(done.stdout)
 probe = doc["probe"]
 {edit}
@@ -35,15 +37,21 @@ TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2},
 
 
 def liar(path: Path, edit: str) -> str:
-    path.write_text(LIAR.format(python=sys.executable, edit=textwrap.dedent(edit)))
+    probe = replay_python(path.with_name(f"{path.name}-probe"))
+    path.write_text(LIAR.format(python=sys.executable, probe=probe,
+                                edit=textwrap.dedent(edit)))
     path.chmod(0o755)
     return str(path)
 
 
 def three_nodes(pytester, edit: str, **extra) -> Path:
+    """Three local nodes whose probes answer with the real probes' recorded documents
+    (tests/replay.py); n3 edits its own before the controller reads it."""
     inv = pytester.path / "inv.yaml"
     inv.write_text(json.dumps({
-        "version": 1, "defaults": {"transport": "local", "gpus": 0}, "checks": TINY,
+        "version": 1, "checks": TINY,
+        "defaults": {"transport": "local", "gpus": 0,
+                     "python": replay_python(pytester.path / "replay")},
         "quarantine": {"ledger": str(pytester.path / "ledger.db")},
         "nodes": [{"name": "n1"}, {"name": "n2"},
                   {"name": "n3", "python": liar(pytester.path / "liar", edit)}], **extra}))
