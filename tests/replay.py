@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 import sys
 import time
 from pathlib import Path
@@ -85,7 +86,7 @@ def document(probe: str, payload: dict) -> dict:
         torch["device_count"] = gpus
         torch["devices"] = [dict(torch["devices"][i % len(torch["devices"])], ordinal=i,
                                  uuid=f"GPU-replay-{i}") for i in range(gpus)]
-    doc["node"]["hostname"] = payload.get("node", doc["node"].get("hostname"))
+    doc["node"]["hostname"] = socket.gethostname()  # as the real probes: where it ran
     return doc
 
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from suiterun import CHECKS, TINY_MEMORY, junit_cases, run_suite, script
+from replay import replay_python
+from suiterun import CHECKS, junit_cases, run_suite, script
 
 from burnin.inventory import load_inventory
 from burnin.probe import run_probe
@@ -22,14 +23,12 @@ from burnin.transports.ssh import SshTransport
 
 
 def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
+    """Every check over SSH: staged probes (the recorded ones of tests/replay.py, which
+    import the staged probelib and keep the real lifeline), on each host in its own
+    namespaces. The real probes over SSH: test_each_node_failure_..., the fan-out tests."""
     hosts = make_hosts(4)
-    inv = hosts.write_inventory(pytester.path / "inv.yaml", checks={
-        "sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2}, "memory": TINY_MEMORY,
-        # The hosts share this machine's cores: peers are not independent here.
-        "burn": {"duration_s": 1, "n": 128, "sample_s": 0.25, "peer_fraction": 0},
-        "storage": {"size_gb": 0.02, "streams": 2, "stream_fraction": 0},
-        "allreduce": {"max_bytes": 262144, "seconds_per_size": 0.02, "peer_fraction": 0,
-                      "pair_fraction": 0}})
+    inv = hosts.write_inventory(pytester.path / "inv.yaml",
+                                python=replay_python(pytester.path / "replay"))
     result, reports = run_suite(pytester, inv)
     result.assert_outcomes(passed=4 * len(CHECKS))
     passed = ("passed", "")
