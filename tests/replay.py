@@ -19,19 +19,31 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import shlex
 import socket
 import sys
 import time
 from pathlib import Path
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
+SITE = Path(__file__).resolve().parent / "replay_site"
 
 
-def replay_python(path: Path, delay_s: float = 0.0) -> str:
-    """Write the replaying `python` at `path` (an executable); `delay_s`: seconds each
-    probe waits, lifeline held, before it answers (a probe that takes a while)."""
-    path.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(CORPUS.parent)!r})\n"
-                    f"import replay\nsys.exit(replay.main(sys.argv[1:], {delay_s!r}))\n")
+def replay_python(path: Path, delay_s: float = 0.0, real: tuple[str, ...] = (),
+                  python: str = sys.executable) -> str:
+    """Write, at `path`, an executable to use as a node's `python:` whose probes replay
+    (tests/replay_site): directly, over SSH, and under srun's bootstrap. `delay_s`: seconds
+    each probe waits, lifeline held, before it answers (a probe that takes a while);
+    `real`: the probes that run for real; `python`: the interpreter it runs (another
+    wrapper, such as the NVML emulator's)."""
+    site = shlex.quote(str(SITE))
+    path.write_text("#!/bin/sh\n"
+                    f"PYTHONPATH={site}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+                    f"BURNIN_REPLAY=1 BURNIN_REPLAY_DELAY_S={delay_s!r} "
+                    f"BURNIN_REPLAY_REAL={shlex.quote(','.join(real))}\n"
+                    "export PYTHONPATH BURNIN_REPLAY BURNIN_REPLAY_DELAY_S BURNIN_REPLAY_REAL\n"
+                    f"exec {shlex.quote(python)} \"$@\"\n")
     path.chmod(0o755)
     return str(path)
 
@@ -69,10 +81,13 @@ def document(probe: str, payload: dict) -> dict:
     elif probe == "allreduce":
         group = payload.get("group")
         # As probes/allreduce.py: one rank per GPU or CPU device, `ranks` (2) on a node of
-        # one CPU device; in a group, what the controller gives the node.
+        # one CPU device; in a group, what the controller gives the node, or with one task
+        # per rank (a Slurm step) this task's rank alone.
         alone = devices if gpus or devices > 1 else int(settings.get("ranks", 2))
         here = group["ranks_here"] if group else alone
         first = group["rank_offset"] if group else 0
+        if group and group.get("per_task"):
+            first, here = first + int(os.environ.get("SLURM_LOCALID", "0")), 1
         doc["devices"] = [dict(copy.deepcopy(doc["devices"][0]), rank=first + i)
                           for i in range(here)]
         doc["figures"].update(world=group["world"] if group else here, first_rank=first,
@@ -101,5 +116,16 @@ def main(argv: list[str], delay_s: float = 0.0) -> int:
     if delay_s:
         time.sleep(delay_s)
     doc = document(probe_path.stem, payload)
+    group = payload.get("group")
+    if group:  # the real rendezvous (stdlib only): a node that cannot meet the others fails
+        import allreduce
+        timeout_s = float((payload.get("settings") or {}).get("rendezvous_timeout_s", 60))
+        problems = allreduce.hello(group, payload.get("node", ""), timeout_s,
+                                   master=doc["figures"]["first_rank"] == 0
+                                   if group.get("per_task") else None)
+        if problems:
+            doc.update(devices=[], errors=problems)
+            doc["figures"].pop("sweep", None)
+            doc["figures"]["joined"] = False
     probelib.emit(doc["probe"], doc["node"], doc["devices"], doc["figures"], doc["errors"])
     return 0

@@ -16,6 +16,7 @@ import nvmlemu
 import pytest
 import slurmcluster
 import testhosts
+from replay import replay_python
 from slurmcluster import calls, logged_commands, option
 from suiterun import GPU_CHECKS, REPO, SUITES, junit_cases, run_suite, script
 from test_health import gpu
@@ -40,10 +41,15 @@ def test_the_suite_runs_in_one_allocation_one_step_per_check_holding_every_gpu(
         scenario = nvmlemu.write_scenario(tmp_path / f"{h.name}.json",
                                           {"devices": [gpu(0), second]})
         inner = nvmlemu.python_wrapper(tmp_path / f"py-gpus-{h.name}", scenario)
+        # health's real probe reads the emulated GPUs (and the planted fault); the other
+        # checks replay their recorded documents (tests/replay.py): what is tested here is
+        # how Slurm runs them, not what they measure.
+        replayed = replay_python(tmp_path / f"replay-{h.name}", real=("health",),
+                                 python=inner)
         pythons[h.name] = {"python": script(
             tmp_path / f"py-{h.name}", f'echo "$SLURMD_NODENAME $SLURM_JOB_ID $SLURM_STEP_ID '
                                        f'${{CUDA_VISIBLE_DEVICES:-none}}" >> {seen}\n'
-                                       f'exec {inner} "$@"\n')}
+                                       f'exec {replayed} "$@"\n')}
     checks = {**TINY, "pcie": {"seconds": 0.3, "block_mb": 4, "peer_fraction": 0}}
     inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=checks, nodes=pythons,
                           defaults={"gpus": 2})

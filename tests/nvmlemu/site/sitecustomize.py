@@ -28,10 +28,15 @@ def _install() -> None:
 
 
 def _chain() -> None:
-    """Run the sitecustomize this one shadows, if the interpreter has one."""
-    others = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    """Run the sitecustomize this one shadows, if the interpreter has one. The test sites
+    (the NVML emulator's, the replay's) may shadow each other in either order: each runs
+    once, whichever is found first."""
+    ran = sys.__dict__.setdefault("_burnin_test_sites", set())
+    ran.add(_HERE)
+    others = [p for p in sys.path if os.path.abspath(p or os.curdir) not in ran]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
-    if spec is not None and spec.loader is not None:
+    if spec is not None and spec.loader is not None and spec.origin:
+        ran.add(os.path.dirname(os.path.abspath(spec.origin)))
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 

@@ -1,0 +1,48 @@
+"""Replays a probe's recorded document (tests/replay.py) in place of running the probe,
+when $BURNIN_REPLAY is set and this folder is on PYTHONPATH: the interpreter that was
+started on `probes/<check>.py` (directly, over SSH, or exec'd by srun's bootstrap) prints
+the recorded document and exits before the probe's first line runs.
+
+Test code only. A probe named in $BURNIN_REPLAY_REAL, or one without a recorded document,
+runs for real. Chains to the sitecustomize it shadows (the NVML emulator's, say).
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _chain() -> None:
+    """Run the sitecustomize this one shadows, if the interpreter has one. The test sites
+    (the NVML emulator's, the replay's) may shadow each other in either order: each runs
+    once, whichever is found first."""
+    ran = sys.__dict__.setdefault("_burnin_test_sites", set())
+    ran.add(_HERE)
+    others = [p for p in sys.path if os.path.abspath(p or os.curdir) not in ran]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", others)
+    if spec is not None and spec.loader is not None and spec.origin:
+        ran.add(os.path.dirname(os.path.abspath(spec.origin)))
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+def _replay() -> None:
+    if not os.environ.get("BURNIN_REPLAY") or not sys.argv or not sys.argv[0].endswith(".py"):
+        return
+    probe = os.path.basename(sys.argv[0])[:-3]
+    tests = os.path.dirname(_HERE)
+    if probe in os.environ.get("BURNIN_REPLAY_REAL", "").split(",") or not os.path.exists(
+            os.path.join(tests, "corpus", f"{probe}.cpu.json")) or "--worker" in sys.argv:
+        return
+    sys.path.insert(0, tests)
+    import replay
+    code = replay.main(sys.argv, float(os.environ.get("BURNIN_REPLAY_DELAY_S") or 0))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+_chain()
+_replay()
