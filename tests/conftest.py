@@ -20,10 +20,22 @@ from testhosts import TestHosts, missing_requirements
 
 def pytest_configure(config):
     # Runs take a lock per node under the node's workdir (default ~/.cache/burnin): a
-    # session of tests gets a home of its own, so that it never meets the developer's real
-    # runs, nor another test session on this machine, over a node both call 'n1'.
-    if not hasattr(config, "workerinput"):
-        os.environ["HOME"] = tempfile.mkdtemp(prefix="burnin-tests-home-")
+    # session of tests, and each of its xdist workers, gets a home of its own, so that it
+    # never meets the developer's real runs, another test session on this machine, or the
+    # other worker, over a node both call 'n1'.
+    os.environ["HOME"] = tempfile.mkdtemp(prefix="burnin-tests-home-")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI, which installs every tool and runs as root, a skipped test is a failure: it
+    proved nothing, and a green run must not hide it."""
+    report = (yield).get_result()
+    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(
+            report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where nothing may be: {reason}"
 
 
 @pytest.fixture
