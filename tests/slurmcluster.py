@@ -25,6 +25,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -71,13 +72,17 @@ class SlurmCluster:
         if problem:
             raise RuntimeError(problem)
         d = self.dir
-        for sub in ("munge", "state", "spool", "log"):
+        for sub in ("munge", "state", "log"):
             (d / sub).mkdir(parents=True, exist_ok=True)
-        (d / "munge").chmod(0o755)  # the socket's directory must be world-executable
+        # Unix socket paths (munge's, slurmstepd's under the spool) are limited to 108
+        # bytes: a test's own directory, under an xdist worker's, can be longer.
+        self.short = Path(tempfile.mkdtemp(prefix="bsl-", dir="/tmp"))
+        (self.short / "spool").mkdir()
+        self.short.chmod(0o755)  # the socket's directory must be world-executable
         key = d / "munge" / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o600)
-        self.socket = d / "munge" / "munge.socket"
+        self.socket = self.short / "munge.socket"
         self._spawn(["munged", "--foreground", "--force", f"--socket={self.socket}",
                      f"--key-file={key}", f"--pid-file={d}/munge/munged.pid",
                      f"--log-file={d}/log/munged.log", f"--seed-file={d}/munge/seed"])
@@ -90,7 +95,7 @@ class SlurmCluster:
             f"ClusterName=burnintest\nSlurmctldHost=ctl({ctl})\nSlurmctldPort={self.port}\n"
             "SlurmdPort=6818\nSlurmUser=root\nSlurmdUser=root\n"
             f"AuthType=auth/munge\nAuthInfo=socket={self.socket}\nCredType=cred/munge\n"
-            f"StateSaveLocation={d}/state\nSlurmdSpoolDir={d}/spool/%n\n"
+            f"StateSaveLocation={d}/state\nSlurmdSpoolDir={self.short}/spool/%n\n"
             f"SlurmctldPidFile={d}/slurmctld.pid\nSlurmdPidFile={d}/slurmd.%n.pid\n"
             f"SlurmctldLogFile={d}/log/slurmctld.log\nSlurmdLogFile={d}/log/slurmd.%n.log\n"
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nReturnToService=2\n"
@@ -194,6 +199,8 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 pass
         self.procs = []
+        if getattr(self, "short", None) is not None:
+            shutil.rmtree(self.short, ignore_errors=True)
 
 
 # Logs a Slurm command's argv (and, for a step of a job, the job as Slurm shows it at that

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from replay import replay_python
 from suiterun import junit_cases, run_suite, script
 
 from burnin.ledger import Ledger
@@ -149,10 +150,13 @@ def test_plain_output_names_the_rejected_and_their_reasons(tmp_path):
 
 
 def gate_inventory(pytester, body: str = "") -> Path:
+    """n1, n2 and n3 (whose python python3() makes healthy or broken); their probes replay
+    the real ones' recorded documents (tests/replay.py): the gate is what is tested."""
     inv = pytester.path / "inv.yaml"
+    replay = replay_python(pytester.path / "replay")
     inv.write_text(textwrap.dedent(f"""\
         version: 1
-        defaults: {{transport: local, gpus: 0}}
+        defaults: {{transport: local, gpus: 0, python: {replay}}}
         nodes:
           - name: n[1-2]
           - name: n3
@@ -164,7 +168,8 @@ def gate_inventory(pytester, body: str = "") -> Path:
 
 
 def python3(pytester, healthy: bool) -> None:
-    script(pytester.path / "py3", f"exec {sys.executable} \"$@\"\n" if healthy
+    replay = replay_python(pytester.path / "replay")
+    script(pytester.path / "py3", f"exec {replay} \"$@\"\n" if healthy
            else "echo 'GPU fell off the bus' >&2\nexit 3\n")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import sys
 import threading
 from pathlib import Path
@@ -90,9 +91,11 @@ def test_a_gpu_node_whose_gpus_torch_cannot_see_fails_instead_of_using_its_cpu(p
     result, reports = run_suite(pytester, inv, "-k", "health or sdc or burn")
     cases = junit_cases(reports)
     assert cases["cpu"] == dict.fromkeys(("health", "sdc", "burn"), ("passed", ""))
-    torch_error = "AssertionError: Torch not compiled with CUDA enabled"
-    assert torch_error in cases["declared"]["health"][1]
-    assert "torch sees 0 of the 2 GPUs the inventory declares" in cases["declared"]["health"][1]
+    # Why torch sees no GPU is torch's own words, which differ between its CPU and CUDA
+    # builds: what is asserted is that the message gives them.
+    declared = cases["declared"]["health"][1]
+    assert re.search(r"torch sees 0 of the 2 GPUs the inventory declares: \S", declared), \
+        declared
     assert "torch sees 0 of the 2 GPUs NVML reports" in cases["mismatch"]["health"][1]
     for node in ("declared", "mismatch"):
         for check in ("sdc", "burn"):
@@ -100,7 +103,6 @@ def test_a_gpu_node_whose_gpus_torch_cannot_see_fails_instead_of_using_its_cpu(p
             assert outcome == "failure", (node, check)
             assert "the node should have 2 GPUs, torch sees 0" in message, message
             assert "nothing is measured on the CPU instead" in message
-    assert "Torch not compiled with CUDA enabled" in cases["declared"]["sdc"][1]
     result.assert_outcomes(passed=3, failed=6)
 
 

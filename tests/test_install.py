@@ -90,7 +90,10 @@ def test_burnin_run_from_a_directory_outside_the_checkout(installed, tmp_path):
     assert props["burnin_report"] == "1" and props["complete"] == "true"
     assert props["cluster"] == "localhost" and props["burnin_version"] == burnin.__version__
     cases = {c.get("name"): c for c in suites[0].iter("testcase")}
-    assert list(cases) == ["health"] and len(cases["health"]) == 0, "health passed"
+    # Passed: no failure, error or skip (a warning the node's health gives, such as a
+    # kernel log whose ring wrapped on a long-running machine, is its system-out).
+    assert list(cases) == ["health"], cases
+    assert [e.tag for e in cases["health"] if e.tag != "system-out"] == [], "health passed"
     # The probe that ran was the installed one, from inside the package.
     assert str(installed["site"] / "burnin" / "probes") in subprocess.run(
         [str(installed["python"]), "-c", "from burnin.run import PROBES_DIR; print(PROBES_DIR)"],

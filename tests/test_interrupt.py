@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from replay import replay_python
 from suiterun import SUITES, run_suite, script
 
 from burnin.ledger import Ledger
@@ -30,8 +31,8 @@ def admit(report: Path, *args: str) -> subprocess.CompletedProcess:
 
 def test_a_health_only_run_admits_nobody_and_pytests_own_report_is_refused(pytester):
     inv = pytester.path / "inv.yaml"
-    inv.write_text("version: 1\ndefaults: {transport: local, gpus: 0}\n"
-                   "nodes:\n  - name: n[1-2]\n")
+    inv.write_text("version: 1\ndefaults: {transport: local, gpus: 0, python: "
+                   f"{replay_python(pytester.path / 'replay')}}}\nnodes:\n  - name: n[1-2]\n")
     own = pytester.path / "pytest-own.xml"
     result, reports = run_suite(pytester, inv, "-k", "health", f"--junitxml={own}")
     result.assert_outcomes(passed=2)

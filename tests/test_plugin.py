@@ -8,6 +8,7 @@ import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
+from replay import replay_python
 from suiterun import CHECKS, SUITES, junit_cases, run_suite, script
 
 import burnin
@@ -36,6 +37,14 @@ THREE = """\
         address: 127.0.0.[1-3]
     """
 ALL = {c: ("passed", "") for c in CHECKS}
+
+
+def replayed(pytester: pytest.Pytester, body: str = THREE) -> str:
+    """An inventory whose nodes replay the real probes' recorded documents (tests/replay.py):
+    for what the plugin does with them. test_three_local_nodes_... runs the real probes."""
+    py = replay_python(pytester.path / "replay")
+    ours = f"defaults: {{transport: local, gpus: 0, python: {py}}}"
+    return inventory(pytester, body.replace("defaults: {transport: local, gpus: 0}", ours))
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
@@ -67,7 +76,7 @@ def test_three_local_nodes_give_three_testsuites(pytester):
 
 
 def test_xdist_gives_the_same_verdicts_and_runs_each_probe_once(pytester):
-    inv = inventory(pytester, THREE.replace("nodes:\n", "nodes:\n      - name: bad\n"
+    inv = replayed(pytester, THREE.replace("nodes:\n", "nodes:\n      - name: bad\n"
                                                         "        python: /nonexistent/py\n"))
     # Dry runs: the first would otherwise quarantine 'bad' and the second skip it.
     serial, serial_reports = run_suite(pytester, inv, "-k", "health", "--no-quarantine")
@@ -126,7 +135,7 @@ def test_bad_inventory_is_a_usage_error_before_any_node_is_touched(pytester):
 
 
 def test_nodes_option_selects_a_subset_and_rejects_strangers(pytester):
-    inv = inventory(pytester, THREE)
+    inv = replayed(pytester)
     result, reports = run_suite(pytester, inv, "--nodes", "n[1,3]", "-k", "health")
     result.assert_outcomes(passed=2)
     assert sorted(junit_cases(reports)) == ["n1", "n3"]
@@ -136,7 +145,7 @@ def test_nodes_option_selects_a_subset_and_rejects_strangers(pytester):
 
 
 def test_pytest_options_keep_working(pytester):
-    inv = inventory(pytester, THREE)
+    inv = replayed(pytester)
     own = pytester.path / "own.xml"
     result, reports = run_suite(pytester, inv, "-k", "health and n2", f"--junitxml={own}")
     result.assert_outcomes(passed=1)
@@ -146,8 +155,8 @@ def test_pytest_options_keep_working(pytester):
 
 
 def test_a_single_node_has_no_internode_testcase_and_is_admitted(pytester):
-    inv = inventory(pytester, THREE.replace("n[1-3]", "n1").replace("127.0.0.[1-3]",
-                                                                     "127.0.0.1"))
+    inv = replayed(pytester, THREE.replace("n[1-3]", "n1").replace("127.0.0.[1-3]",
+                                                                    "127.0.0.1"))
     result, reports = run_suite(pytester, inv, "-k", "allreduce")
     result.assert_outcomes(passed=1, deselected=None)
     assert junit_cases(reports) == {"n1": {"allreduce": ("passed", "")}}

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+from replay import replay_python
 from suiterun import run_suite
 from summarypage import (
     REPO,
@@ -88,7 +89,7 @@ def test_a_run_groups_its_grid_by_the_inventorys_racks(pytester):
     inv.write_text(textwrap.dedent("""\
         version: 1
         cluster: racks
-        defaults: {transport: local, gpus: 0}
+        defaults: {transport: local, gpus: 0, python: REPLAY}
         nodes:
           - name: a[1-2]
             address: 127.0.0.[1-2]
@@ -96,7 +97,7 @@ def test_a_run_groups_its_grid_by_the_inventorys_racks(pytester):
           - name: b1
             labels: {rack: r9}
             python: /nonexistent/python3
-        """))
+        """).replace("REPLAY", replay_python(pytester.path / "replay")))
     result, reports = run_suite(pytester, str(inv), "-k", "health", "--no-quarantine")
     result.assert_outcomes(passed=2, failed=1)
     page = Summary(reports / "latest" / "summary.html")
