@@ -214,7 +214,11 @@ def mm_fp32_out(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor) -> torch.Te
     if A.dtype == torch.float32:
         return torch.mm(A, B, out=out)
     if A.device.type != "cuda":
-        raise RuntimeError(f"an fp32-output {A.dtype} GEMM needs CUDA; use dtype fp32 on CPU")
+        # The CPU has no fp32-output bf16/fp16 GEMM. The known answer's inputs are exact in
+        # every dtype (small integers times powers of two), so their fp32 product is the
+        # one a GPU's fp32-accumulating bf16/fp16 GEMM must give: the same code runs here,
+        # with the dtype as a parameter (a CPU fleet, and the project's tests, use it).
+        return torch.mm(A.float(), B.float(), out=out)
     return torch.mm(A, B, out_dtype=torch.float32, out=out)
 
 

@@ -208,7 +208,7 @@ def main() -> int:
         devs, problem = probelib.node_devices({})
         for d in devs:
             dev = core.bind(d)
-            for dtype in (("bf16", "fp16", "fp32") if dev.type == "cuda" else ("fp32",)):
+            for dtype in ("bf16", "fp16", "fp32"):
                 results[f"{d.label}:{dtype}"] = selftest_device(dev, dtype)
         print(json.dumps({"probe": PROBE, "selftest": results, "problem": problem}))
         return 0 if results and all(results.values()) else 1

@@ -58,7 +58,10 @@ def test_selftest_exactness_claim():
     res = subprocess.run([sys.executable, str(REPO / "probes" / "sdc.py"), "--selftest"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert '"cpu:fp32": true' in res.stdout
+    # Every device it found, in each dtype (the GPU default is bf16), exact.
+    checked = json.loads(res.stdout.strip().splitlines()[-1])["selftest"]
+    dtypes = {key.rsplit(":", 1)[1] for key in checked}
+    assert dtypes == {"bf16", "fp16", "fp32"} and all(checked.values()), checked
 
 
 def test_every_one_of_32_bit_flips_is_detected(finding):
@@ -195,3 +198,20 @@ def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester, verify_every):
     verified = bad["data"]["devices"][0]["known"]["verified"]
     assert bad["data"]["devices"][0]["known"]["bad_products"] == verified
     assert ("more of" in message) == (verified > 1), (verified, message)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_the_gpu_dtypes_known_answer_is_exact_and_a_flip_is_caught(dtype):
+    """bf16 is the GPU default. Its known answer runs here through the same code, the dtype
+    a parameter (the CPU computes the fp32 product of the same exact inputs): a clean run
+    is exact product after product, and one flipped bit is caught in the product it hit."""
+    _, clean = sdc(dtype=dtype, max_products=6, random_repeats=2)
+    assert clean["known"]["dtype"] == dtype and clean["selftest"] is True
+    assert clean["known"]["verified"] >= 6 and clean["known"]["bad_products"] == 0
+    assert clean["random"]["dtype"] == dtype and clean["random"]["differing_repeats"] == []
+    (element,) = nonzero_elements(1)
+    _, dev = sdc(dtype=dtype, max_products=6, random_repeats=2,
+                 inject=[{"product": 3, "element": list(element), "bit": 20}])
+    (event,) = dev["known"]["events"]
+    assert event["product"] == 3 and event["wrong_elements"] == 1
+    assert dev["known"]["bad_products"] == 1
