@@ -23,7 +23,7 @@ It measures, on cuda:0 (or the CPU with --smoke):
    emulator claims for its branch (tests/nvmlemu/drivers.py); the real dcgmi's JSON
    shape, where dcgmi is installed; each PCIe worker's CPUs against the GPU's sysfs
    local_cpulist; every GPU's MIG mode; the all-reduce's bus saturation size (up to
-   4 GiB, two GPUs or more); the kernel log, read as the user running this.
+   2 GiB, two GPUs or more); the kernel log, read as the user running this.
 """
 
 from __future__ import annotations
@@ -278,14 +278,16 @@ def mig_modes(gpu: bool) -> dict:
 
 
 def allreduce_saturation(gpus: int) -> dict:
-    """The all-reduce sweep to 4 GiB on this node's GPUs: the best busbw, the smallest size
-    within 5% of it (where the bus saturates), and whether the best is the sweep's end."""
+    """The all-reduce sweep to 2 GiB on this node's GPUs: the best busbw, the smallest size
+    within 5% of it (where the bus saturates), and whether the best is the sweep's end.
+    2 GiB, not more: the probe's exactness check holds about 7 x the size per GPU (a 4 GiB
+    sweep would not fit a 40 GB A100)."""
     if not gpus:
         return {"not_checked": "no GPU"}
     if gpus < 2:
         return {"not_checked": f"{gpus} GPU: an all-reduce needs two or more"}
     from burnin.checks.allreduce import judged, saturation
-    doc = run_probe("allreduce", {"gpus": gpus, "settings": {"max_bytes": 4 << 30}})
+    doc = run_probe("allreduce", {"gpus": gpus, "settings": {"max_bytes": 2 << 30}})
     sweep = doc["figures"].get("sweep") or []
     if not sweep:
         return {"errors": doc["errors"], "sweep": []}
