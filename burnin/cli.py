@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sqlite3
 import sys
 from pathlib import Path
@@ -61,12 +62,14 @@ def _inventory_check(args) -> int:
         print(json.dumps({"path": str(inv.path), "valid": True, "cluster": inv.cluster,
                           "nodes": [_node_dict(n) for n in inv.nodes]}, indent=2))
         return 0
-    rows = [("NODE", "ADDRESS", "TRANSPORT", "GPUS", "GPU_MODEL", "LABELS")]
+    rows = [("NODE", "ADDRESS", "TRANSPORT", "GPUS", "GPU_MODEL", "LABELS", "ENV")]
     for n in inv.nodes:
         port = f":{n.ssh.port}" if n.transport == "ssh" and n.ssh.port != 22 else ""
         rows.append((n.name, n.address + port, n.transport,
                      "auto" if n.gpus is None else str(n.gpus), n.gpu_model or "-",
-                     ",".join(f"{k}={v}" for k, v in sorted(n.labels.items())) or "-"))
+                     ",".join(f"{k}={v}" for k, v in sorted(n.labels.items())) or "-",
+                     # quoted for reading only: no shell ever sees these values
+                     " ".join(f"{k}={shlex.quote(v)}" for k, v in n.env.items()) or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
@@ -78,7 +81,7 @@ def _node_dict(n) -> dict:
     out = {"name": n.name, "address": n.address, "transport": n.transport,
            "gpus": "auto" if n.gpus is None else n.gpus, "gpu_model": n.gpu_model,
            "cpu_devices": n.cpu_devices, "python": n.python, "workdir": n.workdir,
-           "labels": dict(n.labels), "checks": n.checks}
+           "labels": dict(n.labels), "checks": n.checks, "env": dict(n.env)}
     if n.transport == "ssh":
         out["ssh"] = {"user": n.ssh.user, "port": n.ssh.port, "proxy_jump": n.ssh.proxy_jump}
     elif n.transport == "srun":

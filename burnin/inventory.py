@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
-from burnin import yamlsource
+from burnin import environment, yamlsource
 from burnin.checks import CHECKS
 from burnin.checks.drift import COMPUTE_MODES
 from burnin.nodes import (
@@ -95,7 +95,7 @@ EXPECT_KEYS = {"driver": "str", "vbios": "str", "cuda": "str"}
 NESTED = {"ssh": SSH_KEYS, "srun": SRUN_KEYS, "storage": STORAGE_KEYS, "expect": EXPECT_KEYS}
 DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gpus": "gpus",
                 "gpu_model": "gpu_model", "cpu_devices": "device_count",
-                "hcas": "hca_count",
+                "hcas": "hca_count", "env": "env",
                 **{k: k for k in NESTED}}
 NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
              **DEFAULT_KEYS}
@@ -140,12 +140,29 @@ class _Checker:
                     good[key] = self.keys(value, NESTED[kind], path)
             elif kind in ("mapping", "list"):
                 good[key] = value
+            elif kind == "env":
+                if self.mapping(value, path, line):
+                    good[key] = self.env(value, path)
             else:
                 test, expected = KINDS[kind]
                 if test(value):
                     good[key] = value
                 else:
                     self.error(line, path, f"expected {expected}, got {_describe(value)}")
+        return good
+
+    def env(self, m: Mapping, where: str) -> dict[str, str]:
+        """An `env:` map: each name and value checked, on the line of its own key."""
+        if len(m) > environment.MAX_NAMES:
+            self.error(m.line, where, f"{len(m)} variables, at most {environment.MAX_NAMES} "
+                                      "expected")
+        good = {}
+        for name, value in m.items():
+            problem = environment.name_problem(name) or environment.value_problem(value)
+            if problem:
+                self.error(m.key_lines[name], f"{where}.{name}", problem)
+            else:
+                good[name] = value
         return good
 
 
@@ -294,7 +311,9 @@ def _hostlist(c: _Checker, text: str, line: int, where: str) -> list[str]:
 def _make_node(name: str, address: str, defaults: dict, own: dict) -> Node:
     merged = {**defaults, **{k: v for k, v in own.items() if k not in NESTED
                              and k not in ("name", "address")}}
-    for key in NESTED:  # a node's ssh: {port: 2222} changes the port, keeps the rest
+    # A node's ssh: {port: 2222} changes the port and keeps the rest; its env: likewise,
+    # name by name over the defaults'.
+    for key in (*NESTED, "env"):
         merged[key] = {**defaults.get(key, {}), **own.get(key, {})}
     gpus = merged.get("gpus", "auto")
     srun = merged.pop("srun")

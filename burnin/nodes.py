@@ -61,6 +61,9 @@ class Node:
     storage: StorageSettings = field(default_factory=StorageSettings)
     labels: dict[str, str] = field(default_factory=dict)
     checks: dict[str, dict] = field(default_factory=dict)  # this node group's overrides
+    # Environment variables its probes set before torch, NCCL or gloo start (`env:`, the
+    # node entry's over the defaults', name by name): burnin/environment.py.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

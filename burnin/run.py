@@ -382,6 +382,8 @@ class Run:
                    "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
                    "storage": {"path": node.storage.path, "mount": node.storage.mount},
                    "settings": settings[node.name]}
+            if node.env:  # the probe sets these before torch, NCCL or gloo start
+                out["env"] = dict(node.env)
             if spec.facts:  # the commands checks need, for the facts probe to look for
                 out["tools"] = {c.name: c.tool(self.settings(c.name, node))
                                 for c in CHECKS.values() if c.tool is not None}

@@ -14,6 +14,11 @@ A GPU with MIG on is not a CUDA device: CUDA sees MIG devices (UUID "MIG-...") i
 place. A MIG device is never taken for a GPU; where one stands for a GPU the node should
 have, the probe says "MIG is on for GPU n (UUID)" and measures nothing.
 
+Environment: the payload's `env` (the inventory's `env:`) is set in this process as soon as
+the settings are read, before CUDA, NCCL or gloo start, so the processes a probe starts
+inherit it; the document records it under `env`. Probes that import torch before reading
+their settings (sdc, burn, memory) get it too late for what torch reads at import.
+
 FOR THE PROJECT'S TESTS ONLY: BURNIN_EMULATE_CUDA="i,j,..." makes torch "see" NVML's
 devices i, j, ... (in that order) as cuda:0, cuda:1, ..., each computing on the CPU;
 "mig:i" is a MIG device of NVML's GPU i. With
@@ -42,6 +47,8 @@ os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 SCHEMA = 1
 EMULATE_ENV = "BURNIN_EMULATE_CUDA"
 LOST_GRACE_S = 5.0
+# The payload's `env`, as this process set it: every document records it.
+APPLIED_ENV: dict[str, str] = {}
 
 
 def log(probe: str, msg: str) -> None:
@@ -63,7 +70,23 @@ def read_payload() -> dict:
         payload = json.loads(line + sys.stdin.read())  # pretty-printed, by hand
     if not isinstance(payload, dict):
         raise ValueError("settings on stdin must be a JSON object")
+    apply_env(payload.get("env"))
     return payload
+
+
+def apply_env(env) -> None:
+    """Set the controller's `env` in this process's environment (never through a shell)."""
+    if env is None:
+        return
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in env.items()):
+        raise ValueError("settings: env must map environment variable names to strings")
+    if "torch" in sys.modules:  # CUDA, NCCL and gloo read theirs later: only these miss it
+        log("probelib", "env set after torch was imported: what torch reads at import "
+                        "(OMP_NUM_THREADS) has no effect")
+    for name, value in env.items():
+        os.environ[name] = value
+    APPLIED_ENV.update(env)
 
 
 def finite(value):
@@ -80,8 +103,11 @@ def finite(value):
 
 def emit(probe: str, node: dict, devices: list, figures: dict, errors: list) -> None:
     """Print the probe's one JSON document on stdout."""
-    json.dump(finite({"probe": probe, "schema": SCHEMA, "node": node, "devices": devices,
-                      "figures": figures, "errors": errors}), sys.stdout, allow_nan=False)
+    doc = {"probe": probe, "schema": SCHEMA, "node": node, "devices": devices,
+           "figures": figures, "errors": errors}
+    if APPLIED_ENV:  # what this probe ran under, for the record and the report
+        doc["env"] = dict(APPLIED_ENV)
+    json.dump(finite(doc), sys.stdout, allow_nan=False)
     sys.stdout.write("\n")
     sys.stdout.flush()
 

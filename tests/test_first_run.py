@@ -4,6 +4,7 @@ is finally lent."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -17,13 +18,44 @@ def test_the_first_gpu_run_script_measures_every_step_in_smoke_mode(tmp_path):
                            "--smoke", "--out", str(tmp_path)], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "first run on CPU: 8 of 8 steps measured"
+    assert done.stdout.strip().splitlines()[-1] == "first run on CPU: 9 of 9 steps measured"
     results = json.loads((tmp_path / "first_run.json").read_text())
     assert results["exactness"] == [{"dtype": "fp32", "n": 64, "exact": True,
                                      "verification_alarms": 0}]
     assert "probe/bare = " in results["sdc_vs_mm"] and "probe/bare = " in results["burn_vs_mm"]
     assert results["burn_60s"]["verdict"] == "passed" and results["burn_60s"]["tflops"] > 0
     assert results["storage"]["read_per_gpu_min"] > 0 and results["storage"]["errors"] == []
+    # Issue 25's items that only a real GPU answers say so; the kernel log is read here.
+    items = results["issue25"]
+    gpu_items = ("nvml_symbols", "dcgmi_json", "pcie_numa_binding", "mig_mode",
+                 "allreduce_saturation")
+    assert {k: items[k] for k in gpu_items} == dict.fromkeys(gpu_items, {"not_checked": "no GPU"})
+    assert isinstance(items["kernel_log"]["readable"], bool) and items["kernel_log"]["user"]
+    lines = done.stdout.splitlines()
+    for name in gpu_items:
+        assert f"not checked: {name}: no GPU" in lines
+    assert "checked: kernel_log" in lines
+
+
+def test_the_first_run_reads_mig_mode_and_says_what_it_could_not_check(tmp_path, monkeypatch):
+    """The GPU items' own code, on the NVML emulator: MIG read per GPU and matched with
+    what the probes conclude; an item that raises is reported, never the whole step."""
+    import nvmlemu
+    spec = importlib.util.spec_from_file_location("gpu_first_run",
+                                                  REPO / "benchmarks" / "gpu_first_run.py")
+    first = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(first)
+    scenario = {"devices": [{"uuid": "GPU-a"}, {"uuid": "GPU-b",
+                                                "mig_mode": {"current": 1, "pending": 1}}]}
+    with nvmlemu.installed(scenario):
+        mig = first.mig_modes(True)
+    assert mig["mig_on"] == [[1, "GPU-b"]]
+    assert [(g["current"], g["pending"]) for g in mig["gpus"]] == [(0, 0), (1, 1)]
+    monkeypatch.setattr(first, "nvml_symbols", lambda gpu: 1 / 0)
+    items = first.issue25(False, 0)
+    assert items["nvml_symbols"] == {"failed": "ZeroDivisionError: division by zero"}
+    assert "could not check: nvml_symbols: ZeroDivisionError: division by zero" in \
+        first.checklist(items)
 
 
 def test_the_known_answer_set_up_benchmark_compares_now_with_before():

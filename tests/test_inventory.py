@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -67,6 +68,43 @@ def test_good_inventory_expands_nodes_and_merges_overrides(tmp_path):
     assert inv.quarantine.command == ("/usr/local/bin/ticket", "{node}")
 
 
+ENV = """\
+    version: 1
+    defaults:
+      env: {NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: mlx5, NCCL_DEBUG: WARN}
+    nodes:
+      - name: gpu[01-02]            # a node group: its env over the defaults'
+        env: {NCCL_SOCKET_IFNAME: ib0, GLOO_SOCKET_IFNAME: ib0}
+      - name: gpu03                 # one node: its own env over the defaults'
+        env: {NCCL_IB_HCA: "=mlx5_0:1,mlx5_3:1", NCCL_DEBUG: ""}
+      - name: gpu04
+    """
+
+
+def test_env_merges_name_by_name_the_node_entry_over_the_defaults(tmp_path):
+    inv = load_inventory(write(tmp_path, ENV))
+    assert inv.node("gpu01").env == inv.node("gpu02").env == {
+        "NCCL_SOCKET_IFNAME": "ib0", "NCCL_IB_HCA": "mlx5", "NCCL_DEBUG": "WARN",
+        "GLOO_SOCKET_IFNAME": "ib0"}
+    assert inv.node("gpu03").env == {"NCCL_SOCKET_IFNAME": "eth0",
+                                     "NCCL_IB_HCA": "=mlx5_0:1,mlx5_3:1", "NCCL_DEBUG": ""}
+    assert inv.node("gpu04").env == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5",
+                                     "NCCL_DEBUG": "WARN"}
+    assert load_inventory(write(tmp_path, GOOD)).node("gpu001").env == {}
+
+
+def test_cli_inventory_check_prints_each_nodes_env(tmp_path):
+    res = burnin_cli("inventory", "check", "--json", str(write(tmp_path, ENV)))
+    assert res.returncode == 0, res.stderr
+    nodes = {n["name"]: n for n in json.loads(res.stdout)["nodes"]}
+    assert nodes["gpu03"]["env"]["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_3:1"
+    assert nodes["gpu04"]["env"] == {"NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_HCA": "mlx5",
+                                     "NCCL_DEBUG": "WARN"}
+    res = burnin_cli("inventory", "check", str(write(tmp_path, ENV)))
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("gpu03 "))
+    assert "NCCL_IB_HCA==mlx5_0:1,mlx5_3:1" in row and "NCCL_DEBUG=''" in row
+
+
 def test_minimal_inventory_gets_built_in_defaults(tmp_path):
     inv = load_inventory(write(tmp_path, "version: 1\nnodes:\n  - name: a\n"))
     (node,) = inv.nodes
@@ -126,6 +164,22 @@ BAD = [
     ("command-action-without-command",
      "version: 1\nnodes:\n  - name: a\nquarantine:\n  actions: [command]\n",
      5, ["quarantine.command", "missing"]),
+    ("env-bad-name", "version: 1\nnodes:\n  - name: a\n    env:\n      nccl_debug: INFO\n",
+     5, ["nodes[0].env.nccl_debug", "not an environment variable name", "[A-Z_][A-Z0-9_]*"]),
+    ("env-name-starts-with-digit",
+     "version: 1\ndefaults:\n  env: {NCCL_DEBUG: INFO,\n        9LIVES: x}\nnodes:\n  - name: a\n",
+     4, ["defaults.env.9LIVES", "not an environment variable name"]),
+    ("env-number-value", "version: 1\ndefaults:\n  env:\n    NCCL_IB_TIMEOUT: 22\n"
+                         "nodes:\n  - name: a\n",
+     4, ["defaults.env.NCCL_IB_TIMEOUT", "expected a string, got int 22", "quote it"]),
+    ("env-not-mapping", "version: 1\nnodes:\n  - name: a\n    env: [NCCL_DEBUG=INFO]\n",
+     4, ["nodes[0].env", "expected a mapping"]),
+    ("env-test-hook", "version: 1\nnodes:\n  - name: a\n    env: {BURNIN_EMULATE_CUDA: '0'}\n",
+     4, ["nodes[0].env.BURNIN_EMULATE_CUDA", "test-only hooks"]),
+    ("env-loader", "version: 1\ndefaults:\n  env:\n    LD_PRELOAD: /x.so\nnodes:\n  - name: a\n",
+     4, ["defaults.env.LD_PRELOAD", "when the process starts"]),
+    ("env-rank", "version: 1\nnodes:\n  - name: a\n    env:\n      MASTER_PORT: '1'\n",
+     5, ["nodes[0].env.MASTER_PORT", "sets it for each rank"]),
     ("defaults-not-mapping", "version: 1\ndefaults: [a]\nnodes:\n  - name: a\n",
      2, ["defaults", "expected a mapping"]),
     ("node-not-mapping", "version: 1\nnodes:\n  - just-a-name\n",

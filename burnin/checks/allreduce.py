@@ -1,9 +1,13 @@
 """The allreduce check's judges.
 
-Intra-node: busbw at the largest size of the sweep, against the inventory's floor or the
-gpu_model's (for a full 8-GPU node), or, with no floor (CPU nodes), against a share of
-the run's median. Inter-node: the group's figures, and for a node the localisation named
-(slow with known-good partners) its pair figures.
+Intra-node: busbw at the judged size of the sweep (the best one: where the bus
+saturates), against the inventory's floor or the gpu_model's (for a full 8-GPU node),
+and against a share of the median of the run's nodes of the same model and rank count.
+The model's floor is set a margin below what a healthy node measures without NVLink
+SHARP (burnin/data/gpu_models.yaml says from which sources), so it catches a broken
+fabric; the node-to-fleet rule catches the node that is merely slower than its peers.
+Inter-node: the group's figures, and for a node the localisation named (slow with
+known-good partners) its pair figures.
 """
 
 from __future__ import annotations
@@ -17,20 +21,54 @@ from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
 from burnin.verdict import Verdict
 
+# A size within this share of the sweep's best has reached the bus's saturation: the
+# smallest such size is the saturation size (gpu_first_run reports it per device).
+SATURATED = 0.95
+# peer_fraction when the inventory gives none. GPUs: a healthy 8-GPU node measures within
+# a few per cent of its peers at the judged size, while one without NVLink SHARP among
+# peers with it measures about 0.8 of them (370 against 460 GB/s on H100): such a node
+# is a straggler that slows every job it joins. CPU nodes (gloo, shared cores) are noisy.
+PEER_FRACTION = {"gpu": 0.85, "cpu": 0.5}
+
 
 def judged(sweep: list[dict]) -> dict | None:
-    """The size the verdict is taken on: the largest of the sweep."""
-    return sweep[-1] if sweep else None
+    """The size the verdict is taken on: the best busbw of the sweep. nccl-tests' busbw
+    still grows past 1 GiB with NVLink SHARP (about 460 GB/s at 1 GiB, 480 at 16 GiB on
+    8 x H100), so the largest size is not always the best, and a dip at one size (a
+    clock change, a neighbour's burst) must not decide alone."""
+    if not sweep:
+        return None
+    return max(sweep, key=lambda s: (s["busbw_gbps"], s["bytes"]))
+
+
+def saturation(sweep: list[dict], share: float = SATURATED) -> dict | None:
+    """The smallest size whose busbw is within `share` of the sweep's best."""
+    top = judged(sweep)
+    if top is None:
+        return None
+    return min((s for s in sweep if s["busbw_gbps"] >= share * top["busbw_gbps"]),
+               key=lambda s: s["bytes"])
 
 
 def _mib(nbytes: int) -> str:
     return f"{nbytes / (1 << 20):g} MiB"
 
 
+def _peer_key(model, world) -> tuple[str, int]:
+    """Nodes are compared with the nodes of the same model and rank count only: an 8-GPU
+    H100 node is no yardstick for a 4-GPU one, nor for a CPU node's gloo."""
+    return (model.key if model is not None else "", int(world or 0))
+
+
 def intra_summary(fleet: Fleet) -> dict:
-    rates = [judged(o.data["figures"]["sweep"])["busbw_gbps"] for _, o in fleet.voters()
-             if o.data["figures"].get("sweep")]
-    return {"median": statistics.median(rates) if rates else None, "nodes": len(rates)}
+    """{(model, world): {median, nodes}} over the nodes that reported a sweep."""
+    rates: dict[tuple[str, int], list[float]] = {}
+    for name, o in fleet.voters():
+        fig = o.data["figures"]
+        if fig.get("sweep"):
+            key = _peer_key(fleet.models.get(name), fig.get("world"))
+            rates.setdefault(key, []).append(judged(fig["sweep"])["busbw_gbps"])
+    return {k: {"median": statistics.median(v), "nodes": len(v)} for k, v in rates.items()}
 
 
 def _ranks_problem(outcome: ProbeOutcome, j: Judging) -> list[str]:
@@ -64,15 +102,17 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     busbw = top["busbw_gbps"]
     floor = settings.get("min_busbw_gbps") or (
         model.allreduce_intra_gbps if model and world == model.allreduce_ranks else None)
-    what = f"intra-node busbw {busbw:.3f} GB/s at {_mib(top['bytes'])} ({world} ranks)"
-    if floor is not None:
-        if busbw < floor:
-            failures.append(f"{what}, below the floor of {floor:g} GB/s")
-    elif summary.get("nodes", 0) >= PEERS:
-        fraction = settings.get("peer_fraction", 0.5)
-        if busbw < fraction * summary["median"]:
-            failures.append(f"{what}, below {fraction:g} x {summary['median']:.3f} GB/s, the "
-                            "run's median")
+    what = (f"intra-node busbw {busbw:.3f} GB/s at {_mib(top['bytes'])}, the best of the "
+            f"sweep ({world} ranks)")
+    if floor is not None and busbw < floor:
+        failures.append(f"{what}, below the floor of {floor:g} GB/s")
+    peers = (summary or {}).get(_peer_key(model, world), {})
+    fraction = settings.get("peer_fraction")
+    if fraction is None:
+        fraction = PEER_FRACTION["cpu" if j.gpus == 0 else "gpu"]
+    if peers.get("nodes", 0) >= PEERS and busbw < fraction * peers["median"]:
+        failures.append(f"{what}, below {fraction:g} x {peers['median']:.3f} GB/s, the median "
+                        f"of the run's {peers['nodes']} nodes of this model and rank count")
     return Verdict(node.name, "allreduce", tuple(failures))
 
 
@@ -80,9 +120,13 @@ def figures(record: dict) -> list[Figure]:
     sweep = record["data"]["figures"].get("sweep")
     if not sweep:
         return []
-    top = sweep[-1]
-    return [Figure("allreduce_busbw_gbps", (("scope", "intra"), ("bytes", str(top["bytes"]))),
-                   top["busbw_gbps"], "All-reduce bus bandwidth at the judged size")]
+    # The figure is the sweep's best; its label names the sweep's largest size (the best
+    # of sizes up to it), which the settings fix: a label naming the best size itself
+    # would move between runs and break every series, trend and comparison on it.
+    return [Figure("allreduce_busbw_gbps", (("scope", "intra"),
+                                            ("bytes", str(max(s["bytes"] for s in sweep)))),
+                   judged(sweep)["busbw_gbps"],
+                   "All-reduce bus bandwidth, the best of the sweep up to `bytes`")]
 
 
 SIZE = Obj(bytes=Int(1), iters=Int(1), time_us=Num(0), algbw_gbps=Num(0, 1e5),
@@ -99,8 +143,9 @@ SETTINGS = {
     "min_busbw_gbps": Setting("positive", None, "intra-node floor; default: the gpu_model's "
                               "for a full node"),
     "min_internode_busbw_gbps": Setting("positive", None, "inter-node floor"),
-    "peer_fraction": Setting("fraction", 0.5, "intra-node, with no floor: fail below this "
-                             "share of the run's median"),
+    "peer_fraction": Setting("fraction", None, "intra-node: fail below this share of the "
+                             "median of the run's nodes of the same model and rank count; "
+                             "default 0.85 on GPU nodes, 0.5 on CPU nodes"),
     "pair_fraction": Setting("fraction", 0.5, "inter-node, with no floor: a pair below this "
                              "share of the median pair is slow; 0: no localisation"),
     "min_bytes": Setting("int", None, "default 1 MiB on GPUs, 64 KiB on CPUs"),

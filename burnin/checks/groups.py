@@ -59,9 +59,12 @@ def run_group(run, nodes: list[Node], settings: dict, facts: Facts) -> dict[str,
                  "master_addr": nodes[0].address, "master_port": port}
         if node is nodes[0]:
             group["nodes"] = names
-        return {"check": "allreduce", "node": node.name, "run_id": run.run_id,
-                "gpus": facts.gpus[node.name], "cpu_devices": node.cpu_devices,
-                "settings": settings, "group": group}
+        out = {"check": "allreduce", "node": node.name, "run_id": run.run_id,
+               "gpus": facts.gpus[node.name], "cpu_devices": node.cpu_devices,
+               "settings": settings, "group": group}
+        if node.env:  # NCCL_SOCKET_IFNAME and the like: the node's NICs for the group
+            out["env"] = dict(node.env)
+        return out
 
     launcher = run.launcher(nodes[0])
     if launcher is not None and all(run.launcher(n) is launcher for n in nodes):

@@ -60,6 +60,7 @@ text-align:left;vertical-align:top}th{background:#f6f8fa}#nodes th{cursor:pointe
 .msg{max-width:720px;font-size:12px}section.node{border:1px solid #d0d7de;border-radius:6px;
 padding:10px 14px;margin:14px 0}section.node.bad{border-left:4px solid #cf222e}
 .lbl{font-size:12px;background:#eaeef2;border-radius:8px;padding:0 6px;font-weight:400}
+.env{font-family:ui-monospace,monospace;background:#f6f8fa}
 .up{font-size:12px;font-weight:400}.facts{display:grid;grid-template-columns:max-content auto;
 gap:1px 12px;margin:4px 0;font-size:13px}.facts dt{color:#57606a}.facts dd{margin:0}
 .figs{font-size:12px;margin:6px 0}pre{font-size:11px;white-space:pre-wrap;max-width:900px}

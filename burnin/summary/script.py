@@ -84,6 +84,8 @@ function spark([n,vs,moved]){const text=vs.map(v=>v==null?'â€“':fmt(v)).join(' â
 function section(d){const id=esc('n-'+d.n);let h=`<section id="${id}" class="node${d.b?' bad':''
  }"><h3>${esc(d.n)}`;if(d.a)h+=` <span class="dim">${esc(d.a)}</span>`;
  for(const [k,v] of d.l)h+=` <span class="lbl">${esc(k)}=${esc(v)}</span>`;
+ for(const [k,v] of d.x||[])h+=` <span class="lbl env" title="set by its probes (env:)">\
+${esc(k)}=${esc(v)}</span>`;
  if(d.e)h+=` <a href="nodes/${esc(d.n)}/">evidence folder</a>`;
  h+=' <a class="up" href="#grid">back to the grid</a></h3><table class="verdicts"><tbody>';
  for(const [c,o,m] of d.v)h+=`<tr><td><a href="#${id}-${esc(c)}">${esc(c)}</a></td><td class=\

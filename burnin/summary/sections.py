@@ -29,9 +29,10 @@ from html import escape
 
 from burnin.summary.charts import Chart, fmt, sparkline, svg, unpack
 from burnin.summary.fleet import Fleet
-from burnin.summary.model import Report, mapping, num, seq
+from burnin.summary.model import Report, data_of, mapping, num, seq
 
 MAX_ROWS = 64        # rows of a table: a node has at most this many devices
+MAX_ENV = 16         # env variables in a node's heading (results.jsonl holds them all)
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,20 @@ def section(*checks: str) -> Callable[[Section], Section]:
     return register
 
 
+def node_env(report: Report, node: str) -> list[list[str]]:
+    """The environment the node's probes ran under (the inventory's `env:`, as a probe
+    recorded it), from its first record that has one: [[name, value], ...], bounded."""
+    for check in report.checks:
+        env = mapping(data_of(report.records.get(node, {}).get(check)).get("env"))
+        pairs = sorted((k[:64], v[:120]) for k, v in env.items()
+                       if isinstance(k, str) and isinstance(v, str))
+        if pairs:
+            return [list(p) for p in pairs[:MAX_ENV]]
+    return []
+
+
 def node_data(view: NodeView, trend_part: Callable[[NodeView], list] | None = None) -> dict:
-    """A node's section as data: {n: node, a: address, l: labels, e: has evidence,
+    """A node's section as data: {n: node, a: address, l: labels, x: env, e: has evidence,
     b: failing, v: [[check, outcome, message]], p: [[check, outcome, blocks]], t: trend}."""
     report, node = view.report, view.node
     info = report.info(node)
@@ -75,7 +88,8 @@ def node_data(view: NodeView, trend_part: Callable[[NodeView], list] | None = No
     verdicts = [[c, str(view.verdict(c)[0]), str(view.verdict(c)[1] or "")[:1200]]
                 for c in checks]
     return {"n": node, "a": info.address if info.address != node else "",
-            "l": sorted(info.labels.items()), "e": int(node in report.evidence),
+            "l": sorted(info.labels.items()), "x": node_env(report, node),
+            "e": int(node in report.evidence),
             "b": int(report.failing(node)), "v": verdicts,
             "p": [[c, view.verdict(c)[0], drawn(f"{node} {c}", _part, view, c)] for c in checks],
             "t": drawn(f"{node} trend", trend_part, view) if trend_part else []}
@@ -220,6 +234,8 @@ def section_html(d: dict) -> str:
     if d["a"]:
         head.append(f" <span class='dim'>{escape(d['a'])}</span>")
     head += [f" <span class='lbl'>{escape(k)}={escape(v)}</span>" for k, v in d["l"]]
+    head += [f" <span class='lbl env' title='set by its probes (env:)'>{escape(k)}="
+             f"{escape(v)}</span>" for k, v in d.get("x", ())]
     if d["e"]:
         head.append(f" <a href='nodes/{escape(d['n'])}/'>evidence folder</a>")
     head.append(" <a class='up' href='#grid'>back to the grid</a></h3>")
