@@ -21,6 +21,10 @@ from pathlib import Path
 
 import pytest
 
+# Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
+# them all; `-m "not slow"` leaves them out of a developer's quick run.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 HANG_S = 1200  # healthy work on a loaded 2-core machine can be slow; this is for hangs
 

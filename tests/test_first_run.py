@@ -10,6 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+# Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
+# them all; `-m "not slow"` leaves them out of a developer's quick run.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 
 

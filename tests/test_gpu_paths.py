@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nvmlemu
 import pytest
+from replay import replay_python
 from suiterun import junit_cases, run_suite
 
 REPO = Path(__file__).resolve().parent.parent
@@ -49,8 +50,12 @@ def test_gpus_auto_internode_ranks_come_from_each_nodes_real_count(pytester, mak
     for host, count in zip(hosts.hosts, (4, 4, 3), strict=True):
         scenario = nvmlemu.write_scenario(tmp_path / f"{host.name}.json",
                                           {"devices": gpus(count, host.name)})
-        nodes[host.name] = {"python": nvmlemu.python_wrapper(tmp_path / f"py-{host.name}",
-                                                             scenario)}
+        # health's real probe counts the emulated GPUs; the all-reduce replays its recorded
+        # document with the ranks the controller lays out (and the real rendezvous): the
+        # layout is what is tested.
+        inner = nvmlemu.python_wrapper(tmp_path / f"py-{host.name}", scenario)
+        nodes[host.name] = {"python": replay_python(tmp_path / f"replay-{host.name}",
+                                                    real=("health",), python=inner)}
     inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes, checks=TINY,
                                 gpus="auto", gpu_model="H100-SXM5-80GB")
     result, reports = run_suite(pytester, inv, "-k", "health or allreduce")

@@ -18,6 +18,10 @@ from suiterun import SUITES, run_suite, script
 
 from burnin.ledger import Ledger
 
+# Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
+# them all; `-m "not slow"` leaves them out of a developer's quick run.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 LONG = {"burn": {"duration_s": 240, "n": 128, "sample_s": 1, "peer_fraction": 0},
         # sdc prints nothing until it ends: a broken pipe cannot stop it, only its lifeline.

@@ -14,6 +14,10 @@ from suiterun import TINY_MEMORY, junit_cases, run_suite, script
 from burnin.actions import REASON_MAX, drain_reason
 from burnin.ledger import Ledger
 
+# Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
+# them all; `-m "not slow"` leaves them out of a developer's quick run.
+pytestmark = pytest.mark.slow
+
 TINY = {"sdc": {"duration_s": 0.2, "n": 64, "random_repeats": 2}, "memory": TINY_MEMORY,
         # The hosts share this machine's cores: peers are not independent here.
         "burn": {"duration_s": 1, "n": 128, "sample_s": 0.25, "peer_fraction": 0},

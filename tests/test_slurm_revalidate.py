@@ -21,6 +21,10 @@ from test_slurm import TINY, slurm_inventory
 
 from burnin.ledger import Ledger
 
+# Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
+# them all; `-m "not slow"` leaves them out of a developer's quick run.
+pytestmark = pytest.mark.slow
+
 REASON = "burnin: failed health"
 
 

@@ -12,8 +12,14 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from burnin.transports import CommandResult
 from burnin.transports.srun_step import Refused, command, envelope, run_step
+
+# Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
+# them all; `-m "not slow"` leaves them out of a developer's quick run.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 # Task i runs on node i of argv[1]; stdin goes to every task; each output line comes back

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from replay import replay_python
 from suiterun import SUITES, junit_cases, run_suite, script
 
 from burnin.inventory import load_inventory
@@ -22,6 +23,10 @@ from burnin.run import PROBES_DIR
 from burnin.transports import NodeUnreachable
 from burnin.transports.ssh import SshTransport
 from burnin.transports.sshconnect import DEAD_LINK_S
+
+# Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
+# them all; `-m "not slow"` leaves them out of a developer's quick run.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -141,8 +146,10 @@ def test_a_second_run_skips_nodes_under_test_as_busy_and_blames_nobody(pytester,
     testing nor runs its hook for them, reports them skipped (not admitted), and the first
     run's verdicts stand."""
     hosts = make_hosts(2)
-    first_inv = hosts.write_inventory(tmp_path / "first.yaml", checks={
-        "sdc": {"duration_s": 15, "n": 64, "random_repeats": 2}})
+    # The first run's probes hold the nodes for 8 s (recorded documents, tests/replay.py,
+    # answered after a delay): long enough for the second run to meet them.
+    first_inv = hosts.write_inventory(tmp_path / "first.yaml",
+                                      python=replay_python(tmp_path / "slow", delay_s=8))
     reports = tmp_path / "first-reports"
     first = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory",
                               str(first_inv), "--reports", str(reports), "-k", "sdc",
