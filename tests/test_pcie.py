@@ -78,10 +78,11 @@ def waiting_for_commands(pid: int) -> bool:
 
 def throttle_worker(index: int, stop: threading.Event, throttled: threading.Event) -> None:
     """Slow one GPU's worker for real, below the probe, once it is ready (its start-up is
-    not what is measured): stopped 1.5 s at a time, 50 ms running in between. Stops longer
-    than a measurement make it slow in every round whatever else the machine runs: a
-    short duty cycle is not enough on a loaded machine, where the scheduler favours a
-    task that was stopped and it catches up in its running slices."""
+    not what is measured): stopped 1 s at a time, 10 ms running in between. Stops longer
+    than a measurement make it slow in every round whatever else the machine runs (a
+    round of a third of a second gets at most 10 ms of work: 3% of its rate): a short
+    duty cycle is not enough on a loaded machine, where the scheduler favours a task that
+    was stopped and it catches up in its running slices."""
     pid = find_worker(index, stop)
     while pid and not stop.is_set() and not waiting_for_commands(pid):
         time.sleep(0.01)
@@ -89,9 +90,9 @@ def throttle_worker(index: int, stop: threading.Event, throttled: threading.Even
         while pid and not stop.is_set():
             os.kill(pid, signal.SIGSTOP)
             throttled.set()
-            time.sleep(1.5)
+            time.sleep(1)
             os.kill(pid, signal.SIGCONT)
-            time.sleep(0.05)
+            time.sleep(0.01)
     except ProcessLookupError:
         return
     finally:
@@ -111,7 +112,10 @@ def test_a_gpu_slowed_below_the_probe_fails_alone_by_index_and_uuid(pytester, nv
         version: 1
         defaults: {transport: local, gpus: 4}
         checks:
-          pcie: {seconds: 1, block_mb: 8, peer_fraction: 0.5}
+          # The throttled worker runs under 1% of the time; the others share this machine's
+          # cores with whatever else runs (another test, in the other xdist worker), so
+          # only a tenth of the node's median counts as slow here.
+          pcie: {seconds: 1, block_mb: 8, peer_fraction: 0.1}
         nodes:
           - name: g1
         """))
