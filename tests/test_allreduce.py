@@ -59,6 +59,8 @@ def test_the_rate_limited_host_and_only_it_is_named(pytester, make_hosts, findin
 @pytest.mark.skipif(not shutil.which("nft") and not os.environ.get("CI"),
                     reason="needs nftables (CI installs it)")
 def test_a_host_that_never_joins_is_named_and_the_rest_go_on(pytester, make_hosts):
+    # The real probes: a blocked host can still take a pair's rendezvous as its master;
+    # only the all-reduce's own connections, back out of it, show it cannot take part.
     hosts = make_hosts(3)
     hosts.block_outbound(hosts[2])  # h3 cannot reach the rendezvous master
     inv = hosts.write_inventory(pytester.path / "inv.yaml", checks={"allreduce": SETTINGS})
