@@ -9,6 +9,10 @@ GPUs), shaped to what the controller asked: the node's device count, the storage
 an all-reduce group's ranks. It imports no torch, so a run of the whole suite on three
 nodes takes a second or two instead of a minute of `import torch`.
 
+An inter-node group goes through the real rendezvous (probes/allreduce.py hello), but no
+data moves: a fault in the network between nodes (a rate limit, a host that cannot open
+connections back out) needs the real probes (tests/test_allreduce.py).
+
 What a probe itself does (its measurements, faults planted below it) is tested where the
 real probes run (tests/test_sdc.py, test_burn.py, test_storage.py, ...); what the
 controller makes of documents (verdicts, reports, the ledger, admission, blame) is
