@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from replay import replay_python
 from slurmcluster import calls, logged_commands, option
 from suiterun import TINY_MEMORY, junit_cases, run_suite, script
 
@@ -55,13 +56,17 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
     path, log = logged_commands(pytester.path / "bin")
     monkeypatch.setenv("PATH", path)
     py = pytester.path / "py-h2"
+    # Healthy nodes replay the real probes' recorded documents (tests/replay.py): what is
+    # tested is Slurm's drain, admission and resume.
+    replay = replay_python(pytester.path / "replay")
 
     def h2_python(healthy: bool) -> None:
-        script(py, f"exec {sys.executable} \"$@\"\n" if healthy else
+        script(py, f"exec {replay} \"$@\"\n" if healthy else
                "echo 'GPU has fallen off the bus' >&2\nexit 3\n")
 
     h2_python(healthy=False)
     inv = slurm_inventory(cluster, pytester.path / "inv.yaml", nodes={"h2": {"python": str(py)}},
+                          defaults={"python": replay},
                           quarantine={"ledger": str(pytester.path / "ledger.db"),
                                       "actions": ["slurm"]})
     cluster.scontrol("update", "nodename=h3", "state=drain", "reason=admin: fan replaced")
