@@ -28,9 +28,13 @@ def failed(check: str, reason: str, node: str = "n1") -> ProbeOutcome:
 
 
 def judge(check: str, o: ProbeOutcome, node: Node | None = None, **judging):
-    """The check's verdict on `o`, as (failures, warnings)."""
+    """The check's verdict on `o`, as (failures, warnings): with the quick profile's
+    settings, updated by `settings={...}`, less those named in `drop=(...)` (so that the
+    judge's own default for a setting is what is tested)."""
     spec = CHECKS[check]
-    settings = {**spec.resolve("quick"), **judging.pop("settings", {})}
+    drop = judging.pop("drop", ())
+    settings = {k: v for k, v in {**spec.resolve("quick"), **judging.pop("settings", {})}.items()
+                if k not in drop}
     v = spec.judge(node or Node(o.node, o.node), o, Judging(settings=settings, **judging))
     assert (v.node, v.check) == (o.node, check)
     return v.failures, v.warnings

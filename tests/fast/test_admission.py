@@ -96,6 +96,8 @@ def test_a_check_whose_tool_the_node_lacks_is_not_required(tmp_path):
     assert r.required("n2") == GPU_CHECKS
     assert r.required("n3") == GPU_CHECKS, "unknown: every tool counts as found"
     assert r.required("n4") == no_dcgm
+    both = report(tmp_path, suite("n1", ok("h"), gpus="8", equipped_checks="fabric,dcgm"))
+    assert both.required("n1") == GPU_CHECKS
 
 
 def test_the_inventorys_admission_require_recorded_in_the_report_wins(tmp_path):
@@ -182,6 +184,11 @@ def test_what_is_not_a_complete_burnin_report_is_bad_input(tmp_path):
         f"{p}: run r1 did not complete (interrupted, exit status 3); run it again"
     assert bad_input(tmp_path, suite("n1", ok("health"), complete="yes")) == \
         f"{p}: run r1 did not complete (interrupted, exit status ?); run it again"
+
+
+def test_read_junit_trusts_only_a_complete_burnin_report_by_default(tmp_path):
+    with pytest.raises(ReportError, match="did not complete"):
+        read_junit(write(tmp_path, suite("n1", ok("health"), complete="false")))
 
 
 def test_an_interrupted_run_is_read_for_re_rendering_only_when_asked(tmp_path):

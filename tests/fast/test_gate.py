@@ -119,6 +119,8 @@ def test_a_clean_revalidation_counts_and_releases_and_resumes_what_burnin_draine
     assert ledger.quarantined() == {"n3"}, "a skipped check is not a clean run"
     assert ledger.history("n1")[-1] == {**ledger.history("n1")[-1], "event": "action",
                                         "why": "slurm: resumed", "run_id": "r2"}
+    assert [(h["event"], h["run_id"]) for h in ledger.history("n2")[1:]] == [
+        ("clean", "r1"), ("released", "r2")]
 
 
 def test_a_release_resumes_nothing_without_the_slurm_action(ledger, done):
@@ -176,12 +178,34 @@ def test_a_drain_that_did_not_drain_leaves_the_node_not_drained_by_burnin(
     assert quarantine_actions(ledger, QuarantineSettings(), "n1", [], [], None) == []
 
 
-def test_settle_runs_a_new_nodes_actions(ledger, done):
-    inv = inventory("n1", actions_=("command",), command=("/bin/hook",))
-    rep = settle(inv, ledger, "r1", cases(("n1", "sdc", "failed", "x")), revalidate=False,
-                 act=True)
-    assert done == [("hook", ("/bin/hook",), "n1", ["sdc"], "sdc: x")]
-    assert [(a.action, a.ok) for a in rep.actions] == [("command", False)]
+def test_settle_runs_every_new_nodes_actions(ledger, done):
+    inv = inventory("n1", "n2", actions_=("command",), command=("/bin/hook",))
+    rep = settle(inv, ledger, "r1", cases(("n1", "sdc", "failed", "x"),
+                                          ("n2", "burn", "failed", "y")),
+                 revalidate=False, act=True)
+    assert done == [("hook", ("/bin/hook",), "n1", ["sdc"], "sdc: x"),
+                    ("hook", ("/bin/hook",), "n2", ["burn"], "burn: y")]
+    assert [(a.action, a.node, a.ok) for a in rep.actions] == [("command", "n1", False),
+                                                               ("command", "n2", False)]
+    assert [(h["event"], h["run_id"]) for h in ledger.history("n2")] == [
+        ("quarantined", "r1"), ("action-failed", "r1")]
+
+
+def test_a_clean_run_writes_nothing_to_the_ledger(ledger, done, monkeypatch):
+    """Nothing failed and nothing is re-validated: the ledger is read, never locked."""
+    import sqlite3
+
+    import burnin.ledger
+    monkeypatch.setattr(burnin.ledger, "BUSY_TIMEOUT_S", 0)
+    other = sqlite3.connect(ledger.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another run is writing
+    try:
+        rep = settle(inventory("n1"), ledger, "r1", cases(("n1", "sdc", "passed", "")),
+                     revalidate=False, act=True)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert rep == GateReport()
 
 
 def test_split_by_quarantine(ledger):

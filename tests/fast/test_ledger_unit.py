@@ -4,6 +4,7 @@ guard against a lost ledger. (tests/test_ledger.py: concurrent writers and SIGKI
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import time
 
@@ -32,7 +33,8 @@ def test_a_new_ledger_is_private_has_its_marker_and_its_tables(tmp_path):
     assert ledger.path == tmp_path / "d" / "q.db"
     assert ledger.marker == tmp_path / "d" / ".q.db.burnin"
     assert ledger.path.stat().st_mode & 0o777 == 0o600
-    assert ledger.marker.read_text().startswith("burnin created q.db here at ")
+    assert re.fullmatch(r"burnin created q\.db here at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S*\n",
+                        ledger.marker.read_text())
     assert rows(ledger.path, "PRAGMA journal_mode") == [("wal",)]
     tables = {r[0] for r in rows(ledger.path, "SELECT name FROM sqlite_master")}
     assert {"quarantine", "history", "history_node"} <= tables
@@ -72,7 +74,8 @@ def test_an_empty_file_without_the_marker_becomes_a_ledger(tmp_path):
     path = tmp_path / "q.db"
     path.write_bytes(b"")
     ledger = Ledger(path)
-    assert ledger.marker.read_text().startswith("burnin found q.db here at ")
+    assert re.fullmatch(r"burnin found q\.db here at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S*\n",
+                        ledger.marker.read_text())
     ledger.record_failure("n1", "c", ["sdc"], ["sdc: x"], {}, "r1")
     assert ledger.quarantined() == {"n1"}
 
@@ -114,6 +117,17 @@ def locked(monkeypatch):
     for db in held:
         db.execute("ROLLBACK")
         db.close()
+
+
+def test_a_ledger_without_its_history_index_gets_it(tmp_path):
+    path = tmp_path / "q.db"
+    Ledger(path).record_failure("n1", "c", ["sdc"], ["sdc: x"], {}, "r1")
+    db = sqlite3.connect(path)
+    db.execute("DROP INDEX history_node")
+    db.commit()
+    db.close()
+    assert Ledger(path).quarantined() == {"n1"}
+    assert ("history_node",) in rows(path, "SELECT name FROM sqlite_master")
 
 
 def test_an_up_to_date_ledger_opens_without_writing(tmp_path, locked):
@@ -192,7 +206,9 @@ def test_record_failures_inserts_new_nodes_and_updates_known_ones(tmp_path, cloc
         ("failed-again", "burnin", "r3", 2000.0)]
     assert h[0]["why"] == "burn: slow"
     assert h[2]["why"] == ("sdc: wrong; " + "x" * 5000)[:4000]
-    assert ledger.record_failure("n3", "c1", [], [], {}, "r4") is True
+    assert ledger.record_failure("n3", "c1", [], [], {}, "r4", who="alice") is True
+    assert (ledger.get("n3").run_id, ledger.get("n3").set_by) == ("r4", "alice")
+    assert ledger.history("n3")[0]["who"] == "alice"
     assert ledger.record_failure("n3", "c1", [], [], {}, "r5") is False
 
 

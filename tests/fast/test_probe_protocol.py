@@ -40,6 +40,9 @@ def judged(result: CommandResult, schema=None, max_output=1000) -> ProbeOutcome:
 def test_a_good_document_is_the_outcome(tmp_path):
     o = judged(out(json.dumps(DOC), stderr=b"log line\n"))
     assert o == ProbeOutcome("n1", "p", True, "", DOC, 2.5, 0, "log line\n")
+    exact = json.dumps(DOC).encode()
+    exact += b" " * (1000 - len(exact))
+    assert judged(out(exact)).ok, "a document of exactly max_output bytes is within bounds"
 
 
 @pytest.mark.parametrize("result,reason", [
@@ -134,7 +137,10 @@ def test_records_round_trip_and_mark_busy_and_controller_faults():
                                                          "tail")
     busy = ProbeOutcome("n1", "p", False, "busy: r2", busy=True, fault=True).to_record("r")
     assert busy["busy"] is True and busy["controller_fault"] is True
-    assert ProbeOutcome.from_record(busy).busy and ProbeOutcome.from_record(busy).fault
+    assert ProbeOutcome.from_record(busy) == ProbeOutcome("n1", "p", False, "busy: r2",
+                                                          busy=True, fault=True)
+    empty = {**rec, "data": None}
+    assert ProbeOutcome.from_record(empty).data == {}
 
 
 def test_an_unreachable_node_fails_and_a_busy_one_is_marked_busy():
@@ -163,7 +169,7 @@ def test_run_probe_sends_the_settings_and_judges_what_came_back():
     t = FakeTransport(out(json.dumps(DOC)))
     cancel = object()
     o = run_probe(t, "p", {"n": 64}, 30, max_output=5000, schema=Obj(), cancel=cancel)
-    assert o.ok and o.data == DOC
+    assert o == ProbeOutcome("n1", "p", True, "", DOC, 2.5, 0, "")
     argv, stdin, timeout_s, max_output, kw = t.calls[0]
     assert (argv, stdin, timeout_s, max_output) == (["python3", "probes/p.py"], {"n": 64}, 30,
                                                     5000)
@@ -174,6 +180,14 @@ def test_run_probe_sends_the_settings_and_judges_what_came_back():
     assert t.calls[1][3] == 10
     run_probe(t, "p", {}, 30)
     assert t.calls[2][3] == DEFAULT_MAX_OUTPUT
+
+
+def test_run_probe_judges_with_the_timeout_and_schema_it_was_given():
+    t = FakeTransport(out(timed_out=True, exit_code=None))
+    assert run_probe(t, "p", {}, 12).reason == "probe p killed at its timeout of 12 s"
+    t = FakeTransport(out(json.dumps(DOC)))
+    assert run_probe(t, "p", {}, 12, schema=Obj(required=("absent",))).reason == \
+        "malformed probe output: absent: missing"
 
 
 def test_run_probe_passes_progress_lines_to_the_callback():
@@ -196,6 +210,7 @@ class FakeLauncher:
     def run(self, nodes, probe, stdins, timeouts, max_output, **kw):
         self.calls.append(({k: json.loads(v) for k, v in stdins.items()}, timeouts, max_output,
                            kw))
+        self.nodes, self.probe = [n.name for n in nodes], probe
         return self.results
 
 
@@ -208,7 +223,9 @@ def test_run_probes_judges_every_task_of_every_node():
     got = run_probes(launcher, nodes, "p", {n.name: {"i": i} for i, n in enumerate(nodes)},
                      {"n1": 10, "n2": 20, "n3": 30}, max_output=4000,
                      on_progress={"n1": seen.append}, tasks={"n1": 2}, lifeline=True)
-    assert [o.data for o in got["n1"]] == [DOC, doc2]
+    assert got["n1"] == [ProbeOutcome("n1", "p", True, "", DOC, 2.5, 0, ""),
+                         ProbeOutcome("n1", "p", True, "", doc2, 2.5, 0, "")]
+    assert (launcher.nodes, launcher.probe) == (["n1", "n2", "n3"], "p")
     assert got["n2"] == [ProbeOutcome("n2", "p", False, "srun: node n2 is down")]
     assert got["n3"] == [ProbeOutcome("n3", "p", False, "busy: held by r2", busy=True)]
     stdins, timeouts, max_output, kw = launcher.calls[0]
@@ -219,6 +236,14 @@ def test_run_probes_judges_every_task_of_every_node():
     assert kw["tasks"] == {"n1": 2} and kw["lifeline"] is True and kw["cancel"] is None
     kw["on_stderr"]["n1"](b'BURNIN_PROGRESS {"device": "cpu:0"}\n')
     assert seen == [{"device": "cpu:0"}] and list(kw["on_stderr"]) == ["n1"]
+
+
+def test_run_probes_passes_the_cancel_event_and_judges_with_each_nodes_timeout():
+    cancel = object()
+    launcher = FakeLauncher({"n1": [out(timed_out=True, exit_code=None)]})
+    got = run_probes(launcher, [Node("n1", "n1")], "p", {"n1": {}}, {"n1": 7}, cancel=cancel)
+    assert got["n1"][0].reason == "probe p killed at its timeout of 7 s"
+    assert launcher.calls[0][3]["cancel"] is cancel
 
 
 def test_run_probes_without_lifeline_sends_the_payload_as_it_is():
@@ -250,6 +275,11 @@ def test_progress_lines_are_taken_whole_and_only_when_well_formed():
     feed(b'x BURNIN_PROGRESS {"device": "cpu"}\n')
     feed(b'BURNIN_PROGRESS {"device": "cpu", "temp_c": null, "elapsed_s": 0}\n')
     assert seen == [{"device": "cpu", "temp_c": None, "elapsed_s": 0}]
+    seen.clear()
+    # In one chunk: an empty line first, a bad one between, and each good one is taken.
+    feed(b'\nBURNIN_PROGRESS {"device": "a"}\nBURNIN_PROGRESS {bad\n'
+         b'BURNIN_PROGRESS {"device": "b"}\n')
+    assert seen == [{"device": "a"}, {"device": "b"}]
 
 
 def test_a_progress_line_too_long_is_dropped_and_the_buffer_stays_bounded():
@@ -263,6 +293,7 @@ def test_a_progress_line_too_long_is_dropped_and_the_buffer_stays_bounded():
     feed(b"BURNIN_PROGRESS " + b" " * (MAX_PROGRESS_LINE + 10))      # no newline: cleared
     feed(b'{"device": "c"}\nBURNIN_PROGRESS {"device": "d"}\n')
     assert seen == [{"device": "a"}, {"device": "d"}]
-    feed(b"x" * MAX_PROGRESS_LINE)                                      # exactly the bound: kept
-    feed(b'\nBURNIN_PROGRESS {"device": "e"}\n')
-    assert seen[-1] == {"device": "e"}
+    # A partial line of exactly the bound is kept: what follows is its tail, not a line.
+    feed(b"x" * MAX_PROGRESS_LINE)
+    feed(b'BURNIN_PROGRESS {"device": "tail"}\nBURNIN_PROGRESS {"device": "e"}\n')
+    assert seen[-1] == {"device": "e"} and {"device": "tail"} not in seen

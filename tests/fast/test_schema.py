@@ -63,6 +63,16 @@ def test_num(shape, value, problem):
     assert shape.problem(value, "x") == problem
 
 
+def test_int_is_a_finite_integer_not_null_unless_asked():
+    # Built here, in the test, not at import: each call of Int() is what is tested.
+    assert Int() == Num(0, None, False, True, True)
+    assert Int().problem("nan", "x") == "x: expected an integer >= 0, got string 'nan'"
+    assert Int().problem(None, "x") == "x: expected an integer >= 0, got null"
+    assert Int(null=True).problem(None, "x") == ""
+    assert Int(1, 5).problem(6, "x") == "x: expected an integer from 1 to 5, got 6"
+    assert Int(lo=None).problem(-3, "x") == ""
+
+
 def test_the_kind_of_a_value_is_said_in_words():
     assert Num().problem("y" * 100, "p") == f"p: expected a number, got string {'y' * 40!r}"
     assert Num().problem(b"raw", "p") == "p: expected a number, got bytes"
