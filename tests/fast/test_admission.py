@@ -186,6 +186,14 @@ def test_what_is_not_a_complete_burnin_report_is_bad_input(tmp_path):
         f"{p}: run r1 did not complete (interrupted, exit status ?); run it again"
 
 
+def test_two_testsuites_of_one_node_from_different_runs_are_bad_input(tmp_path):
+    """Reports of two runs pasted together: the node passed health in one run and sdc in
+    the other, and no run passed it on both."""
+    assert bad_input(tmp_path, suite("n1", ok("health"), **REQ),
+                     suite("n1", ok("sdc"), run_id="r2", **REQ)).endswith(
+        "testsuites of different runs in one report")
+
+
 def test_read_junit_trusts_only_a_complete_burnin_report_by_default(tmp_path):
     with pytest.raises(ReportError, match="did not complete"):
         read_junit(write(tmp_path, suite("n1", ok("health"), complete="false")))
