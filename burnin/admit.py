@@ -38,10 +38,11 @@ class Report:
         if props.get("admission_require"):
             return props["admission_require"].split(",")
         gpus = props.get("gpus", "unknown")
-        nodes = int(props.get("nodes_in_run") or 0) or len(self.cases)
+        count = props.get("nodes_in_run", "")
+        nodes = (int(count) if count.isdecimal() else 0) or len(self.cases)
         found = props.get("equipped_checks", "unknown")  # unknown: every tool counts as found
         equipped = None if found == "unknown" else frozenset(c for c in found.split(",") if c)
-        return applicable(int(gpus) if gpus.isdigit() else None, nodes, equipped)
+        return applicable(int(gpus) if gpus.isdecimal() else None, nodes, equipped)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,14 @@ def test_the_runs_size_decides_whether_the_internode_allreduce_is_required(tmp_p
                   suite("n2", ok("h"), nodes_in_run="")).required("n1") == CPU_CHECKS
     assert report(tmp_path, suite("n1", ok("h"), nodes_in_run="0"),
                   suite("n2", ok("h"), nodes_in_run="0")).required("n1") == CPU_CHECKS
+    # Not a count (a report edited by hand): as if the report did not say.
+    assert report(tmp_path, suite("n1", ok("h"), nodes_in_run="x"),
+                  suite("n2", ok("h"), nodes_in_run="-1")).required("n1") == CPU_CHECKS
+    assert report(tmp_path, suite("n1", ok("h"), nodes_in_run="two")).required("n1") == \
+        CPU_CHECKS[:-1]
+    assert report(tmp_path, suite("n1", ok("h"), nodes_in_run="\u00b2")).required("n1") == \
+        CPU_CHECKS[:-1], "a digit int() does not read (superscript two)"
+    assert report(tmp_path, suite("n1", ok("h"), gpus="\u00b2")).required("n1") == GPU_CHECKS
 
 
 def test_a_check_whose_tool_the_node_lacks_is_not_required(tmp_path):
