@@ -125,7 +125,7 @@ def test_the_output_bound_and_schema_may_depend_on_the_nodes_settings():
     assert plain.schema_for({}, 8) is plain.schema
     shaped = Obj(a=Obj())
     bound = bare(output_bound=lambda s, d: s["k"] * (d or 1000),
-                 schema_bound=lambda s, d: shaped if d == 8 else None)
+                 schema_bound=lambda s, d: shaped if (s["k"], d) == (2, 8) else None)
     assert bound.output_limit({"k": 2}, 8) == 16 and bound.output_limit({"k": 2}, None) == 2000
-    assert bound.schema_for({}, 8) is shaped and bound.schema_for({}, 4) is None
+    assert bound.schema_for({"k": 2}, 8) is shaped and bound.schema_for({"k": 2}, 4) is None
     assert bare(probe="other").probe_name == "other" and bare().probe_name == "x"

@@ -128,6 +128,8 @@ def test_device_rules_floor_and_stragglers():
     assert device_rules(dev(tflops=630.0), settings, 600, fleet, 700, 8) == ([], [])
     assert device_rules(dev(tflops=599.9), settings, 600, {}, None, 1) == (
         ["599.9 TFLOPS, below the floor of 600 TFLOPS"], [])
+    assert device_rules(dev(tflops=600.0), settings, 600, {}, None, 1) == ([], []), \
+        "at the floor is not below it"
     assert device_rules(dev(tflops=629.9), settings, None, fleet, None, 1) == (
         ["straggler: 629.900 TFLOPS, below 0.9 x 700.000 TFLOPS, the median of the run's 3 "
          "nodes with this model"], [])
@@ -162,8 +164,13 @@ def test_device_rules_clocks():
         ["mean SM clock 1500 MHz, below 0.9 x 1980 MHz, the median of the run's nodes with "
          "this model"], [])
     assert device_rules(slow, {}, None, fleet, None, 1)[0] != [], "0.9 by default"
+    assert device_rules(slow, {"clock_fraction": 0.75}, None, fleet, None, 1) == ([], [])
     ok = dev(telemetry={"series": {"sm_mhz": [1782, 1782]}})
     assert device_rules(ok, {"clock_fraction": 0.9}, None, fleet, None, 1) == ([], [])
+    assert device_rules(ok, {}, None, fleet, None, 1) == ([], []), "0.9 by default"
+    edges = dev(telemetry={"series": {"sm_mhz": [0, 100000]}})
+    assert device_rules(edges, {}, None, {}, None, 1) == ([], []), \
+        "0 and 100,000 MHz are readings (an idle clock, the bound)"
     assert device_rules(slow, {"clock_fraction": 0.9}, None, {**fleet, "clock": None}, None,
                         1) == ([], [])
     liar = dev(telemetry={"series": {"sm_mhz": [1e308, 1980, -3]}})
@@ -193,7 +200,8 @@ def test_the_node_judge_names_the_device_and_applies_the_floor():
         f"cuda:0 ({NAME}): 560.0 TFLOPS, below the floor of 600 TFLOPS",
         f"cuda:0 ({NAME}): straggler: 560.000 TFLOPS, below 0.9 x 630.000 TFLOPS, the median "
         "of the node's 2 devices"), ())
-    assert judge("burn", o, fleet={}, settings={"min_tflops": 500}, devices=3) == ((
+    assert judge("burn", o, fleet={}, settings={"min_tflops": 500}, devices=3,
+                 model=H100) == ((
         "probe error on cuda:2: out of memory",
         f"cuda:0 ({NAME}): straggler: 560.000 TFLOPS, below 0.9 x 630.000 TFLOPS, the median "
         "of the node's 2 devices"), ())
@@ -235,8 +243,10 @@ def test_a_run_of_two_nodes_is_judged_against_the_floor_alone_and_says_so():
 
 def test_telemetry_warnings_reach_the_verdict():
     d = dev(0, telemetry={"before": {"ecc_corrected": 0}, "after": {"ecc_corrected": 5}})
-    assert judge("burn", burn(d), fleet={}) == (
-        (), (f"cuda:0 ({NAME}): 5 correctable ECC errors during the burn (limit 100)",))
+    d1 = dev(1, telemetry={"before": {"pcie_replay": 0}, "after": {"pcie_replay": 2}})
+    assert judge("burn", burn(d, d1), fleet={}) == (
+        (), (f"cuda:0 ({NAME}): 5 correctable ECC errors during the burn (limit 100)",
+             f"cuda:1 ({NAME}): 2 PCIe replays during the burn (limit 100)"))
 
 
 # --- the fleet ------------------------------------------------------------------------
@@ -249,8 +259,8 @@ def test_the_fleet_median_is_one_vote_per_node_and_per_model():
     outcomes = {
         "n1": burn(clocked(0, 600.0, 1900), clocked(1, 700.0, 1980), clocked(2, 800.0, 1700),
                    node="n1"),
-        "n2": burn(clocked(0, 650.0, 1800), dev(1, 0.0), {"device": "cuda:2", "error": "x"},
-                   node="n2"),
+        "n2": burn({"device": "cuda:2", "error": "x", "tflops": 1.0}, dev(1, 0.0),
+                   clocked(0, 650.0, 1800), node="n2"),
         "n3": burn(dev(0, 900.0), dev(1, 100.0, name=None), node="n3"),
         "n4": failed("burn", "down", "n4"),
     }

@@ -62,6 +62,14 @@ def test_hca_count_against_the_inventory_and_the_majority():
         "1 HCA(s) under /sys/class/infiniband (mlx5_0), expected 2 (most of the run's 3 "
         "nodes)",)
     assert verdict(o, fleet={"hcas": (2, "", 1), "rate": {}}) == ((), ())
+    assert verdict(o, fleet={"hcas": (2, "", 2), "rate": {}})[0] == (
+        "1 HCA(s) under /sys/class/infiniband (mlx5_0), expected 2 (most of the run's 2 "
+        "nodes)",)
+    two = fabric([hca("mlx5_0", port()), hca("mlx5_1", port())])
+    assert verdict(two, Node("n1", "n1", gpus=0, hcas=3))[0] == (
+        "2 HCA(s) under /sys/class/infiniband (mlx5_0, mlx5_1), expected 3 (the inventory's "
+        "hcas)",)
+    assert verdict(two, fleet=None) == ((), ()), "no fleet figures: judged alone"
     assert verdict(o, fleet={"hcas": (None, "no majority", 3), "rate": {}}) == ((), ())
     assert verdict(fabric(), fleet={"hcas": (0, "", 3), "rate": {}}) == ((), ())
 
@@ -92,6 +100,9 @@ def test_each_link_layer_is_held_to_its_own_majority_rate():
         "a port 1: rate 10 Gb/sec (4X NDR), expected 100 Gb/sec (the rate of most of the "
         "run's 2 nodes)",)
     assert verdict(odd, fleet={**fleet, "rate": {"": (None, "tie", 3)}}) == ((), ())
+    lone = fabric([hca("mlx5_0", port(rate=200.0))])
+    assert verdict(lone, fleet={"hcas": (1, "", 1), "rate": {"InfiniBand": (400.0, "", 1)}}) \
+        == ((), ()), "one node's rate is no majority"
 
 
 def test_port_counters_growing_and_flapping():
@@ -114,6 +125,10 @@ def test_port_counters_growing_and_flapping():
     assert verdict(fabric([hca("mlx5_0", port(growth={"link_downed": 0},
                                               before={"x": 100}))]),
                    settings={"lifetime_warn": 101}) == ((), ())
+    at = fabric([hca("mlx5_0", port(before={"x": 100}), port("2", before={"y": 200}))])
+    assert verdict(at, settings={"lifetime_warn": 100})[1] == (
+        "mlx5_0 port 1: x is 100 over the port's lifetime (warned from 100)",
+        "mlx5_0 port 2: y is 200 over the port's lifetime (warned from 100)")
 
 
 def test_over_says_the_window():
@@ -145,6 +160,11 @@ def test_nvlink_links_active_per_gpu():
         "GPU cuda:0 (NVIDIA H100 80GB HBM3): 0 NVLink link(s) active of 0, expected 18",)
     lost = fabric(devices=[gpu(0, active=0, error="GPU is lost")], nvlink={"read": True})
     assert verdict(lost, GPU, model=H100, devices=1) == ((), ())
+    then = fabric(devices=[gpu(0, active=0, error="GPU is lost"), gpu(1, active=2)],
+                  nvlink={"read": True})
+    assert verdict(then, GPU, model=H100, devices=2)[0] == (
+        "GPU cuda:1 (NVIDIA H100 80GB HBM3, GPU-1): 2 NVLink link(s) active of 18, expected "
+        "18",)
     unknown = fabric(devices=[gpu(0, active=0, name="Mystery GPU")], nvlink={"read": True})
     assert verdict(unknown, GPU, model=None, devices=1) == ((), ())
     assert verdict(o, GPU, model=H100, devices=3)[0][0] == (
@@ -185,14 +205,19 @@ def test_nvlink_counters_growing():
     quiet = fabric(devices=[gpu(0, growth={"0": {"recovery": 0, "replay": 0}})],
                    nvlink={"read": True})
     assert verdict(quiet, GPU, model=H100, devices=1) == ((), ())
+    one = fabric(devices=[gpu(0, growth={"0": {"replay": 1}})], nvlink={"read": True},
+                 window=3.0)
+    assert verdict(one, GPU, model=H100, devices=1) == ((), (
+        "GPU cuda:0 (NVIDIA H100 80GB HBM3, GPU-0) NVLink link 0: replay grew by 1 in 3 s",))
 
 
 def test_the_fleet_majorities():
     def node(name, *hcas):
         return fabric(list(hcas), node=name)
     outcomes = {
-        "n1": node("n1", hca("a", port(), port("2"), port("3", rate=200.0)),
-                   hca("e", port(rate=100.0, layer="Ethernet"))),
+        "n1": node("n1", hca("a", port("3", rate=200.0), port(), port("2")),
+                   hca("e", port(rate=100.0, layer="Ethernet"), port("2", rate=50.0,
+                                                                     layer=None))),
         "n2": node("n2", hca("a", port()), hca("b", port(rate=None))),
         "n3": node("n3", hca("a", port(rate=200.0)), hca("b", port(rate=200.0)),
                    hca("c", port(rate=400.0))),
@@ -200,7 +225,8 @@ def test_the_fleet_majorities():
     }
     assert summary("fabric", outcomes) == {
         "hcas": (2, "", 3),
-        "rate": {"InfiniBand": (400.0, "", 3), "Ethernet": (100.0, "", 1)}}
+        "rate": {"InfiniBand": (400.0, "", 3), "Ethernet": (100.0, "", 1),
+                 "": (50.0, "", 1)}}
     assert summary("fabric", {}) == {"hcas": (None, "no node reported a value", 0),
                                      "rate": {}}
 

@@ -7,6 +7,7 @@ from judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.health import _odd_one_out, evidence
 from burnin.nodes import Node
+from burnin.reference import GpuModel
 
 NAME = "NVIDIA H100 80GB HBM3"
 
@@ -109,6 +110,10 @@ def test_gpus_auto_is_held_to_the_majority_of_its_model():
                    fleet=fleet(gpus={"H100": (8, "", 1)})) == ((), ())
     tie = {"H100": (None, "no majority (8 on 1 node(s), 7 on 1 node(s))", 2)}
     assert verdict(health(eight[:7], figures(7)), AUTO, fleet=fleet(gpus=tie)) == ((), ())
+    f = verdict(health(eight[:7], figures(7), errors=["nvml: slow"]), AUTO,
+                fleet=fleet(gpus=counts))[0]
+    assert f == ("probe error: nvml: slow",
+                 "GPU count is 7, most of the run's 3 nodes of this model have 8")
     tie3 = {"H100": (None, "no majority (8, 7, 6)", 3)}
     assert verdict(health(eight[:7], figures(7)), AUTO, fleet=fleet(gpus=tie3))[0] == (
         "GPU count 7: no majority (8, 7, 6) among 3 nodes of this model",)
@@ -119,7 +124,8 @@ def test_gpus_auto_is_held_to_the_majority_of_its_model():
 
 
 def test_each_gpus_faults():
-    bad = gpu(0, errors=["temperature: GPU is lost", "power: GPU is lost", "clocks: timeout"],
+    bad = gpu(0, errors=["temperature: GPU is lost", "power: GPU is lost", "clocks: timeout",
+                         "ecc: nvmlDeviceGetEccMode: Unknown Error"],
               name="NVIDIA A100", ecc_mode_current=0, ecc_mode_pending=1,
               ecc_uncorrected_volatile=2, retired_pages_pending=True,
               remapped_rows={"pending": True, "failed": True, "correctable": 0,
@@ -128,6 +134,7 @@ def test_each_gpus_faults():
     assert verdict(health([bad, gpu(1)]))[0] == (
         "GPU 0 (GPU-0): NVML error (GPU is lost) reading temperature, power",
         "GPU 0 (GPU-0): NVML error (timeout) reading clocks",
+        "GPU 0 (GPU-0): NVML error (nvmlDeviceGetEccMode: Unknown Error) reading ecc",
         "GPU 0 (GPU-0): model is 'NVIDIA A100', inventory says H100 ('NVIDIA H100 80GB HBM3')",
         "GPU 0 (GPU-0): ECC is off (enabled, pending a reset), expected on",
         "GPU 0 (GPU-0): 2 uncorrectable ECC errors since the driver loaded, expected 0",
@@ -148,6 +155,10 @@ def test_readings_a_gpu_does_not_give_are_not_judged():
         "GPU 0 (GPU-0): ECC is off, expected on",
         "GPU 0 (GPU-0): PCIe link gen 4 at rest, max gen 5")
     assert verdict(health([gpu(0, name="x"), gpu(1)]), model=None) == ((), ())
+    two_names = GpuModel("H100", ("NVIDIA H100 80GB HBM3", "NVIDIA H100"), peak_tflops=1000.0)
+    assert verdict(health([gpu(0, name="x", uuid=None), gpu(1)]), model=two_names)[0] == (
+        "GPU 0 (no UUID): model is 'x', inventory says H100 ('NVIDIA H100 80GB HBM3' or "
+        "'NVIDIA H100')",)
 
 
 def test_lifetime_uncorrectable_errors_warn():
@@ -206,6 +217,9 @@ def test_a_mig_device_is_not_a_gpu_and_a_gpu_with_mig_on_is_named_as_mig():
     no_nvml["torch"]["devices"] = []
     assert verdict(health([mig], no_nvml), Node("n1", "n1", gpus=1))[0][-1] == \
         "torch sees 0 of the 1 GPUs the inventory declares"
+    # Devices listed where NVML says it is absent are not GPUs torch owes us.
+    assert verdict(health([gpu(0), gpu(1)], no_nvml), Node("n1", "n1", gpus=None),
+                   model=None) == ((), ())
 
 
 def test_a_cpu_node_passes_without_gpus_or_nvml():
@@ -224,10 +238,13 @@ def test_the_kernel_log_and_host_rules_reach_the_verdict():
     figs["host"]["kernel_log"]["readable"] = False
     f, w = verdict(health([gpu(0), gpu(1)], figs))
     assert f == () and w[0].startswith("kernel log not read (checks.health.kernel_log: off)")
-    # A CPU node with no GPU has no XIDs to miss.
+    # A CPU node with no GPU has no XIDs to miss; a GPU node whose NVML is gone has.
     cpu_figs = figures(0, nvml="absent")
-    cpu_figs["host"] = figs["host"]
+    cpu_figs["host"] = {**figs["host"], "kernel_log": {**figs["host"]["kernel_log"],
+                                                         "source": "/dev/kmsg"}}
     assert verdict(health([], cpu_figs), CPU, model=None) == ((), ())
+    lost = verdict(health([], cpu_figs), Node("n1", "n1", gpus=2), model=None)[0]
+    assert any(line.startswith("kernel log unreadable") for line in lost), lost
     # gpus: auto where NVML sees GPUs: a GPU node.
     assert verdict(health([gpu(0), gpu(1)], figs), AUTO)[1] == w
     f, _ = verdict(health([gpu(0), gpu(1)], figs), fleet=fleet(cpus={"H100": (128, 3)}))
@@ -237,7 +254,22 @@ def test_the_kernel_log_and_host_rules_reach_the_verdict():
     assert f == ("64 CPUs, most of the run's 3 nodes of this model have 128",)
 
 
+def test_xids_in_the_kernel_log_name_the_gpu_at_their_pci_address():
+    figs = figures(2)
+    figs["host"] = {"kernel_log": {"readable": True, "source": "/dev/kmsg", "xids": [
+        {"pci": "0000:19:00", "xid": 79, "text": "GPU has fallen off the bus", "t": 5.0}]}}
+    devices = [gpu(0, pci_bus_id="00000000:18:00.0"), gpu(1, pci_bus_id="00000000:19:00.0")]
+    f, _ = verdict(health(devices, figs))
+    assert len(f) == 1 and f[0].startswith(
+        "GPU 1 (GPU-1): XID 79 (GPU has fallen off the bus) in the kernel log since boot"), f
+
+
 def test_pinned_versions_and_drift_reach_the_verdict():
+    cuda = Node("n1", "n1", gpus=2, gpu_model="H100", expect={"cuda": "12.4"})
+    assert verdict(health([gpu(0), gpu(1)]), cuda) == ((), ())
+    assert verdict(health([gpu(0), gpu(1)]), Node("n1", "n1", gpus=2, gpu_model="H100",
+                                                  expect={"cuda": "12.6"}))[0] == (
+        "cuda version 12.4, the inventory expects 12.6",)
     node = Node("n1", "n1", gpus=2, gpu_model="H100", expect={"driver": "560.1"})
     assert verdict(health([gpu(0, persistence_mode=0), gpu(1)]), node)[0] == (
         "GPU 0 (GPU-0): persistence mode is off, expected on",
@@ -261,10 +293,11 @@ def test_the_fleet_majorities():
                 "n3": node("n3", "535", "2.12", 7, 32, None),
                 "n4": node("n4", "550", None, 0, None, 512 * gib, nvml="absent"),
                 "n5": failed("health", "down", "n5")}
-    models = {"n1": H100, "n2": H100, "n3": H100, "n4": None}
+    outcomes["n6"] = node("n6", "550", "2.13", 4)
+    models = {"n1": H100, "n2": H100, "n3": H100, "n4": None, "n6": None}
     assert summary("health", outcomes, models=models) == {
-        "driver": ("550", "", 3), "torch": ("2.13", "", 3),
-        "gpus": {"H100": (8, "", 3)},
+        "driver": ("550", "", 4), "torch": ("2.13", "", 4),
+        "gpus": {"H100": (8, "", 3), "": (4, "", 1)},
         "cpus": {"H100": (64, 3)}, "memory_gib": {"H100": (None, 2), "": (512, 1)}}
     empty = summary("health", {})
     assert empty == {"driver": (None, "no node reported a value", 0),

@@ -57,6 +57,7 @@ def test_memory_words_read_back_wrong_are_located():
         "offset 0x1002 (address 0x7f0002): expected 0x0000000000000001, found "
         "0x0000000000000003 (bits 1,5); 2 more located",), ())
     assert _examples([]) == "none could be located again (transient)"
+    assert _examples([bad_word(k) for k in range(4)]).endswith("(bits 1,5); 1 more located")
     assert _examples([bad_word(0)] * 3).endswith("(bits 1,5)")
 
 
@@ -100,6 +101,13 @@ def test_memory_judge_names_the_device_for_each_rule():
     assert judge("memory", memory(mem(0, nvml=nvml)), settings={"max_correctable_ecc": 5}) == (
         (), ("cuda:0 (H100, GPU-0): 2 correctable ECC errors during the memory check "
              "(limit 5)",))
+    lost = {"device": "cuda:0", "error": "OOM"}
+    o = memory(lost, mem(1, nvml=nvml, bytes=0), mem(2, nvml=nvml, bytes=0))
+    assert judge("memory", o, settings={"max_correctable_ecc": 5}) == ((
+        "cuda:1 (H100, GPU-1): no memory was tested (nothing could be allocated)",
+        "cuda:2 (H100, GPU-2): no memory was tested (nothing could be allocated)"), (
+        "cuda:1 (H100, GPU-1): 2 correctable ECC errors during the memory check (limit 5)",
+        "cuda:2 (H100, GPU-2): 2 correctable ECC errors during the memory check (limit 5)"))
     assert judge("memory", memory(mem(0, bytes=0)))[0] == (
         "cuda:0 (H100, GPU-0): no memory was tested (nothing could be allocated)",)
 
@@ -107,22 +115,30 @@ def test_memory_judge_names_the_device_for_each_rule():
 def test_memory_figures_and_evidence():
     nvml = {"before": {"ecc_corrected": 1, "ecc_uncorrected": None},
             "after": {"ecc_corrected": 4, "ecc_uncorrected": 0}}
-    rec = {"data": {"devices": [mem(0, nvml=nvml), {"device": "cuda:1", "error": "OOM"},
-                                {"device": "cuda:2"}]}}
+    both = {"before": {"ecc_corrected": 0, "ecc_uncorrected": 1},
+            "after": {"ecc_corrected": 0, "ecc_uncorrected": 2}}
+    rec = {"data": {"devices": [{"device": "cuda:1", "error": "OOM", "bytes": 1},
+                                mem(0, nvml=nvml, families={"walk": {"patterns": 2}}),
+                                {"device": "cuda:2"}, mem(3, nvml=both)]}}
     got = [(f.metric, f.labels, f.value) for f in memory_figures(rec)]
-    labels = (("device", "cuda:0"),)
+    labels, l3 = (("device", "cuda:0"),), (("device", "cuda:3"),)
     assert got == [("memory_bad_words", labels, 0), ("memory_tested_bytes", labels, 2 * GIB),
                    ("memory_verified_gbps", labels, 900.0),
-                   ("memory_ecc_errors", (*labels, ("type", "corrected")), 3)]
-    helps = [f.help for f in memory_figures(rec)]
+                   ("memory_ecc_errors", (*labels, ("type", "corrected")), 3),
+                   ("memory_bad_words", l3, 0), ("memory_tested_bytes", l3, 2 * GIB),
+                   ("memory_verified_gbps", l3, 900.0),
+                   ("memory_ecc_errors", (*l3, ("type", "corrected")), 0),
+                   ("memory_ecc_errors", (*l3, ("type", "uncorrected")), 1)]
+    helps = [f.help for f in memory_figures(rec)][:4]
     assert helps == ["Words of device memory read back wrong in the memory check",
                      "Bytes of device memory the memory check tested",
                      "Device memory written, read back and compared per second",
                      "ECC errors NVML counted during the memory check"]
     ev = memory_evidence(rec)["memory_errors.json"]
-    assert ev["cuda:0"] == {"uuid": "GPU-0", "bad_words": 0, "bad": [], "families": None,
-                            "nvml": nvml, "error": None}
-    assert ev["cuda:1"]["error"] == "OOM" and list(ev) == ["cuda:0", "cuda:1", "cuda:2"]
+    assert ev["cuda:0"] == {"uuid": "GPU-0", "bad_words": 0, "bad": [],
+                            "families": {"walk": {"patterns": 2}}, "nvml": nvml, "error": None}
+    assert ev["cuda:1"]["error"] == "OOM" and list(ev) == ["cuda:1", "cuda:0", "cuda:2",
+                                                           "cuda:3"]
 
 
 # --- dcgm -----------------------------------------------------------------------------
@@ -215,6 +231,11 @@ def test_dcgm_a_diagnostic_that_did_not_finish_fails_first():
     o = dcgm(stopped="SIGKILL", exit_status=None)
     assert "deadline of 0 s" in judge("dcgm", o)[0][0] and "within 0 s of" in \
         judge("dcgm", o)[0][0]
+
+
+def test_dcgm_without_results_judges_the_exit_status_alone():
+    o = outcome("dcgm", [], {"applies": True, "level": 1, "exit_status": 0})
+    assert judge("dcgm", o) == ((), ())
 
 
 def test_dcgm_probe_errors_and_evidence():

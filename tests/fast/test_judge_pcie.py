@@ -48,6 +48,12 @@ def test_pcie_nothing_measured_fails():
         "cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): no host-to-device figure",)
     assert judge("pcie", pcie({"device": "cuda:0", "error": "OOM"}), fleet=EMPTY,
                  devices=1) == ((), ())
+    assert judge("pcie", pcie(missing, gpu(1, h2d=1.0)), fleet=EMPTY, model=H100)[0] == (
+        "cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): no host-to-device figure",
+        "cuda:1 (NVIDIA H100 80GB HBM3, GPU-1): host-to-device 1.000 GB/s, below the floor of "
+        "50 GB/s")
+    assert judge("pcie", pcie(gpu(0), gpu(1), aggregate=agg(1.0, 1.0)), fleet=None) == (
+        (), ()), "no fleet figures: judged against the node alone"
 
 
 def test_pcie_below_the_floor_names_the_link_and_where_it_ran():
@@ -93,19 +99,30 @@ def test_pcie_against_the_fleet_and_the_node():
     assert judge("pcie", o, fleet=fleet, drop=("peer_fraction",))[0] != (), "0.8 by default"
     at = pcie(gpu(0, h2d=40.0, d2h=40.0), gpu(1, h2d=50.0, d2h=50.0), gpu(2))
     assert judge("pcie", at, fleet=fleet) == ((), ())
+    assert judge("pcie", at, fleet=fleet, drop=("peer_fraction",)) == ((), ()), \
+        "0.8 by default"
+    pair = pcie(gpu(0, h2d=30.0), gpu(1, h2d=50.0))
+    assert judge("pcie", pair, fleet=EMPTY)[0] == (
+        "cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): host-to-device 30.000 GB/s, below 0.8 x "
+        "40.000 GB/s, the median of the node's 2 GPUs",)
     lone = pcie(gpu(0, h2d=1.0, d2h=1.0))
     assert judge("pcie", lone, fleet=EMPTY) == ((), ()), "one GPU has no peers on its node"
 
 
 def test_pcie_all_gpus_at_once():
-    o = pcie(gpu(0, concurrent=(20.0, 50.0)), gpu(1, concurrent=(50.0, 50.0)),
-             gpu(2, concurrent=(50.0, 40.0)))
+    o = pcie(gpu(0, 100.0, 100.0, concurrent=(20.0, 50.0)),
+             gpu(1, 100.0, 100.0, concurrent=(50.0, 50.0)),
+             gpu(2, 100.0, 100.0, concurrent=(50.0, 40.0)))
     assert judge("pcie", o, fleet=EMPTY) == ((
         "cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): host-to-device 20.000 GB/s with all GPUs "
         "copying at once, below 0.8 x 50.000 GB/s, the node's median GPU then",), ())
     assert judge("pcie", o, fleet=EMPTY, settings={"peer_fraction": 0.3}) == ((), ())
     one = pcie(gpu(0, concurrent=(1.0, 1.0)))
     assert judge("pcie", one, fleet=EMPTY) == ((), ())
+    pair = pcie(gpu(0, concurrent=(10.0, 50.0)), gpu(1, concurrent=(50.0, 50.0)))
+    assert judge("pcie", pair, fleet=EMPTY)[0] == (
+        "cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): host-to-device 10.000 GB/s with all GPUs "
+        "copying at once, below 0.8 x 30.000 GB/s, the node's median GPU then",)
 
 
 def test_pcie_aggregate_floor_and_fleet():
@@ -120,6 +137,8 @@ def test_pcie_aggregate_floor_and_fleet():
         "GB/s, the median of the run's 3 nodes with 2 GPUs of this model",
         "all 2 GPUs at once: device-to-host 100.000 GB/s in aggregate, below 0.8 x 130.000 "
         "GB/s, the median of the run's 3 nodes with 2 GPUs of this model"), ())
+    at = pcie(gpu(0), gpu(1), aggregate=agg(88.0, 104.0))
+    assert judge("pcie", at, fleet=fleet) == ((), ()), "at 0.8 x the median is not below"
     two_nodes = {"gpu": {}, "aggregate": {(NAME, 2): {"h2d": (100.0, 2), "d2h": (130.0, 2)}}}
     assert judge("pcie", o, fleet=two_nodes) == ((), ())
     mixed = pcie(gpu(0), gpu(1, name="A100"), aggregate=agg(1.0, 1.0))
@@ -139,12 +158,15 @@ def test_pcie_fleet_summary():
                    {"device": "cuda:2", "error": "x", "h2d": rate(999.0)},
                    aggregate=agg(1.0, 1.0, 3), node="n3"),
         "n4": pcie(*[gpu(i, 999.0, 999.0) for i in range(5)], node="n4"),
+        "n6": pcie(gpu(0, 70.0, 70.0), gpu(1, 70.0, 70.0),
+                   {"device": "cuda:2", "name": NAME, "error": "lost"},
+                   aggregate=agg(130.0, 90.0), node="n6"),
         "n5": failed("pcie", "x", "n5"),
     }
-    got = summary("pcie", outcomes, {"n1": 2, "n2": 2, "n3": 3, "n4": 2})
-    assert got == {"gpu": {NAME: {"h2d": (45.0, 3), "d2h": (32.5, 2)},
+    got = summary("pcie", outcomes, {"n1": 2, "n2": 2, "n3": 3, "n4": 2, "n6": 3})
+    assert got == {"gpu": {NAME: {"h2d": (52.5, 4), "d2h": (40.0, 3)},
                            "A100": {"h2d": (30.0, 1)}},
-                   "aggregate": {(NAME, 2): {"h2d": (100.0, 2), "d2h": (60.0, 2)}}}
+                   "aggregate": {(NAME, 2): {"h2d": (110.0, 3), "d2h": (70.0, 3)}}}
     assert summary("pcie", {}) == {"gpu": {}, "aggregate": {}}
 
 

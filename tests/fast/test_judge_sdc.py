@@ -112,12 +112,16 @@ def event(product=7, wrong=3, rows=(1, 2), cols=(5,), examples=None, nonfinite=0
 
 
 def test_a_wrong_product_is_named_with_its_first_event_in_full():
-    dev = device(0, known={"events": [event(), event(9)], "bad_products": 2,
+    dev = device(0, known={"events": [event(), event(9)], "bad_products": 5,
                            "errors": {"rows": 2, "cols": 1}})
     assert judge("sdc", sdc(dev), fleet=AGREED)[0] == (
         "cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): known-answer bf16 n=8192 product #7: 3 wrong "
-        "elements in rows [1, 2] cols [5], e.g. C[1,5] = 4.5, expected 4.0; 1 more of 4 "
+        "elements in rows [1, 2] cols [5], e.g. C[1,5] = 4.5, expected 4.0; 4 more of 4 "
         "verified products wrong; expected none",)
+    # Without a count of bad products, the events listed are the count.
+    del dev["known"]["bad_products"]
+    assert judge("sdc", sdc(dev), fleet=AGREED)[0][0].endswith(
+        "expected 4.0; 1 more of 4 verified products wrong; expected none")
 
 
 def test_an_event_without_examples_with_nan_and_many_rows():
@@ -168,7 +172,7 @@ def test_the_fleet_digest_is_one_vote_per_node():
                 "n3": node_doc("n3", EVIL, EVIL, EVIL), "n4": failed("sdc", "down", "n4")}
     # n2 votes with the digest most of its devices produced (a tie: its first device's)
     assert summary("sdc", outcomes) == {KEY: (GOOD, "", 3)}
-    outcomes["n2"] = node_doc("n2", EVIL, GOOD, EVIL)
+    outcomes["n2"] = node_doc("n2", GOOD, EVIL, EVIL)
     assert summary("sdc", outcomes) == {KEY: (EVIL, "", 3)}
 
 

@@ -60,6 +60,13 @@ def test_storage_streams_one_per_gpu_or_per_cpu_device_or_as_configured():
     assert judge("storage", two, devices=None) == ((), ())
     four = storage(*(stream(i) for i in range(4)))
     assert judge("storage", four, devices=1, gpus=0, drop=("streams",)) == ((), ())
+    assert judge("storage", two, devices=1, gpus=0, drop=("streams",))[0][0].startswith(
+        "the probe reported 2 device(s), expected 4"), "4 streams by default"
+    assert judge("storage", storage(stream(0), errors=["stream 1: cannot open"]), devices=2,
+                 gpus=2)[0] == (
+        "stream 1: cannot open",
+        "the probe reported 1 device(s), expected 2 (the inventory's count, or what the "
+        "node's health facts showed)")
 
 
 def test_storage_floors_per_gpu_and_the_nodes_median():
@@ -85,6 +92,16 @@ def test_storage_floors_per_gpu_and_the_nodes_median():
         "stream 0: read 1.400 GB/s, below 0.5 x 3.000 GB/s, the node's median stream",)
     at_floor = storage(stream(0, read=2.0), stream(1, read=2.0))
     assert judge("storage", at_floor, settings={"min_read_gbps_per_gpu": 2.0}) == ((), ())
+    at_half = storage(stream(0, read=1.5), stream(1, read=3.0), stream(2, read=3.0))
+    assert judge("storage", at_half) == ((), ()), "half the median is not below it"
+    pair = storage(stream(0, read=0.1), stream(1, read=3.0))
+    assert judge("storage", pair)[0] == (
+        "stream 0: read 0.100 GB/s, below 0.5 x 1.550 GB/s, the node's median stream",)
+    writes_only = storage(stream(0, read=None, write=0.1), stream(1, read=None, write=3.0))
+    assert judge("storage", writes_only)[0] == (
+        "stream 0: write 0.100 GB/s, below 0.5 x 1.550 GB/s, the node's median stream",)
+    unsaid = outcome("storage", [stream(0)], {"path": "/data", "gpus": 0})
+    assert judge("storage", unsaid) == ((), ()), "no integrity_errors figure: none counted"
 
 
 def test_buffered_io_warns():
@@ -145,6 +162,9 @@ def test_allreduce_without_a_floor_against_the_runs_median():
     assert judge("allreduce", o, fleet={}, devices=1, gpus=0) == ((), ())
     unset = ("peer_fraction",)
     assert judge("allreduce", o, fleet=fleet, devices=1, gpus=0, drop=unset)[0] != ()
+    fine = allreduce([size(65536, 3.0)], world=2, ranks=2)
+    assert judge("allreduce", fine, fleet=fleet, devices=1, gpus=0, drop=unset) == ((), ()), \
+        "0.5 by default"
     at = allreduce([size(65536, 2.0)], world=2, ranks=2)
     assert judge("allreduce", at, fleet=fleet, devices=1, gpus=0) == ((), ())
 
@@ -184,6 +204,11 @@ def test_allreduce_ranks_one_per_gpu_or_cpu_device_or_as_configured():
     assert judge("allreduce", two, fleet={}, devices=None) == ((), ())
     unset = ("ranks",)
     assert judge("allreduce", two, fleet={}, devices=1, gpus=0, drop=unset) == ((), ())
+    three = allreduce([size(65536, 5.0)], world=3, ranks=3)
+    assert judge("allreduce", three, fleet={}, devices=1, gpus=0, drop=unset)[0][0].startswith(
+        "the probe reported 3 device(s), expected 2"), "2 ranks by default"
+    assert judge("allreduce", two, fleet={}, devices=2, gpus=0,
+                 settings={"ranks": 5}) == ((), ()), "two CPU devices: a rank each"
 
 
 def test_allreduce_fleet_median_of_voters():
@@ -199,7 +224,7 @@ def test_allreduce_fleet_median_of_voters():
 
 
 def test_allreduce_figures():
-    rec = {"data": {"figures": {"sweep": [size(1, 1.0), size(1 << 30, 450.0)]}}}
+    rec = {"data": {"figures": {"sweep": [size(1, 1.0), size(2, 2.0), size(1 << 30, 450.0)]}}}
     got = [(f.metric, f.labels, f.value, f.help) for f in allreduce_figures(rec)]
     assert got == [("allreduce_busbw_gbps", (("scope", "intra"), ("bytes", str(1 << 30))), 450.0,
                     "All-reduce bus bandwidth at the judged size")]
