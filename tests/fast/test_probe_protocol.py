@@ -103,6 +103,13 @@ def test_a_document_that_does_not_fit_its_schema_fails_with_the_field():
     assert judged(out(json.dumps(DOC)), schema=Obj(devices=List(Obj(x=Int())))).ok
 
 
+def test_a_document_with_too_many_keys_is_named_from_its_root():
+    schema = Obj(max_keys=8)
+    doc = {**DOC, **{f"k{i}": i for i in range(3)}}
+    assert judged(out(json.dumps(doc)), schema=schema).reason == \
+        "malformed probe output: : 9 keys, at most 8 expected"
+
+
 def test_text_in_a_document_is_made_safe_where_it_is_parsed():
     doc = {**DOC, "errors": ["GPU \x1b[2J\ud800"], "node": {"h\u202e": "x\ny"}}
     o = judged(out(json.dumps(doc)))
