@@ -231,6 +231,15 @@ def test_the_fleet_majorities():
                                      "rate": {}}
 
 
+def test_a_nodes_rate_is_the_one_most_of_its_ports_run_at_whatever_their_order():
+    def node(name, *rates):
+        return fabric([hca("a", *(port(str(i), rate=r) for i, r in enumerate(rates)))],
+                      node=name)
+    outcomes = {"n1": node("n1", 400.0, 200.0, 200.0), "n2": node("n2", 200.0, 200.0, 400.0),
+                "n3": node("n3", 400.0)}
+    assert summary("fabric", outcomes)["rate"] == {"InfiniBand": (200.0, "", 3)}
+
+
 def test_figures_and_evidence():
     p = port(growth={"symbol_error": 3})
     p2 = port("2", state="DOWN", rate_gbps=None)
