@@ -38,10 +38,11 @@ class Report:
         if props.get("admission_require"):
             return props["admission_require"].split(",")
         gpus = props.get("gpus", "unknown")
-        nodes = int(props.get("nodes_in_run") or 0) or len(self.cases)
+        count = props.get("nodes_in_run", "")
+        nodes = (int(count) if count.isdecimal() else 0) or len(self.cases)
         found = props.get("equipped_checks", "unknown")  # unknown: every tool counts as found
         equipped = None if found == "unknown" else frozenset(c for c in found.split(",") if c)
-        return applicable(int(gpus) if gpus.isdigit() else None, nodes, equipped)
+        return applicable(int(gpus) if gpus.isdecimal() else None, nodes, equipped)
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,13 @@ def read_junit(path: Path, strict: bool = True) -> Report:
         raise ReportError(f"{path}: no <testsuite>, so no node to admit")
     report = Report()
     nodes = report.cases
+    runs = set()  # of every testsuite: a node's second one may come from another run
     for suite in suites:
         name = suite.get("name")
         if not name:
             raise ReportError(f"{path}: a <testsuite> without a name (the node)")
         props = {p.get("name"): p.get("value") or "" for p in suite.iter("property")}
+        runs.add(props.get("run_id"))
         if strict:
             _trusted(path, name, props)
         report.properties.setdefault(name, props)
@@ -91,7 +94,7 @@ def read_junit(path: Path, strict: bool = True) -> Report:
             cases.append((check, outcome, message))
     if not any(nodes.values()):
         raise ReportError(f"{path}: no <testcase> at all, so no check passed")
-    if len({p.get("run_id") for p in report.properties.values()}) > 1:
+    if len(runs) > 1:
         raise ReportError(f"{path}: testsuites of different runs in one report")
     return report
 

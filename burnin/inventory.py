@@ -81,7 +81,8 @@ KINDS = {
                      "an integer >= 1, or auto"),
     "faults": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
                "a list of mappings"),
-    "check_list": (lambda v: isinstance(v, list) and v and all(x in CHECKS for x in v),
+    "check_list": (lambda v: isinstance(v, list) and v
+                   and all(isinstance(x, str) and x in CHECKS for x in v),
                    "a non-empty list of: " + ", ".join(CHECKS)),
     # YAML reads an unquoted `off` as false: README's `kernel_log: off` must mean off.
     "kernel_log": (lambda v: v is False or _is_str(v), "auto, off, or a file of kernel log lines"),

@@ -59,7 +59,12 @@ def load(path: Path, shown_as: str | None = None):
         raise SourceErrors([SourceError(shown, None, "", "file not found")]) from None
     except (OSError, UnicodeDecodeError) as e:
         raise SourceErrors([SourceError(shown, None, "", f"cannot read: {e}")]) from None
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow, anywhere
+        line = text.count("\n", 0, e.position) + 1
+        raise SourceErrors([SourceError(shown, line, "", f"not valid YAML: {e.reason} "
+                                        f"#x{e.character:04x}")]) from None
     try:
         root = loader.get_single_node()
         if root is None:
@@ -72,6 +77,9 @@ def load(path: Path, shown_as: str | None = None):
         raise SourceErrors([SourceError(shown, line, "", f"not valid YAML: {problem}")]) from None
     except yaml.YAMLError as e:
         raise SourceErrors([SourceError(shown, None, "", f"not valid YAML: {e}")]) from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise SourceErrors([SourceError(shown, None, "", "not valid YAML: nested too deeply "
+                                        "to read")]) from None
     finally:
         loader.dispose()
 

@@ -43,6 +43,7 @@ def bad(check: str, tag: str, message: str = "why") -> str:
 GOOD = junit(suite("n1", ok("health"), ok("sdc")), suite("n2", ok("health"), ok("sdc")))
 EVERY = ("health", "fabric", "pcie", "memory", "dcgm", "sdc", "burn", "storage", "allreduce",
          "allreduce_internode")
+CPU_ONLY = tuple(c for c in EVERY if c not in ("pcie", "dcgm"))
 HEALTH_ONLY = junit(*(suite(n, ok("health"), admission_require=None) for n in ("n1", "n2")))
 FULL = junit(*(suite(n, *map(ok, EVERY), admission_require=None) for n in ("n1", "n2")))
 PYTEST_OWN = junit('<testsuite name="pytest"><testcase classname="suites.test_health" '
@@ -80,9 +81,12 @@ DOCTORED = [
     ("full-suite-on-cpu-nodes", FULL, [], 0, {}),
     ("a-lone-node-needs-no-internode", junit(suite("n1", *map(ok, EVERY[:-1]), nodes_in_run="1",
                                                    admission_require=None)), [], 0, {}),
+    # Both nodes passed every check a CPU node needs; the one whose GPU count the run never
+    # learned is held to the GPU checks too (pcie, dcgm), which it lacks.
     ("unknown-gpu-count-requires-everything", junit(
-        suite("n1", *map(ok, EVERY), gpus="unknown", admission_require=None),
-        suite("n2", *map(ok, EVERY), admission_require=None)), [], 0, {}),
+        suite("n1", *map(ok, CPU_ONLY), gpus="unknown", admission_require=None),
+        suite("n2", *map(ok, CPU_ONLY), admission_require=None)), [], 1,
+     {"n1": "pcie: no testcase"}),
     ("inventory-require-wins-over-the-table", HEALTH_ONLY, ["--inventory", "{inv_require}"], 0,
      {}),
     # Only a complete report burnin wrote is the admission contract.

@@ -88,7 +88,12 @@ def test_a_malformed_figure_fails_only_its_node(pytester, check, edit, why):
 
 def test_a_node_claiming_20_devices_at_5000_tflops_cannot_poison_the_fleet(pytester):
     """It fails (wrong count, beyond any plausible figure, a foreign digest); its honest
-    peers are not made stragglers or the odd digest out by its twenty votes."""
+    peers are not made stragglers or the odd digest out by its twenty votes.
+
+    Burn runs with peer_fraction 1: any node below the fleet's median fails. Only the
+    device-count filter (Fleet.voters) keeps the liar from voting: with its vote the
+    median of three nodes is the faster honest node, and the slower one fails as a
+    straggler; without it, two nodes are too few to compare and both pass."""
     edit = """
         if probe == 'burn':
             dev = dict(doc['devices'][0], tflops=5000.0)
@@ -98,7 +103,9 @@ def test_a_node_claiming_20_devices_at_5000_tflops_cannot_poison_the_fleet(pytes
             dev['known']['digest'] = 'f' * 64
             doc['devices'] = [dict(dev, device=f'cpu:{i}') for i in range(20)]
     """
-    result, reports = run_suite(pytester, three_nodes(pytester, edit), "-k", "sdc or burn")
+    strict = {**TINY, "burn": {**TINY["burn"], "peer_fraction": 1.0}}
+    result, reports = run_suite(pytester, three_nodes(pytester, edit, checks=strict), "-k",
+                                "sdc or burn")
     cases = junit_cases(reports)
     for node in ("n1", "n2"):
         assert cases[node] == {"sdc": ("passed", ""), "burn": ("passed", "")}, cases[node]

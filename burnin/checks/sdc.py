@@ -105,7 +105,7 @@ def _known_faults(where: str, known: dict, summary: dict) -> list[str]:
         if common is None and count >= PEERS:
             out.append(f"{where}: {what}: result digest {known['digest'][:12]}: {why} "
                        f"among {count} nodes")
-        elif known["digest"] != common:
+        elif common is not None and known["digest"] != common:
             out.append(f"{where}: {what}: result digest {known['digest'][:12]} differs from "
                        f"{common[:12]}, the digest of most of the run's {count} nodes")
     return out
