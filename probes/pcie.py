@@ -145,12 +145,21 @@ class Worker:
             self.error, doc = f"{self.d.label}: {doc['error']}", None
         return doc
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Tells the worker to leave, without waiting for it (close waits)."""
+        if self.proc.stdin.closed:
+            return
         self.send({"do": "exit"})
         try:
             self.proc.stdin.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.stop()
+        try:
             self.proc.wait(timeout=30)
-        except (OSError, subprocess.TimeoutExpired):
+        except subprocess.TimeoutExpired:
             self.proc.kill()
 
 
@@ -209,6 +218,8 @@ def run(devs, payload: dict, settings: dict, records: list[dict], errors: list[s
                 errors += [f"{rec['device']}: NVML {e}" for e in tel["errors"]]
         return aggregate
     finally:
+        for w in workers:  # all leave at once: one slow to exit delays only itself
+            w.stop()
         for w, rec in zip(workers, records, strict=True):
             w.close()
             if w.error:
@@ -234,7 +245,12 @@ def main() -> int:
         print(__doc__)
         return 0
     if "--worker" in sys.argv:
-        return worker(int(sys.argv[sys.argv.index("--worker") + 1]))
+        code = worker(int(sys.argv[sys.argv.index("--worker") + 1]))
+        # The kernel frees what the worker holds; the interpreter's teardown of torch would
+        # only keep the probe waiting (seconds on a busy or slow node).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     payload = probelib.read_payload()
     probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
