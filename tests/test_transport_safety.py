@@ -94,7 +94,13 @@ def test_a_link_that_dies_silently_fails_its_node_within_the_bound(pytester, mak
                                                                    tmp_path, finding):
     hosts = make_hosts(2)
     started = tmp_path / "started"
-    py = script(tmp_path / "py", f"touch {started}-$(hostname); exec {sys.executable} \"$@\"\n")
+    # What is tested is the link, not the probe: recorded sdc documents, h1's at once and
+    # h2's after a minute (its probe still running, lifeline held, when its link is cut).
+    quick = replay_python(tmp_path / "quick")
+    held = replay_python(tmp_path / "held", delay_s=60)
+    py = script(tmp_path / "py", f"touch {started}-$(hostname)\n"
+                f'if [ "$(hostname)" = h2 ]; then exec {held} "$@"; fi\n'
+                f'exec {quick} "$@"\n')
     inv = hosts.write_inventory(pytester.path / "inv.yaml", python=py, checks={
         "sdc": {"duration_s": 20, "n": 64, "random_repeats": 2, "timeout_s": 900}})
     cut = {}
