@@ -215,11 +215,19 @@ def test_failing_nvlink_calls_are_errors_not_unsupported(nvml_in_process):
 
 
 def throttle(pidfile: Path, stop: threading.Event) -> None:
-    """Slow a probe down for real, below it: stop and continue it, 80% stopped."""
+    """Slow a probe down for real, below it: stop and continue it, 80% stopped, from when
+    it has loaded torch (its start-up is not what the burn measures)."""
     deadline = time.monotonic() + 60
     while not pidfile.exists() and time.monotonic() < deadline and not stop.is_set():
         time.sleep(0.01)
     pid = int(pidfile.read_text())
+    while time.monotonic() < deadline and not stop.is_set():
+        try:
+            if "libtorch" in Path(f"/proc/{pid}/maps").read_text():
+                break
+        except OSError:
+            return
+        time.sleep(0.05)
     try:
         while not stop.is_set():
             os.kill(pid, signal.SIGSTOP)

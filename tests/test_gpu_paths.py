@@ -86,7 +86,9 @@ def test_a_gpu_node_whose_gpus_torch_cannot_see_fails_instead_of_using_its_cpu(p
     inv.write_text(json.dumps({
         "version": 1, "defaults": {"transport": "local", "gpus": 0}, "checks": TINY,
         "nodes": [
-            {"name": "cpu"},
+            # The control: a CPU node passes (its recorded documents; the GPU nodes' probes
+            # are what is tested, and they run for real).
+            {"name": "cpu", "python": replay_python(tmp_path / "py-cpu")},
             # The inventory says 2 GPUs; this machine's torch has no CUDA at all.
             {"name": "declared", "gpus": 2},
             # gpus auto: NVML sees 2 GPUs, torch none (a driver/CUDA mismatch).

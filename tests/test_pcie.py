@@ -122,9 +122,18 @@ def test_a_gpu_slowed_below_the_probe_fails_alone_by_index_and_uuid(pytester, nv
     stop, throttled = threading.Event(), threading.Event()
     slower = threading.Thread(target=throttle_worker, args=(2, stop, throttled), daemon=True)
     slower.start()
+    # The probe and its workers (which inherit it) run ahead of whatever else this machine
+    # runs, as a real node's GPUs do not share their copy engines with another test: a
+    # healthy worker starved through all its rounds was once the slowest (1.4 of 35 GB/s).
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, -10)
+    except PermissionError:  # not root: the run takes its chances with the machine's load
+        pass
     try:
         result, reports = run_suite(pytester, inv, "-k", "pcie")
     finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
         stop.set()
         slower.join()
     assert throttled.is_set(), "the throttle never found GPU 2's worker"
