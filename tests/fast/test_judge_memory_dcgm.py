@@ -36,6 +36,15 @@ def test_memory_passes_a_clean_device_and_fails_a_failed_probe():
     assert judge("memory", failed("memory", "killed")) == (("killed",), ())
 
 
+def test_memory_bad_words_on_a_device_that_reported_no_size_say_no_memory_was_tested():
+    dev = mem(0, bad_words=2, bad=[bad_word(0)])
+    del dev["bytes"]
+    fail, _ = device_rules(dev, {})
+    assert fail[0] == "no memory was tested (nothing could be allocated)"
+    assert fail[1].startswith("2 words read back wrong over 12 patterns of 0.000 GiB, "
+                              "expected 0; "), fail
+
+
 def test_memory_with_no_device_tested_fails():
     assert judge("memory", memory()) == (("no device was tested",), ())
     assert judge("memory", memory(errors=["cuda:0: out of memory"])) == (

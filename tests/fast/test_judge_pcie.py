@@ -197,3 +197,16 @@ def test_pcie_figures_and_evidence():
         "uuid": "GPU-0", "pci_bus_id": "18:00.0", "link": {"width": 16, "gen": 5},
         "affinity": None, "h2d": rate(50.0), "d2h": rate(50.0),
         "concurrent": {"h2d": rate(40.0), "d2h": rate(41.0)}, "pinned": None, "error": None}
+
+
+def test_pcie_a_gpu_that_reported_an_error_is_no_yardstick_for_the_others():
+    """A GPU whose worker failed is not in the node's median: here 4.0 GB/s is below 0.8 of
+    the median of the two healthy readings (7.0), though not of all three (4.0); the broken
+    GPU is judged by its error, not by a figure from a worker that failed."""
+    broken = gpu(0, h2d=1.0, d2h=50.0, error="worker for cuda:0 is gone")
+    verdict = judge("pcie", pcie(broken, gpu(1, h2d=10.0), gpu(2, h2d=4.0)), fleet=EMPTY,
+                    settings={"min_gbps": 0.5})
+    assert "cuda:2 (NVIDIA H100 80GB HBM3, GPU-2): host-to-device 4.000 GB/s, below 0.8 x " \
+           "7.000 GB/s, the median of the node's 2 GPUs" in verdict[0]
+    assert not any(f.startswith("cuda:0") for f in verdict[0]), verdict
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 from judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.allreduce import figures as allreduce_figures
-from burnin.checks.allreduce import judged
+from burnin.checks.allreduce import judged, saturation
 from burnin.checks.storage import figures as storage_figures
 
 
@@ -254,3 +254,14 @@ def test_allreduce_gpu_nodes_are_held_to_085_of_their_peers_by_default():
         "intra-node busbw 339.000 GB/s at 1024 MiB, the best of the sweep (8 ranks), below "
         "0.85 x 400.000 GB/s, the median of the run's 3 nodes of this model and rank count",)
     assert judge("allreduce", ok, **below) == ((), ())
+
+
+def test_allreduce_saturation_is_the_smallest_size_within_the_share_of_the_best():
+    assert saturation([]) is None
+    sweep = [size(1 << 20, 50.0), size(1 << 28, 95.0), size(1 << 29, 100.0),
+             size(1 << 30, 99.0)]
+    assert saturation(sweep) == size(1 << 28, 95.0), "95 is 0.95 of 100: saturated"
+    assert saturation(sweep, share=0.96) == size(1 << 29, 100.0)
+    assert saturation(sweep, share=0.5) == size(1 << 20, 50.0)
+    assert saturation([size(1 << 29, 100.0), size(1 << 28, 96.0)]) == size(1 << 28, 96.0), \
+        "the smallest size, whatever the sweep's order"
