@@ -8,16 +8,19 @@ mutmut (configured in pyproject.toml, [tool.mutmut]) copies the code to mutants/
 each mutant, and runs against it the fast-tier tests that reach the mutated function. A
 mutant is killed when a test fails; a timeout (the mutant hung a test past its limit)
 counts as caught, shown apart. Every survivor is either killed by a new test or listed
-with its reason in TESTING.md's equivalent mutants.
+with its reason in tests/equivalent_mutants.txt.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -44,43 +47,143 @@ def status(code) -> str:
     return "not checked" if code is None else f"other ({code})"
 
 
+EQUIVALENT = REPO / "tests" / "equivalent_mutants.txt"
+# SQLite reads keywords and names in any case, and Python codec names likewise: a mutant
+# that only changes the case of such a string changes nothing (an SQL text is one that
+# starts with a statement's keyword).
+CASE_BLIND = re.compile(r"(select|insert|update|delete|pragma|begin|commit|rollback|alter|"
+                        r"create|values|where|order by|utf-8)\b", re.IGNORECASE)
+
+
+def functions(module: str) -> dict[str, str]:
+    """{mutant or original function name: its source} in mutants/ for `module`."""
+    path = REPO / "mutants" / (module.replace(".", "/") + ".py")
+    src = path.read_text()
+    lines = src.splitlines(keepends=True)  # once: ast.get_source_segment splits per call
+    return {n.name: "".join(lines[n.lineno - 1:n.end_lineno]) for n in ast.walk(ast.parse(src))
+            if isinstance(n, ast.FunctionDef) and "__mutmut_" in n.name}
+
+
+def _strings(tree) -> list:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+
+
+def case_only(orig: str, mutant: str) -> bool:
+    """The mutant only changes the case of an SQL text or a codec name."""
+    a, b = ast.parse(textwrap.dedent(orig)), ast.parse(textwrap.dedent(mutant))
+    sa, sb = _strings(a), _strings(b)
+    if len(sa) != len(sb):
+        return False
+    changed = [(x.value, y.value) for x, y in zip(sa, sb, strict=True) if x.value != y.value]
+    for node in sa + sb:
+        node.value = node.value.lower()
+    renamed = ast.dump(b).replace(_name(mutant), _name(orig))
+    return bool(changed) and ast.dump(a) == renamed and all(
+        x.lower() == y.lower() and CASE_BLIND.match(x.strip()) for x, y in changed)
+
+
+def _body(src: str) -> str:
+    """A function's text past its def line."""
+    return src.split("\n", 1)[1] if "\n" in src else ""
+
+
+def _name(src: str) -> str:
+    return src.split("def ", 1)[1].split("(", 1)[0]
+
+
+def listed() -> dict[str, tuple[str, str]]:
+    """{mutant: (what its code must hold, reason)} from tests/equivalent_mutants.txt."""
+    out, reason = {}, ""
+    for raw in EQUIVALENT.read_text().splitlines():
+        line = raw.strip()
+        if line.startswith("## "):
+            reason = line[3:]
+        elif line and not line.startswith("#"):
+            name, _, holds = line.partition(" ")
+            out[name] = (holds.strip(), reason)
+    return out
+
+
+def explain(key: str, known: dict, cache: dict) -> str | None:
+    """Why surviving mutant `key` is equivalent, or None (it must be killed)."""
+    module = key.rsplit(".", 1)[0]
+    if module not in cache:
+        cache[module] = functions(module)
+    fns = cache[module]
+    func = key.rsplit(".", 1)[1]
+    mutant, orig = fns.get(func), fns.get(func.rsplit("__mutmut_", 1)[0] + "__mutmut_orig")
+    if mutant is None or orig is None:
+        return None
+    if case_only(orig, mutant):
+        return "SQL and codec names are case-blind"
+    if key in known:
+        holds, reason = known[key]
+        # The line pins the mutant: after an edit the same number may name another one.
+        if holds and holds in _body(mutant) and holds not in _body(orig):
+            return reason
+    return None
+
+
 def score(argv: list[str]) -> int:
     root = REPO / "mutants"
     metas = sorted(root.rglob("*.py.meta"))
     if not metas:
         print("no results under mutants/: run `python tests/mutation.py` first", file=sys.stderr)
         return 2
-    rows, survivors = [], []
+    known, cache = listed(), {}
+    rows, unexplained, used = [], [], set()
     total: Counter = Counter()
     for meta in metas:
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         if all(c is None for c in codes.values()):
             continue  # a module no run has tested (not one of MODULES)
         module = str(meta.relative_to(root))[: -len(".meta")]
-        counts = Counter(status(c) for c in codes.values())
+        counts: Counter = Counter()
+        for key, code in codes.items():
+            state = status(code)
+            if state == "survived":
+                why = explain(key, known, cache)
+                if why is not None:
+                    state = "equivalent"
+                    used.add(key)
+                else:
+                    unexplained.append(key)
+            elif state not in ("killed", "timeout"):
+                unexplained.append(key)
+            counts[state] += 1
         total.update(counts)
         rows.append((module, counts, len(codes)))
-        survivors += [k for k, c in codes.items() if status(c) not in ("killed", "timeout")]
     md = "--markdown" in argv
 
     def line(name, counts, n):
         caught = counts["killed"] + counts["timeout"]
-        pct = 100.0 * caught / n if n else 100.0
-        rest = n - caught - counts["survived"]
+        raw = 100.0 * caught / n if n else 100.0
+        real = n - counts["equivalent"]
+        pct = 100.0 * caught / real if real else 100.0
+        rest = n - caught - counts["survived"] - counts["equivalent"]
         if md:
-            return (f"| {name} | {counts['killed']} | {counts['timeout']} | "
-                    f"{counts['survived']} | {rest} | {caught}/{n} | {pct:.1f}% |")
-        return (f"{name:28} killed {counts['killed']:4}  timeout {counts['timeout']:2}  "
-                f"survived {counts['survived']:3}  not run {rest:3}  {caught}/{n} {pct:5.1f}%")
+            return (f"| {name} | {n} | {counts['killed']} | {counts['timeout']} | "
+                    f"{counts['equivalent']} | {counts['survived']} | {rest} | {raw:.1f}% | "
+                    f"{pct:.1f}% |")
+        return (f"{name:28} {n:4} killed {counts['killed']:4}  timeout {counts['timeout']:2}  "
+                f"equivalent {counts['equivalent']:2}  survived {counts['survived']:2}  "
+                f"not run {rest:2}  raw {raw:5.1f}%  score {pct:5.1f}%")
     if md:
-        print("| module | killed | timeout | survived | not run | caught/total | score |")
-        print("|---|---|---|---|---|---|---|")
+        print("| module | mutants | killed | timeout | equivalent | survived | not run | raw | "
+              "score |")
+        print("|---|---|---|---|---|---|---|---|---|")
     for name, counts, n in rows:
         print(line(name, counts, n))
     print(line("**all**" if md else "all", total, sum(n for *_, n in rows)))
-    if "--survivors" in argv:
-        print("\n".join(sorted(survivors)))
-    return 0
+    stale = sorted(set(known) - used)
+    if stale:
+        print(f"\n{len(stale)} listed as equivalent but not a surviving mutant with that code "
+              f"(killed now, or renumbered): edit {EQUIVALENT.name}:\n  " + "\n  ".join(stale))
+    if unexplained:
+        print(f"\n{len(unexplained)} mutants neither killed nor explained as equivalent"
+              + (":\n  " + "\n  ".join(sorted(unexplained)) if "--survivors" in argv
+                 else " (--survivors lists them)"))
+    return 1 if unexplained or stale else 0
 
 
 def run(modules: list[str]) -> int:
