@@ -6,7 +6,7 @@ rw=read:<iodepth-1 blocks>, so that the threads interleave block by block as the
 probe's do), requests of one block, O_DIRECT, files preallocated (fallocate=native, as
 the probe does) and I/O buffers on 2 MiB huge pages (iomem=shmhuge; the probe asks for
 transparent huge pages). fio writes its own new files, then reads the very files the
-probe just wrote, while the probe waits (its handshake_dir); which tool goes first
+probe just wrote, while the probe waits (its test hook handshake_dir); which tool goes first
 alternates from run to run. Both figures are fio's definition: all bytes over one clock,
 from the start to the last completion of any stream. The block device's counters give
 each run's average request size: where the figures differ, that is the first place to
@@ -133,8 +133,8 @@ class ProbeRun:
         payload = {"gpus": 0, "storage": {"path": str(directory)},
                    "settings": {"size_gb": (file_bytes + (args.block_mb << 19)) / 1e9,
                                 "streams": args.streams, "iodepth": args.iodepth,
-                                "block_mb": args.block_mb, "verify": args.verify,
-                                "handshake_dir": str(handshake)}}
+                                "block_mb": args.block_mb, "verify": args.verify},
+                   "test_hooks": {"handshake_dir": str(handshake)}}
         self.stderr = open(handshake / "stderr", "w+")
         self.proc = subprocess.Popen([sys.executable, str(REPO / "probes" / "storage.py")],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -79,8 +79,6 @@ KINDS = {
     "verify": (lambda v: v in ("inline", "after"), "inline or after"),
     "verify_every": (lambda v: v == "auto" or (_is_int(v) and v >= 1),
                      "an integer >= 1, or auto"),
-    "faults": (lambda v: isinstance(v, list) and all(isinstance(x, dict) for x in v),
-               "a list of mappings"),
     "check_list": (lambda v: isinstance(v, list) and v
                    and all(isinstance(x, str) and x in CHECKS for x in v),
                    "a non-empty list of: " + ", ".join(CHECKS)),

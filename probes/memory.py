@@ -19,7 +19,8 @@ Settings (optional): memory_fraction (0.9), chunk_mb (1024), slice_mb (256 on a 
 on a CPU: the compare's unit), host_bytes, retention_s, passes (1), seed (default: from
 the run id).
 
-FOR THE PROJECT'S TESTS ONLY, never on a fleet: backing_dir makes device i's region a
+FOR THE PROJECT'S TESTS ONLY, in the payload's test_hooks (probelib.test_hooks: never sent
+by the controller): backing_dir makes device i's region a
 shared mapping of the file backing_dir/device-i, which a test corrupts from another
 process; alias_pages [{"device": i, "page": p, "onto": q}] maps page p of that region
 onto the file's page q too (two addresses, one memory); handshake_dir: at the retention
@@ -75,12 +76,12 @@ def nvml_after(tel, record: dict) -> None:
                       "unsupported": sorted(d["unsupported"]), "errors": d["errors"]}
 
 
-def region_for(d, dev, settings: dict):
+def region_for(d, dev, settings: dict, hooks: dict):
     import memcore
-    if settings.get("backing_dir"):
-        aliases = [(a["page"], a["onto"]) for a in settings.get("alias_pages", [])
+    if hooks.get("backing_dir"):
+        aliases = [(a["page"], a["onto"]) for a in hooks.get("alias_pages", [])
                    if a.get("device", 0) == d.index]
-        return memcore.backed_region(os.path.join(settings["backing_dir"], f"device-{d.index}"),
+        return memcore.backed_region(os.path.join(hooks["backing_dir"], f"device-{d.index}"),
                                      int(settings["host_bytes"]), aliases)
     if dev.type == "cuda":
         slice_bytes = int(settings.get("slice_mb", 256)) * MIB
@@ -90,9 +91,9 @@ def region_for(d, dev, settings: dict):
     return memcore.host_region(int(settings.get("host_bytes", 256 * MIB)), dev)
 
 
-def handshake(settings: dict, d) -> None:
+def handshake(hooks: dict, d) -> None:
     """Tests only: say the pause began, and wait for the test to let the probe go on."""
-    where = settings.get("handshake_dir")
+    where = hooks.get("handshake_dir")
     if not where:
         return
     open(os.path.join(where, f"paused-{d.index}"), "w").close()
@@ -100,7 +101,7 @@ def handshake(settings: dict, d) -> None:
         time.sleep(0.02)
 
 
-def test_device(d, settings: dict, seed: int) -> dict:
+def test_device(d, settings: dict, seed: int, hooks: dict) -> dict:
     """The whole test on one device, in its own thread."""
     import gemmcore as core
     import memcore
@@ -110,7 +111,7 @@ def test_device(d, settings: dict, seed: int) -> dict:
     if dev.type == "cuda":
         record["memory_bytes"] = torch.cuda.get_device_properties(dev).total_memory
         record["free_bytes"] = torch.cuda.mem_get_info(dev)[0]
-    region = region_for(d, dev, settings)
+    region = region_for(d, dev, settings, hooks)
     if region.note:
         record["region"] = region.note
     slice_mb = settings.get("slice_mb") or (256 if dev.type == "cuda" else 64)
@@ -146,7 +147,7 @@ def test_device(d, settings: dict, seed: int) -> dict:
     retention = float(settings.get("retention_s", 0))
     if last is not None and retention > 0:
         paused = time.perf_counter()
-        handshake(settings, d)
+        handshake(hooks, d)
         time.sleep(max(0.0, retention - (time.perf_counter() - paused)))
         check(last, "retention", f"{last.name}, re-read after {retention:g} s", write=False)
     tested = region.bytes
@@ -164,7 +165,7 @@ def main() -> int:
     payload = probelib.start(__doc__, PROBE)
     if payload is None:
         return 0
-    settings = payload.get("settings", {})
+    settings, hooks = payload.get("settings", {}), probelib.test_hooks(payload)
     errors: list[str] = []
     tel = nvml_before(payload, errors)  # before torch and CUDA start
     import gemmcore as core
@@ -182,7 +183,7 @@ def main() -> int:
 
     def work(d) -> None:
         try:
-            out[d.index] = test_device(d, settings, seed)
+            out[d.index] = test_device(d, settings, seed, hooks)
         except Exception as e:  # one device's failure is that device's result
             out[d.index]["error"] = f"{type(e).__name__}: {e}"
             log(f"{d.label}: {out[d.index]['error']}")

@@ -24,6 +24,11 @@ devices i, j, ... (in that order) as cuda:0, cuda:1, ..., each computing on the 
 "mig:i" is a MIG device of NVML's GPU i. With
 NVML emulated below nvidia-ml-py, every GPU path of the probes (counts, pairing, per-device
 workers, telemetry) then runs on a machine without a GPU. Never set it on a fleet.
+
+FOR THE PROJECT'S TESTS ONLY: a payload's `test_hooks` (faults planted in a probe's own
+results, pauses between its phases: each probe's docstring says which) come only from a
+test that writes the payload itself. The controller never sends them, and an inventory
+that names one is refused like any unknown key.
 """
 
 from __future__ import annotations
@@ -123,6 +128,12 @@ def start(doc: str, probe: str) -> dict | None:
     payload = read_payload()
     watch_controller(payload, probe)
     return payload
+
+
+def test_hooks(payload: dict) -> dict:
+    """The payload's test-only hooks (never sent by the controller), or none."""
+    hooks = payload.get("test_hooks")
+    return hooks if isinstance(hooks, dict) else {}
 
 
 def watch_controller(payload: dict, probe: str) -> None:

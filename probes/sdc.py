@@ -16,11 +16,11 @@ duration_s, max_products (stop sooner), random_repeats, verify_every (auto keeps
 verification near 3% of the time), memory_fraction (GPU share given to output
 buffers), buffers (CPU).
 
-FOR THE PROJECT'S TESTS ONLY: settings.inject, a list of faults planted in the probe's
-own results, e.g. {"device": 0, "product": 3, "element": [i, j], "bit": 7} (or "value":
-"nan"|"inf"|x, or "add": x; "input": "A" corrupts an input after its checksums were
-taken; "mode": "random" with "repeat": r corrupts a random-mode repeat). Never set it on
-a real fleet: it makes a healthy device look faulty.
+FOR THE PROJECT'S TESTS ONLY: test_hooks.inject (probelib.test_hooks: never sent by the
+controller), a list of faults planted in the probe's own results, e.g. {"device": 0,
+"product": 3, "element": [i, j], "bit": 7} (or "value": "nan"|"inf"|x, or "add": x;
+"input": "A" corrupts an input after its checksums were taken; "mode": "random" with
+"repeat": r corrupts a random-mode repeat). It makes a healthy device look faulty.
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class Inputs:
             return self.built[(n, dtype)]
 
 
-def worker(d, settings, inputs: Inputs, out) -> None:
+def worker(d, settings, inputs: Inputs, out, planted: list) -> None:
     dev = core.bind(d)  # first, before anything touches the device
     record = core.describe(d)
     try:
@@ -175,7 +175,7 @@ def worker(d, settings, inputs: Inputs, out) -> None:
             nbuf = max(2, min(nbuf, 256))
         else:
             nbuf = settings.get("buffers", 4)
-        faults = [f for f in settings.get("inject", []) if f.get("device", 0) == d.index]
+        faults = [f for f in planted if f.get("device", 0) == d.index]
         record["selftest"] = selftest_device(dev, dtype)
         ka = core.KnownAnswer(inputs.get(n, dtype), dev)
         record["known"] = run_known(d, ka, settings.get("duration_s", 30),
@@ -225,7 +225,9 @@ def main() -> int:
     started = time.time()
     out: list = [None] * len(devs)
     inputs = Inputs()
-    threads = [threading.Thread(target=worker, args=(d, settings, inputs, out)) for d in devs]
+    planted = probelib.test_hooks(payload).get("inject", [])
+    threads = [threading.Thread(target=worker, args=(d, settings, inputs, out, planted))
+               for d in devs]
     for t in threads:
         t.start()
     for t in threads:

@@ -19,8 +19,9 @@ Files are removed at the end, also on failure or when killed.
         | python3 probes/storage.py
 
 Settings: size_gb (per stream), duration_s (time-based instead), block_mb (4), iodepth
-(4), streams (CPU nodes, 4), verify (inline | after). FOR TESTS AND BENCHMARKS ONLY:
-handshake_dir, the probe writes 'written' there after the write phase and waits for 'go'
+(4), streams (CPU nodes, 4), verify (inline | after). FOR TESTS AND BENCHMARKS ONLY, in the
+payload's test_hooks (probelib.test_hooks: never sent by the controller): handshake_dir, the
+probe writes 'written' there after the write phase and waits for 'go'
 before reading; after the read phase it writes 'read' and, if 'hold' is there, waits for
 'end' before its untimed checks and clean-up (another tool may read the files meanwhile).
 """
@@ -355,7 +356,7 @@ def main() -> int:
             figures["huge_page_buffers"] = all(s.huge_pages for s in streams)
             if not direct:
                 figures["direct_reason"] = why + "; buffered I/O, fsync, cache dropped"
-            handshake = settings.get("handshake_dir")
+            handshake = probelib.test_hooks(payload).get("handshake_dir")
             if handshake and not errors:
                 signal_and_wait(handshake, "written", "go")
             if not errors:

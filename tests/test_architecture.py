@@ -102,3 +102,16 @@ def test_no_module_outside_the_table_branches_on_a_check_name():
                 if any(v in names for v in consts):
                     offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert offenders == []
+
+
+def test_the_controller_never_sends_the_probes_test_hooks():
+    """Faults planted in a probe's results and pauses between its phases reach a probe only
+    through its payload's test_hooks, which tests write themselves: nothing of burnin (the
+    controller) names them, and no check declares them as a setting an inventory could set."""
+    hooks = {"test_hooks", "inject", "backing_dir", "alias_pages", "handshake_dir"}
+    for path in (REPO / "burnin").rglob("*.py"):
+        named = {n.value for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Constant) and n.value in hooks}
+        assert not named, f"{path.relative_to(REPO)} names {sorted(named)}"
+    for name, check in CHECKS.items():
+        assert not hooks & set(check.settings), name

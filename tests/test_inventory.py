@@ -180,6 +180,22 @@ BAD = [
      4, ["defaults.env.LD_PRELOAD", "when the process starts"]),
     ("env-rank", "version: 1\nnodes:\n  - name: a\n    env:\n      MASTER_PORT: '1'\n",
      5, ["nodes[0].env.MASTER_PORT", "sets it for each rank"]),
+    # The probes' test hooks are not settings: no inventory plants faults or pauses a probe.
+    ("test-hook-sdc-inject", "version: 1\nnodes:\n  - name: a\nchecks:\n"
+                             "  sdc: {inject: [{product: 1, element: [0, 0], bit: 3}]}\n",
+     5, ["checks.sdc.inject", "unknown key"]),
+    ("test-hook-memory-backing-dir", "version: 1\nnodes:\n  - name: a\n    checks:\n"
+                                     "      memory: {backing_dir: /dev/shm/x}\n",
+     5, ["nodes[0].checks.memory.backing_dir", "unknown key"]),
+    ("test-hook-memory-alias-pages", "version: 1\nnodes:\n  - name: a\nchecks:\n  memory:\n"
+                                     "    alias_pages: [{page: 3, onto: 7}]\n",
+     6, ["checks.memory.alias_pages", "unknown key"]),
+    ("test-hook-memory-handshake", "version: 1\nnodes:\n  - name: a\nchecks:\n"
+                                   "  memory: {handshake_dir: /tmp/h}\n",
+     5, ["checks.memory.handshake_dir", "unknown key"]),
+    ("test-hook-storage-handshake", "version: 1\nnodes:\n  - name: a\nchecks:\n"
+                                    "  storage: {handshake_dir: /tmp/h}\n",
+     5, ["checks.storage.handshake_dir", "unknown key"]),
     ("defaults-not-mapping", "version: 1\ndefaults: [a]\nnodes:\n  - name: a\n",
      2, ["defaults", "expected a mapping"]),
     ("node-not-mapping", "version: 1\nnodes:\n  - just-a-name\n",

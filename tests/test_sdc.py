@@ -34,10 +34,11 @@ N = 64
 CPU = Node(name="n1", address="n1", transport="local", gpus=0)
 
 
-def sdc(**settings) -> dict:
-    """Run the real probe on this machine's CPU; return its one device's record."""
+def sdc(inject: list | None = None, **settings) -> dict:
+    """Run the real probe on this machine's CPU; return its one device's record. `inject`:
+    faults planted in its results, through the payload's test hooks (no inventory can)."""
     base = {"n": N, "verify_every": 1, "duration_s": 60, "random_repeats": 4}
-    payload = {"gpus": 0, "settings": {**base, **settings}}
+    payload = {"gpus": 0, "settings": {**base, **settings}, "test_hooks": {"inject": inject or []}}
     out = run_probe(LocalTransport(CPU, REPO / "probes"), "sdc", payload, timeout_s=300)
     assert out.ok, out.reason
     (device,) = out.data["devices"]

@@ -36,9 +36,11 @@ def root_disks():
         pytest.skip(problem)
 
 
-def storage(path: Path, mount: str | None = None, **settings):
+def storage(path: Path, mount: str | None = None, handshake_dir: str | None = None,
+            **settings):
     payload = {"gpus": 0, "storage": {"path": str(path), "mount": mount},
-               "settings": {"size_gb": 0.05, "streams": 2, **settings}}
+               "settings": {"size_gb": 0.05, "streams": 2, **settings},
+               "test_hooks": {"handshake_dir": handshake_dir} if handshake_dir else {}}
     out = run_probe(LocalTransport(NODE, REPO / "probes"), "storage", payload, timeout_s=300)
     assert out.ok, out.reason
     return out

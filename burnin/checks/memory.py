@@ -148,7 +148,4 @@ CHECK = Check(
         "seed": Setting("int", None, "random data seed; default: from the run id"),
         "max_correctable_ecc": Setting("int", 0, "fail above this many new correctable ECC "
                                        "errors during the check (uncorrectable: any)"),
-        "backing_dir": Setting("str", None, "FOR TESTS ONLY: file-backed test regions"),
-        "alias_pages": Setting("faults", [], "FOR TESTS ONLY: pages mapped twice"),
-        "handshake_dir": Setting("str", None, "FOR TESTS ONLY: hold the retention pause"),
     })

@@ -150,5 +150,4 @@ CHECK = Check(
                                 "verify every k-th product; auto keeps it near 3%"),
         "memory_fraction": Setting("positive", 0.5, "GPU memory for output buffers"),
         "buffers": Setting("int", 4, "output buffers on a CPU"),
-        "inject": Setting("faults", [], "FOR TESTS ONLY: faults planted in results"),
     })

@@ -91,5 +91,4 @@ CHECK = Check(
         "min_write_gbps_per_gpu": Setting("number", None),
         "stream_fraction": Setting("fraction", 0.5,
                                    "fail a stream below this share of the node's median"),
-        "handshake_dir": Setting("str", None, "FOR TESTS ONLY: pause between phases"),
     })
