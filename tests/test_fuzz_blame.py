@@ -79,11 +79,12 @@ def mutants(draw, doc):
         if what == "delete":
             del parent[key]
         elif what == "replace":
-            parent[key] = draw(ODD_VALUES)
+            parent[key] = copy.deepcopy(draw(ODD_VALUES))  # [] and {} are shared: a later
+            # mutation in place must not change them for the next example
         elif what == "wrap":
             parent[key] = [value]
         elif what == "odd key" and isinstance(value, dict):
-            value[draw(ODD_KEYS)] = draw(ODD_VALUES)
+            value[draw(ODD_KEYS)] = copy.deepcopy(draw(ODD_VALUES))
         elif what == "repeat" and isinstance(value, list) and value:
             value.extend(value[:1] * draw(st.integers(1, 70)))
         elif what == "empty":
