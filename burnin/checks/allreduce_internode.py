@@ -23,7 +23,10 @@ NAME = "allreduce_internode"
 
 def internode(run) -> dict[str, ProbeOutcome]:
     """The allreduce_internode outcome of every selected node."""
-    settings = run.settings("allreduce")
+    # The sizes, floors and fractions are the allreduce check's, at the inventory's level
+    # (a group's members must agree on them); its probes run under this check's own
+    # timeout_s (`checks: allreduce_internode:`), not the intra-node check's.
+    settings = {**run.settings("allreduce"), "timeout_s": run.settings(NAME)["timeout_s"]}
     failed = run.failed_single_node_checks()
     result: dict[str, ProbeOutcome] = {}
     for n in run.nodes:
