@@ -1,0 +1,157 @@
+"""The inter-node all-reduce's run (allreduce_internode.internode and groups.localise) over
+a network faked at the probe's edge: each node's probe answers as the real one does for
+its group (its layout, and on the rendezvous master the sweep), with a link speed per node
+and nodes that cannot complete a group. The real groups over real SSH hosts are in
+tests/test_allreduce.py; here, who is blamed for what, in milliseconds."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from judging import judge
+
+from burnin.checks.allreduce_internode import excluded, internode
+from burnin.inventory import load_inventory
+from burnin.probe import ProbeOutcome
+from burnin.run import Run
+
+RANKS = 2  # each node's ranks (a CPU node's gloo ranks)
+
+
+class Net:
+    """speeds: each node's link, GB/s (a group runs at its slowest member's); stuck: nodes
+    that join the rendezvous but cannot complete an all-reduce (the group's master says so,
+    as rank 0 does); down: nodes whose probe does not run at all."""
+
+    def __init__(self, speeds: dict[str, float], stuck=(), down=()):
+        self.speeds, self.stuck, self.down = speeds, set(stuck), set(down)
+        self.groups: list[tuple[str, ...]] = []
+        self.lock = threading.Lock()
+
+    def probe(self, node, check, payload, timeout_s, *args, **kwargs) -> ProbeOutcome:
+        if node.name in self.down:
+            return ProbeOutcome(node.name, "allreduce", False, "ssh: connection refused")
+        g = payload["group"]
+        figures = {"world": g["world"], "first_rank": g["rank_offset"],
+                   "ranks_here": g["ranks_here"], "mode": "inter-node"}
+        errors = []
+        names = g.get("nodes")
+        if names:  # the rendezvous master: rank 0's sweep, or why the group failed
+            with self.lock:
+                self.groups.append(tuple(names))
+            if self.stuck & set(names):
+                errors.append("rank 0 failed: RuntimeError: timed out waiting for the group")
+            else:
+                busbw = min(self.speeds[n] for n in names)
+                figures["sweep"] = [{"bytes": 1 << 20, "busbw_gbps": busbw / 2,
+                                     "algbw_gbps": busbw / 2, "time_us": 10.0},
+                                    {"bytes": 4 << 20, "busbw_gbps": busbw,
+                                     "algbw_gbps": busbw, "time_us": 20.0}]
+        devices = [{"rank": g["rank_offset"] + i, "host": node.name, "device": f"cpu:{i}",
+                    "wrong_elements": 0} for i in range(g["ranks_here"])]
+        return ProbeOutcome(node.name, "allreduce", True, data={
+            "probe": "allreduce", "schema": 1, "node": {}, "devices": devices,
+            "figures": figures, "errors": errors})
+
+
+def run_over(tmp_path, net: Net, nodes: int, failed: dict | None = None,
+             settings: dict | None = None):
+    """{node: (failures, excluded)} of the inter-node check over `nodes` nodes."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(json.dumps({"version": 1, "checks": {"allreduce": settings or {}},
+                               "defaults": {"transport": "local", "gpus": 0},
+                               "nodes": [{"name": f"n[1-{nodes}]"}]}))
+    inventory = load_inventory(inv)
+    run = Run(inventory, list(inventory.nodes), "quick", tmp_path / "reports", "t")
+    run.probe, run.launcher = net.probe, (lambda node: None)
+    run.failed_single_node_checks = lambda: dict(failed or {})
+    run.devices, run.gpus = (lambda node: RANKS), (lambda node: 0)
+    out = internode(run)
+    assert set(out) == {n.name for n in run.nodes}
+    return {name: (judge("allreduce_internode", o)[0], excluded(o)) for name, o in out.items()}
+
+
+def test_a_healthy_fleet_passes_in_one_group(tmp_path):
+    net = Net({"n1": 10, "n2": 10, "n3": 10, "n4": 10})
+    verdicts = run_over(tmp_path, net, 4, settings={"pair_fraction": 0})
+    assert verdicts == {n: ((), "") for n in ("n1", "n2", "n3", "n4")}
+    assert net.groups == [("n1", "n2", "n3", "n4")]
+
+
+def test_the_slow_node_and_only_it_is_named_through_its_pairs(tmp_path):
+    net = Net({"n1": 10, "n2": 10, "n3": 0.5, "n4": 10})
+    verdicts = run_over(tmp_path, net, 4)
+    for name in ("n1", "n2", "n4"):
+        assert verdicts[name] == ((), ""), verdicts
+    (failure,) = verdicts["n3"][0]
+    assert failure.startswith("localised as the slow node: 0.500 GB/s paired with known-good ")
+    # Half (pair_fraction) the median pair: the rounds' pairs ran at 10, 0.5, 0.5 and 10.
+    assert "below 2.625 GB/s" in failure
+    assert "group busbw 0.500 GB/s at 4 MiB over 4 nodes" in failure
+    # The whole group, two rounds of pairs, then n3 again with a known-good partner.
+    assert net.groups[0] == ("n1", "n2", "n3", "n4")
+    assert set(net.groups[1:3]) == {("n1", "n2"), ("n3", "n4")}
+    assert set(net.groups[3:5]) == {("n2", "n3"), ("n4", "n1")}
+    (retest,) = net.groups[5:]
+    assert retest[0] == "n3" and retest[1] in ("n1", "n2", "n4")
+
+
+def test_with_a_floor_a_group_above_it_is_not_paired(tmp_path):
+    net = Net({"n1": 10, "n2": 10, "n3": 6})
+    verdicts = run_over(tmp_path, net, 3, settings={"min_internode_busbw_gbps": 5})
+    assert verdicts == {n: ((), "") for n in ("n1", "n2", "n3")}
+    assert net.groups == [("n1", "n2", "n3")]
+
+
+def test_a_group_below_its_floor_with_nobody_to_blame_fails_every_member(tmp_path):
+    net = Net({"n1": 2, "n2": 2, "n3": 2})
+    verdicts = run_over(tmp_path, net, 3, settings={"min_internode_busbw_gbps": 5})
+    for name in ("n1", "n2", "n3"):
+        assert verdicts[name] == (("inter-node busbw 2.000 GB/s below the floor of 5 GB/s, "
+                                   "and no single node was localised",), ""), verdicts
+
+
+def test_a_node_that_cannot_complete_is_named_and_the_rest_go_on(tmp_path):
+    net = Net({"n1": 10, "n2": 10, "n3": 10}, stuck={"n3"})
+    verdicts = run_over(tmp_path, net, 3)
+    assert verdicts["n1"] == verdicts["n2"] == ((), "")
+    (failure,) = verdicts["n3"][0]
+    assert failure.startswith("did not take part in the inter-node all-reduce: could not "
+                              "complete an all-reduce with known-good n")
+    assert net.groups[-1] == ("n1", "n2"), "the others run again without it"
+
+
+def test_two_nodes_that_cannot_complete_blame_nobody_on_the_others_word(tmp_path):
+    net = Net({"n1": 10, "n2": 10}, stuck={"n2"})
+    verdicts = run_over(tmp_path, net, 2)
+    for name in ("n1", "n2"):
+        (failure,) = verdicts[name][0]
+        assert failure.startswith("the inter-node all-reduce did not complete, and no node "
+                                  "could be singled out with a known-good partner (n1 said: "
+                                  "rank 0 failed"), failure
+
+
+def test_a_node_whose_probe_did_not_run_is_named_with_its_reason(tmp_path):
+    net = Net({"n1": 10, "n2": 10, "n3": 10}, down={"n2"})
+    verdicts = run_over(tmp_path, net, 3)
+    assert verdicts["n2"] == (("did not take part in the inter-node all-reduce: ssh: "
+                               "connection refused",), "")
+    assert verdicts["n1"] == verdicts["n3"] == ((), "")
+    assert net.groups == [("n1", "n2", "n3"), ("n1", "n3")]
+
+
+def test_nodes_that_failed_a_single_node_check_are_left_out(tmp_path):
+    net = Net({"n1": 10, "n2": 10, "n3": 10})
+    verdicts = run_over(tmp_path, net, 3, failed={"n2": ["sdc", "burn"]})
+    assert verdicts["n2"] == ((), "not in the inter-node run: failed sdc, burn")
+    assert verdicts["n1"] == verdicts["n3"] == ((), "")
+    assert net.groups == [("n1", "n3")]
+
+
+def test_fewer_than_two_nodes_left_is_no_inter_node_run(tmp_path):
+    net = Net({"n1": 10, "n2": 10})
+    verdicts = run_over(tmp_path, net, 2, failed={"n2": ["health"]})
+    assert verdicts["n1"] == ((), "fewer than two nodes passed the single-node checks: no "
+                                  "inter-node run")
+    assert net.groups == []
