@@ -1,4 +1,5 @@
-"""The `burnin` command: run, inventory check, admit, quarantine, report, compare.
+"""The `burnin` command: run, inventory check, admit, quarantine, report, compare,
+rejudge.
 
 Exit codes are documented per command in README.md; commands that print state take
 --json for machines."""
@@ -208,6 +209,35 @@ def _compare(args) -> int:
     return 1 if regressed else 0
 
 
+def _rejudge(args) -> int:
+    from burnin.rejudge import RejudgeError, rejudge
+    try:
+        total, changes = rejudge(Path(args.dir), Path(args.inventory) if args.inventory
+                                 else None)
+    except RejudgeError as e:
+        print(f"burnin rejudge: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"run_dir": args.dir, "inventory": args.inventory, "judged": total,
+                          "changed": [{"node": c.node, "check": c.check,
+                                       "was": c.was.outcome, "was_message": c.was.message,
+                                       "now": c.now.outcome, "now_message": c.now.message}
+                                      for c in changes]}, indent=2))
+        return 1 if changes else 0
+    for c in changes:  # node text, made safe for the terminal
+        print(clean(f"{c.node} {c.check}: {c.was.outcome} -> {c.now.outcome}"
+                    + (f": {c.now.message}" if c.now.message else "")))
+        if c.was.message:
+            print(clean(f"    was: {c.was.message}"))
+    if not total:
+        print("burnin rejudge: the run has no testcase with a probe record behind it",
+              file=sys.stderr)
+        return 2
+    print(f"{total} verdict(s) judged again, {len(changes)} would change"
+          if changes else f"{total} verdict(s) judged again, every one as the run's")
+    return 1 if changes else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="burnin", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -275,6 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
                          help="relative change worth reporting (default 0.1 = 10%%)")
     compare.add_argument("--json", action="store_true", help="machine-readable output")
     compare.set_defaults(func=_compare)
+    rejudge = sub.add_parser("rejudge", help="judge a run again from its results.jsonl: with "
+                                             "its own settings, or what-if with --inventory; "
+                                             "exit 1 when a verdict would change")
+    rejudge.add_argument("dir", help="the run's directory (reports/<run-id>)")
+    rejudge.add_argument("--inventory", help="judge with this inventory's settings instead "
+                                             "of the copy the run kept")
+    rejudge.add_argument("--json", action="store_true", help="machine-readable output")
+    rejudge.set_defaults(func=_rejudge)
     return p
 
 

@@ -24,6 +24,7 @@ from burnin.ledger import Ledger, LedgerLost, ledger_path
 from burnin.nodes import Node
 from burnin.preflight import NotReady, check_controller, mark_running
 from burnin.progress import Progress
+from burnin.rejudge import keep_inventory
 from burnin.reports import (
     CaseResult,
     point_latest,
@@ -126,6 +127,10 @@ class BurninState:
             return  # nothing in quarantine: this run tests nothing and reports nothing
         check_controller(run.run_dir, self.ledger, run.inventory.quarantine,
                          act=not self.config.getoption("no_quarantine"))
+        try:  # for `burnin rejudge`: the settings the verdicts were made with
+            keep_inventory(run.run_dir, Path(run.inventory.path))
+        except OSError as e:
+            raise NotReady(f"cannot keep the inventory in {run.run_dir}: {e}") from None
         mark_running(run.reports_dir, run.run_id, run.inventory.cluster,
                      [(n.name, n.address) for n in run.nodes + self.held],
                      self._run_properties(run))

@@ -142,6 +142,11 @@ class Run:
                 self._outcomes[check] = self._shared(check)
             return self._outcomes[check]
 
+    def adopt(self, check: str, outcomes: dict[str, ProbeOutcome]) -> None:
+        """Take `check`'s outcomes as recorded (burnin rejudge): its probe is not run."""
+        with self._lock:
+            self._outcomes[check] = outcomes
+
     def summary(self, check: str):
         """The check's fleet summary over this run's outcomes, computed once per run:
         fleet-wide figures such as majorities and medians, so judging n nodes is O(n)."""
