@@ -33,7 +33,7 @@ MODULES = ("admit", "gate", "ledger", "schema", "verdict", "probe", "text", "che
 # (internode, _outcome: groups, pairs, retests over real nodes) is tested on real SSH hosts
 # (tests/test_allreduce.py), which the fast tier cannot reach: a first run over all of it
 # caught 12% (47 of 389), all of its judge's mutants among the missed ones.
-ONLY = {"checks.allreduce_internode": ("judge", "figures", "excluded", "internode", "_outcome")}
+ONLY = {"checks.allreduce_internode": ("judge", "figures", "excluded")}
 # mutmut's exit codes (mutmut/stats.py), by what they mean here.
 KILLED = {1, 3}
 TIMEOUT = {36, -24, 24, 152, 255}
