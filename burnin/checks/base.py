@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from statistics import median
 
 from burnin.nodes import Node
 from burnin.probe import DEFAULT_MAX_OUTPUT, ProbeOutcome
@@ -23,6 +24,35 @@ DEFAULT_PROFILE = "standard"
 # of two that disagree, neither is the odd one out (one liar and one honest node cannot
 # outvote each other), so a pair is judged by the model's floors alone.
 PEERS = 3
+
+
+# How many robust spreads below its peers' median a figure may fall before it fails
+# (burn, pcie, allreduce): measured noise a whole healthy fleet shows fails none of it.
+# Set by benchmarks/verdict_calibration.py (RESULTS.md, "Verdict calibration"): the
+# fewest spreads at which healthy node-runs failed at most 1 in 1,000 at every fleet
+# size from 3 to 1,000.
+PEER_SPREADS = 6.0
+
+
+def robust_spread(deviations: list[float]) -> float | None:
+    """A spread from relative deviations (|figure / median - 1|, one per voter): 1.4826 x
+    their median, a normal noise's standard deviation, which a few outliers (the slow
+    devices a rule is there to catch) do not widen. None for no voter."""
+    return 1.4826 * median(deviations) if deviations else None
+
+
+def peer_bound(center: float, spread: float | None, fraction: float, spreads: float,
+               unit: str) -> tuple[float, str]:
+    """The lowest a figure may be against its peers' median `center`: fraction x center,
+    or lower where the run's own figures spread wider than that (spreads x their robust
+    spread below the median); fraction 0 turns the rule off. With the words that say
+    which, to follow "below "."""
+    margin = (spreads or 0) * (spread or 0)
+    if fraction and margin > 1 - fraction:
+        share = max(0.0, 1 - margin)
+        return (share * center, f"{share:.3g} x {center:.3f} {unit} ({spreads:g} x the "
+                f"robust spread of {spread:.1%} below it)")
+    return fraction * center, f"{fraction:g} x {center:.3f} {unit}"
 
 
 @dataclass(frozen=True)

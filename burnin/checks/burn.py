@@ -8,6 +8,7 @@ import functools
 import statistics
 
 from burnin.checks.base import (
+    PEER_SPREADS,
     PEERS,
     Check,
     Figure,
@@ -16,6 +17,8 @@ from burnin.checks.base import (
     Setting,
     count_problem,
     implausible,
+    peer_bound,
+    robust_spread,
 )
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
@@ -76,9 +79,27 @@ def fleet_summary(fleet: Fleet) -> dict[str, dict]:
             m["tflops"].append(statistics.median(v["tflops"]))
             if v["clock"]:
                 m["clock"].append(statistics.median(v["clock"]))
-    return {name: {"tflops": statistics.median(v["tflops"]), "nodes": len(v["tflops"]),
-                   "clock": statistics.median(v["clock"]) if v["clock"] else None}
-            for name, v in by_model.items()}
+        for model, v in mine.items():
+            by_model[model].setdefault("devices", []).append(v["tflops"])
+    out = {}
+    for name, v in by_model.items():
+        tflops = statistics.median(v["tflops"])
+        out[name] = {"tflops": tflops, "nodes": len(v["tflops"]),
+                     "clock": statistics.median(v["clock"]) if v["clock"] else None,
+                     # how far devices stray from the fleet's median, and from their own
+                     # node's: the noise a healthy fleet shows in this run
+                     "spread": node_spread(v["devices"], tflops),
+                     "within": node_spread([d for d in v["devices"] if len(d) > 1])}
+    return out
+
+
+def node_spread(nodes: list[list[float]], center: float | None = None) -> float | None:
+    """The robust spread of devices about `center` (None: their own node's median), each
+    node one vote (its devices' median deviation): a node claiming many devices cannot
+    widen it."""
+    votes = [statistics.median(abs(t / c - 1) for t in d) for d in nodes
+             if (c := center or statistics.median(d)) > 0]
+    return robust_spread(votes)
 
 
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
@@ -121,12 +142,19 @@ def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
     if floor is not None and tflops < floor:
         fail.append(f"{tflops:.1f} TFLOPS, below the floor of {floor:g} TFLOPS")
     fraction = settings.get("peer_fraction", 0.9)
-    if fleet.get("nodes", 0) >= PEERS and tflops < fraction * fleet["tflops"]:
-        fail.append(f"straggler: {tflops:.3f} TFLOPS, below {fraction:g} x {fleet['tflops']:.3f}"
-                    f" TFLOPS, the median of the run's {fleet['nodes']} nodes with this model")
-    elif node_devices >= 2 and node_median and tflops < fraction * node_median:
-        fail.append(f"straggler: {tflops:.3f} TFLOPS, below {fraction:g} x {node_median:.3f} "
-                    f"TFLOPS, the median of the node's {node_devices} devices")
+    spreads = settings.get("peer_spreads", PEER_SPREADS)
+    if fleet.get("nodes", 0) >= PEERS:
+        bound, words = peer_bound(fleet["tflops"], fleet.get("spread"), fraction, spreads,
+                                  "TFLOPS")
+    if fleet.get("nodes", 0) >= PEERS and tflops < bound:
+        fail.append(f"straggler: {tflops:.3f} TFLOPS, below {words}, the median of the "
+                    f"run's {fleet['nodes']} nodes with this model")
+    elif node_devices >= 2 and node_median:
+        bound, words = peer_bound(node_median, fleet.get("within"), fraction, spreads,
+                                  "TFLOPS")
+        if tflops < bound:
+            fail.append(f"straggler: {tflops:.3f} TFLOPS, below {words}, the median of the "
+                        f"node's {node_devices} devices")
     tel = dev.get("telemetry")
     if tel:
         lo, hi = PLAUSIBLE_MHZ
@@ -300,8 +328,11 @@ CHECK = Check(
         "buffers": Setting("int", 4),
         "min_tflops": Setting("positive", None, "default: the gpu_model's floor"),
         "peer_fraction": Setting("fraction", 0.9,
-                                 "fail below this share of the same model's median; "
-                                 "0 turns the rule off"),
+                                 "fail below this share of the same model's median (lower "
+                                 "where the run's devices spread wider); 0 turns it off"),
+        "peer_spreads": Setting("positive", PEER_SPREADS,
+                                "robust spreads of the run's own devices a device may fall "
+                                "below the median"),
         "clock_fraction": Setting("fraction", 0.9,
                                   "fail a mean SM clock below this share of peers'"),
         "max_correctable_ecc": Setting("int", 100, "warn above 0, fail above this"),

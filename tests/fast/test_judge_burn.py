@@ -264,9 +264,13 @@ def test_the_fleet_median_is_one_vote_per_node_and_per_model():
         "n3": burn(dev(0, 900.0), dev(1, 100.0, name=None), node="n3"),
         "n4": failed("burn", "down", "n4"),
     }
+    # spread: each node's median deviation from the fleet's 700 (n1: 600, 700, 800 -> 1/7;
+    # n2: 650 -> 1/14; n3: 900 -> 2/7) is one vote; within: about each node's own median,
+    # from the nodes of several devices (n1: 1/7)
     assert summary("burn", outcomes) == {
-        NAME: {"tflops": 700.0, "nodes": 3, "clock": 1850.0},
-        "?": {"tflops": 100.0, "nodes": 1, "clock": None}}
+        NAME: {"tflops": 700.0, "nodes": 3, "clock": 1850.0,
+               "spread": pytest.approx(1.4826 / 7), "within": pytest.approx(1.4826 / 7)},
+        "?": {"tflops": 100.0, "nodes": 1, "clock": None, "spread": 0.0, "within": None}}
     assert summary("burn", {}) == {}
 
 
@@ -277,7 +281,8 @@ def test_a_node_with_a_wrong_count_or_an_implausible_figure_does_not_vote():
     models = {n: H100 for n in outcomes}
     counts = {"n1": 1, "n2": 1, "liar": 1, "fast": 2}
     assert summary("burn", outcomes, counts, models) == {
-        NAME: {"tflops": 650.0, "nodes": 2, "clock": None}}
+        NAME: {"tflops": 650.0, "nodes": 2, "clock": None,
+               "spread": pytest.approx(1.4826 * 50 / 650), "within": None}}
     assert summary("burn", outcomes, counts)[NAME]["nodes"] == 3, "no model: no peak to pass"
     assert summary("burn", outcomes, {}, models)[NAME]["nodes"] == 2
 
@@ -288,7 +293,9 @@ def test_the_device_count_filter_keeps_a_liar_from_making_stragglers():
     fleet = summary("burn", {**honest, "liar": liar}, {"n1": 1, "n2": 1, "liar": 1})
     assert judge("burn", honest["n1"], fleet=fleet, devices=1)[0] == ()
     unfiltered = summary("burn", {**honest, "liar": liar})
-    assert judge("burn", honest["n1"], fleet=unfiltered, devices=1)[0] != (), \
+    # peer_spreads 0: the bound is the fraction alone, as the liar's vote moves it
+    assert judge("burn", honest["n1"], fleet=unfiltered, devices=1,
+                 settings={"peer_spreads": 0})[0] != (), \
         "with the liar voting, the honest n1 is made a straggler"
 
 
@@ -336,3 +343,52 @@ def test_shape_bounds_every_series(samples):
     d["devices"][0]["tflops_series"].append([0.0, 1.0])
     assert s.problem(d, "") == (f"devices[0].tflops_series: {samples + 1} items, at most "
                                 f"{samples} expected")
+
+
+# --- the peer bound widens with the run's own noise (issue 26) ---------------------------
+
+def noisy_fleet(slow: float, n: int = 10) -> dict:
+    """n nodes of two devices at 700 TFLOPS +-3.372%, a robust spread of 5% (1.4826 x
+    3.372%), and n1's first device at `slow`."""
+    d = 0.05 / 1.4826
+    return {f"n{i}": burn(dev(0, slow if i == 1 else 700 * (1 + d)), dev(1, 700 * (1 - d)),
+                          node=f"n{i}") for i in range(1, n + 1)}
+
+
+def test_a_device_within_the_runs_own_noise_passes_and_one_far_below_fails():
+    fleet = summary("burn", noisy_fleet(600.0))
+    assert fleet[NAME]["spread"] == pytest.approx(0.05)
+    # 6 spreads of 5% is a margin of 30%: 600 TFLOPS (0.857 of the median) is noise here,
+    # which the fixed 0.9 alone would have failed
+    assert judge("burn", noisy_fleet(600.0)["n1"], fleet=fleet) == ((), ())
+    slow = noisy_fleet(450.0)
+    (failure,), _ = judge("burn", slow["n1"], fleet=summary("burn", slow))
+    assert failure == (f"cuda:0 ({NAME}): straggler: 450.000 TFLOPS, below 0.7 x 700.000 "
+                       "TFLOPS (6 x the robust spread of 5.0% below it), the median of the "
+                       "run's 10 nodes with this model")
+
+
+def test_peer_spreads_sets_how_many_spreads_and_the_fraction_stays_the_least_margin():
+    slow = noisy_fleet(600.0)
+    fleet = summary("burn", slow)
+    (failure,), _ = judge("burn", slow["n1"], fleet=fleet, settings={"peer_spreads": 1.5})
+    assert "below 0.9 x 700.000 TFLOPS, the median" in failure  # 7.5% < the 10% margin
+    assert judge("burn", slow["n1"], fleet=fleet, settings={"peer_spreads": 3}) == ((), ())
+    assert judge("burn", slow["n1"], fleet=fleet,
+                 settings={"peer_fraction": 0, "peer_spreads": 0}) == ((), ())
+
+
+def test_the_node_rule_widens_with_the_spread_inside_the_fleets_nodes():
+    """Two nodes (no fleet rule): a device against its node's median, with the devices'
+    spread about their own nodes' medians."""
+    two = {f"n{i}": burn(dev(0, 700.0), dev(1, 630.0), dev(2, 770.0), dev(3, 700.0),
+                         node=f"n{i}") for i in (1, 2)}
+    fleet = summary("burn", two)
+    assert fleet[NAME]["within"] == pytest.approx(1.4826 * 0.05)  # deviations 0, .1, .1, 0
+    assert judge("burn", burn(dev(0, 500.0), dev(1, 630.0), dev(2, 770.0), dev(3, 700.0)),
+                 fleet=fleet)[0] == ()
+    slow = burn(dev(0, 300.0), dev(1, 630.0), dev(2, 770.0), dev(3, 700.0))
+    (failure,), _ = judge("burn", slow, fleet=fleet)
+    assert failure.endswith("straggler: 300.000 TFLOPS, below 0.555 x 665.000 TFLOPS (6 x the "
+                            "robust spread of 7.4% below it), the median of the node's 4 "
+                            "devices")
