@@ -15,7 +15,19 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from burnin.checks.base import PEERS, Check, Figure, Fleet, Judging, Setting, count_problem, timeout
+from burnin.checks.base import (
+    PEER_SPREADS,
+    PEERS,
+    Check,
+    Figure,
+    Fleet,
+    Judging,
+    Setting,
+    count_problem,
+    peer_bound,
+    robust_spread,
+    timeout,
+)
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
@@ -68,7 +80,14 @@ def intra_summary(fleet: Fleet) -> dict:
         if fig.get("sweep"):
             key = _peer_key(fleet.models.get(name), fig.get("world"))
             rates.setdefault(key, []).append(judged(fig["sweep"])["busbw_gbps"])
-    return {k: {"median": statistics.median(v), "nodes": len(v)} for k, v in rates.items()}
+    out = {}
+    for k, v in rates.items():
+        median = statistics.median(v)
+        # each node one vote: how far its busbw strays from the median (the run's noise)
+        out[k] = {"median": median, "nodes": len(v),
+                  "spread": robust_spread([abs(r / median - 1) for r in v]) if median > 0
+                  else None}
+    return out
 
 
 def _ranks_problem(outcome: ProbeOutcome, j: Judging) -> list[str]:
@@ -110,9 +129,12 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     fraction = settings.get("peer_fraction")
     if fraction is None:
         fraction = PEER_FRACTION["cpu" if j.gpus == 0 else "gpu"]
-    if peers.get("nodes", 0) >= PEERS and busbw < fraction * peers["median"]:
-        failures.append(f"{what}, below {fraction:g} x {peers['median']:.3f} GB/s, the median "
-                        f"of the run's {peers['nodes']} nodes of this model and rank count")
+    if peers.get("nodes", 0) >= PEERS:
+        bound, words = peer_bound(peers["median"], peers.get("spread"), fraction,
+                                  settings.get("peer_spreads", PEER_SPREADS), "GB/s")
+        if busbw < bound:
+            failures.append(f"{what}, below {words}, the median of the run's "
+                            f"{peers['nodes']} nodes of this model and rank count")
     return Verdict(node.name, "allreduce", tuple(failures))
 
 
@@ -145,7 +167,10 @@ SETTINGS = {
     "min_internode_busbw_gbps": Setting("positive", None, "inter-node floor"),
     "peer_fraction": Setting("fraction", None, "intra-node: fail below this share of the "
                              "median of the run's nodes of the same model and rank count; "
-                             "default 0.85 on GPU nodes, 0.5 on CPU nodes"),
+                             "default 0.85 on GPU nodes, 0.5 on CPU nodes; lower where "
+                             "the run's nodes spread wider"),
+    "peer_spreads": Setting("positive", PEER_SPREADS, "intra-node: robust spreads of the "
+                            "run's nodes a node may fall below their median"),
     "pair_fraction": Setting("fraction", 0.5, "inter-node, with no floor: a pair below this "
                              "share of the median pair is slow; 0: no localisation"),
     "min_bytes": Setting("int", None, "default 1 MiB on GPUs, 64 KiB on CPUs"),

@@ -32,6 +32,9 @@ PEERS = 3
 # fewest spreads at which healthy node-runs failed at most 1 in 1,000 at every fleet
 # size from 3 to 1,000.
 PEER_SPREADS = 6.0
+# However noisy the run, a figure at half its peers' median is no noise: the spread
+# widens the margin below the median up to this share and no further.
+MAX_MARGIN = 0.5
 
 
 def robust_spread(deviations: list[float]) -> float | None:
@@ -41,15 +44,24 @@ def robust_spread(deviations: list[float]) -> float | None:
     return 1.4826 * median(deviations) if deviations else None
 
 
+def node_spread(nodes: list[list[float]], center: float | None = None) -> float | None:
+    """The robust spread of devices about `center` (None: their own node's median), each
+    node one vote (its devices' median deviation): a node claiming many devices cannot
+    widen it."""
+    votes = [median(abs(t / c - 1) for t in d) for d in nodes
+             if (c := center or median(d)) > 0]
+    return robust_spread(votes)
+
+
 def peer_bound(center: float, spread: float | None, fraction: float, spreads: float,
                unit: str) -> tuple[float, str]:
     """The lowest a figure may be against its peers' median `center`: fraction x center,
     or lower where the run's own figures spread wider than that (spreads x their robust
-    spread below the median); fraction 0 turns the rule off. With the words that say
-    which, to follow "below "."""
-    margin = (spreads or 0) * (spread or 0)
+    spread below the median, up to MAX_MARGIN); fraction 0 turns the rule off. With the
+    words that say which, to follow "below "."""
+    margin = min(MAX_MARGIN, (spreads or 0) * (spread or 0))
     if fraction and margin > 1 - fraction:
-        share = max(0.0, 1 - margin)
+        share = 1 - margin
         return (share * center, f"{share:.3g} x {center:.3f} {unit} ({spreads:g} x the "
                 f"robust spread of {spread:.1%} below it)")
     return fraction * center, f"{fraction:g} x {center:.3f} {unit}"

@@ -17,8 +17,8 @@ from burnin.checks.base import (
     Setting,
     count_problem,
     implausible,
+    node_spread,
     peer_bound,
-    robust_spread,
 )
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
@@ -92,14 +92,6 @@ def fleet_summary(fleet: Fleet) -> dict[str, dict]:
                      "within": node_spread([d for d in v["devices"] if len(d) > 1])}
     return out
 
-
-def node_spread(nodes: list[list[float]], center: float | None = None) -> float | None:
-    """The robust spread of devices about `center` (None: their own node's median), each
-    node one vote (its devices' median deviation): a node claiming many devices cannot
-    widen it."""
-    votes = [statistics.median(abs(t / c - 1) for t in d) for d in nodes
-             if (c := center or statistics.median(d)) > 0]
-    return robust_spread(votes)
 
 
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:

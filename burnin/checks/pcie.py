@@ -10,7 +10,19 @@ from __future__ import annotations
 
 import statistics
 
-from burnin.checks.base import PEERS, Check, Figure, Fleet, Judging, Setting, count_problem, timeout
+from burnin.checks.base import (
+    PEER_SPREADS,
+    PEERS,
+    Check,
+    Figure,
+    Fleet,
+    Judging,
+    Setting,
+    count_problem,
+    node_spread,
+    peer_bound,
+    timeout,
+)
 from burnin.checks.base import device_name as where
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
@@ -44,8 +56,7 @@ def fleet_summary(fleet: Fleet) -> dict:
             for direction in DIRECTIONS:
                 rates = _rates(mine, direction)
                 if rates:
-                    per_model.setdefault(model, {}).setdefault(direction, []).append(
-                        statistics.median(rates))
+                    per_model.setdefault(model, {}).setdefault(direction, []).append(rates)
         if len(models) == 1:
             kind = (models.pop(), len(devices))
             for direction in DIRECTIONS:
@@ -53,8 +64,15 @@ def fleet_summary(fleet: Fleet) -> dict:
                 if agg:
                     per_node_kind.setdefault(kind, {}).setdefault(direction, []).append(
                         agg["gbps"])
-    return {"gpu": {m: {k: (statistics.median(v), len(v)) for k, v in d.items()}
+    medians = {m: {k: statistics.median(statistics.median(r) for r in v) for k, v in d.items()}
+               for m, d in per_model.items()}
+    return {"gpu": {m: {k: (medians[m][k], len(v)) for k, v in d.items()}
                     for m, d in per_model.items()},
+            # the run's noise per model and direction, each node one vote: about the
+            # fleet's median, and about the node's own median GPU
+            "spread": {m: {k: (node_spread(v, medians[m][k]),
+                               node_spread([r for r in v if len(r) > 1]))
+                           for k, v in d.items()} for m, d in per_model.items()},
             "aggregate": {k: {x: (statistics.median(v), len(v)) for x, v in d.items()}
                           for k, d in per_node_kind.items()}}
 
@@ -95,6 +113,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     devices = [d for d in data["devices"] if "error" not in d]
     floor = settings.get("min_gbps") or (j.model.pcie_gbps if j.model else None)
     fraction = settings.get("peer_fraction", 0.8)
+    spreads = settings.get("peer_spreads", PEER_SPREADS)
     summary = j.fleet or {"gpu": {}, "aggregate": {}}
     for direction, words in DIRECTIONS.items():
         node_median = _median(_rates(devices, direction))
@@ -106,14 +125,18 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                 continue
             rate, at = m["gbps"], f"{where(dev)}: {words} {m['gbps']:.3f} GB/s"
             fleet, nodes = summary["gpu"].get(dev.get("name"), {}).get(direction, (None, 0))
+            spread, within = summary.get("spread", {}).get(dev.get("name"), {}).get(
+                direction, (None, None))
             if floor is not None and rate < floor:
                 failures.append(f"{at}, below the floor of {floor:g} GB/s{link(dev)}")
-            elif fraction and nodes >= PEERS and rate < fraction * fleet:
-                failures.append(f"{at}, below {fraction:g} x {fleet:.3f} GB/s, the median of "
-                                f"the run's {nodes} nodes with this model{link(dev)}")
-            elif fraction and len(devices) >= 2 and rate < fraction * node_median:
-                failures.append(f"{at}, below {fraction:g} x {node_median:.3f} GB/s, the "
-                                f"median of the node's {len(devices)} GPUs{link(dev)}")
+            elif fraction and nodes >= PEERS and rate < (
+                    b := peer_bound(fleet, spread, fraction, spreads, "GB/s"))[0]:
+                failures.append(f"{at}, below {b[1]}, the median of the run's {nodes} nodes "
+                                f"with this model{link(dev)}")
+            elif fraction and len(devices) >= 2 and rate < (
+                    b := peer_bound(node_median, within, fraction, spreads, "GB/s"))[0]:
+                failures.append(f"{at}, below {b[1]}, the median of the node's "
+                                f"{len(devices)} GPUs{link(dev)}")
             c = (dev.get("concurrent") or {}).get(direction)
             if c and fraction and len(devices) >= 2 and c["gbps"] < fraction * together:
                 failures.append(f"{where(dev)}: {words} {c['gbps']:.3f} GB/s with all GPUs "
@@ -214,6 +237,9 @@ CHECK = Check(
         "min_aggregate_gbps": Setting("positive", None,
                                       "floor of the node's all-GPUs-at-once total"),
         "peer_fraction": Setting("fraction", 0.8,
-                                 "fail below this share of the fleet's or the node's median; "
-                                 "0 turns the rule off"),
+                                 "fail below this share of the fleet's or the node's median "
+                                 "(lower where the run's GPUs spread wider); 0 turns it off"),
+        "peer_spreads": Setting("positive", PEER_SPREADS,
+                                "robust spreads of the run's own GPUs a GPU may fall below "
+                                "the median"),
     })

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.pcie import evidence, figures, link, placement
@@ -164,10 +165,26 @@ def test_pcie_fleet_summary():
         "n5": failed("pcie", "x", "n5"),
     }
     got = summary("pcie", outcomes, {"n1": 2, "n2": 2, "n3": 3, "n4": 2, "n6": 3})
+    # spread: (about the fleet's median, about the node's own), each node one vote: its
+    # GPUs' median deviation (h2d about 52.5: n1 1/7, n2 1/7, n3 0.81, n6 1/3)
     assert got == {"gpu": {NAME: {"h2d": (52.5, 4), "d2h": (40.0, 3)},
                            "A100": {"h2d": (30.0, 1)}},
+                   "spread": {NAME: {"h2d": (pytest.approx(1.4826 * (1 / 7 + 1 / 3) / 2), 0.0),
+                                     "d2h": (pytest.approx(1.4826 * 0.375), 0.0)},
+                              "A100": {"h2d": (0.0, None)}},
                    "aggregate": {(NAME, 2): {"h2d": (110.0, 3), "d2h": (70.0, 3)}}}
-    assert summary("pcie", {}) == {"gpu": {}, "aggregate": {}}
+    assert summary("pcie", {}) == {"gpu": {}, "spread": {}, "aggregate": {}}
+
+
+def test_a_gpu_within_the_runs_own_spread_passes_and_one_at_half_fails():
+    """Ten nodes whose GPUs copy at 50 GB/s +-10% (a robust spread of 14.8%): the margin
+    below the fleet's median is held at half of it."""
+    fleet = summary("pcie", {f"n{i}": pcie(gpu(0, 55.0, 50.0), gpu(1, 45.0, 50.0), node=f"n{i}")
+                             for i in range(1, 11)})
+    assert judge("pcie", pcie(gpu(0, 30.0, 50.0), gpu(1, 50.0, 50.0)), fleet=fleet)[0] == ()
+    (failure,), _ = judge("pcie", pcie(gpu(0, 24.0, 50.0), gpu(1, 50.0, 50.0)), fleet=fleet)
+    assert "host-to-device 24.000 GB/s, below 0.5 x 50.000 GB/s (6 x the robust spread of " \
+        "14.8% below it), the median of the run's 10 nodes with this model" in failure
 
 
 def test_pcie_figures_and_evidence():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.allreduce import figures as allreduce_figures
@@ -224,13 +225,15 @@ def test_allreduce_fleet_median_of_voters():
                 "n3": allreduce([size(2, 20.0)], node="n3", ranks=20),
                 "n4": outcome("allreduce", [], {"world": 1}, node="n4"),
                 "n5": failed("allreduce", "x", "n5")}
+    # spread: each node's deviation from the median is a vote (n1 10 and n2 30: 1/2 each)
     assert summary("allreduce", outcomes, {"n1": 8, "n2": 8, "n3": 8}) == {
-        ("", 8): {"median": 20.0, "nodes": 2}}
-    assert summary("allreduce", outcomes) == {("", 8): {"median": 20.0, "nodes": 3}}
+        ("", 8): {"median": 20.0, "nodes": 2, "spread": 1.4826 * 0.5}}
+    assert summary("allreduce", outcomes) == {("", 8): {"median": 20.0, "nodes": 3,
+                                                         "spread": 1.4826 * 0.5}}
     assert summary("allreduce", {}) == {}
     by_model = summary("allreduce", outcomes, models={"n1": H100, "n2": H100})
-    assert by_model == {("H100", 8): {"median": 20.0, "nodes": 2},
-                        ("", 8): {"median": 20.0, "nodes": 1}}
+    assert by_model == {("H100", 8): {"median": 20.0, "nodes": 2, "spread": 1.4826 * 0.5},
+                        ("", 8): {"median": 20.0, "nodes": 1, "spread": 0.0}}
 
 
 def test_allreduce_figures():
@@ -265,3 +268,21 @@ def test_allreduce_saturation_is_the_smallest_size_within_the_share_of_the_best(
     assert saturation(sweep, share=0.5) == size(1 << 20, 50.0)
     assert saturation([size(1 << 29, 100.0), size(1 << 28, 96.0)]) == size(1 << 28, 96.0), \
         "the smallest size, whatever the sweep's order"
+
+
+def test_allreduce_peer_bound_widens_with_the_runs_spread_up_to_half_the_median():
+    """Ten nodes whose busbw strays +-10% about 400 GB/s (a robust spread of 14.8%): 6
+    spreads would be a margin of 89%, held at half the median."""
+    fleet = {f"n{i}": allreduce([size(1, 400 * (1.1 if i % 2 else 0.9))], node=f"n{i}")
+             for i in range(1, 11)}
+    peers = summary("allreduce", fleet)
+    assert peers[("", 8)]["spread"] == pytest.approx(0.14826)
+    assert judge("allreduce", allreduce([size(1, 250.0)]), fleet=peers, gpus=8)[0] == ()
+    (failure,), _ = judge("allreduce", allreduce([size(1, 190.0)]), fleet=peers, gpus=8)
+    assert failure.endswith("below 0.5 x 400.000 GB/s (6 x the robust spread of 14.8% below "
+                            "it), the median of the run's 10 nodes of this model and rank count")
+    # a quiet fleet: the fraction is the margin, as before
+    quiet = summary("allreduce", {f"n{i}": allreduce([size(1, 400.0)], node=f"n{i}")
+                                  for i in range(1, 4)})
+    (failure,), _ = judge("allreduce", allreduce([size(1, 330.0)]), fleet=quiet, gpus=8)
+    assert "below 0.85 x 400.000 GB/s, the median of the run's 3 nodes" in failure
