@@ -102,3 +102,14 @@ def test_ssh_fanout_vs_pdsh():
          "openssh-server is not installed")
     lines = run_benchmark("ssh_fanout_vs_pdsh.py", "--hosts", "2", "--repeat", "1")
     assert ratios(lines[-1], "burnin / pdsh"), lines
+
+
+def test_verdict_calibration_captures_and_replays_every_rule():
+    lines = run_benchmark("verdict_calibration.py", "--runs", "1", "--node-runs", "30",
+                          "--trials", "5", "--sizes", "3")
+    rows = [ln for ln in lines if ln.startswith("| ") and " | 3 | " in ln]
+    rules = {row.split(" | ")[0].lstrip("| ") for row in rows}
+    assert len(rules) == 6, lines  # burn, PCIe both ways, storage both phases, busbw
+    for row in rows:
+        false = float(row.split(" | ")[5])
+        assert 0 <= false <= 1000, row
