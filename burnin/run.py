@@ -14,8 +14,7 @@ import json
 import os
 import resource
 import threading
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -29,11 +28,11 @@ from burnin.progress import Progress
 from burnin.schema import MAX_DEVICES
 from burnin.shipped import shipped
 from burnin.transports import Launcher, Launchers, NodeUnreachable, Transport, transport_for
+from burnin.transports.fanout import fan_out
 from burnin.verdict import Verdict
 
 PROBES_DIR = shipped("probes")  # inside the package from a wheel, beside it in a checkout
 DEFAULT_FANOUT = 256
-CANCEL_WAIT_S = 20.0  # an interrupted run waits this long for its probes to be killed
 
 
 class ControllerFault(Exception):
@@ -58,33 +57,6 @@ def raise_open_files_limit(connections: int) -> None:
 def new_run_id() -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{os.urandom(3).hex()}"
-
-
-def fan_out(items: Iterable, fn: Callable, limit: int,
-            cancel: threading.Event | None = None) -> list:
-    """fn(item) for every item, at most `limit` at once; results in item order.
-
-    fn must not raise: one item's failure belongs in its own result, never in another's.
-    Interrupted (Ctrl-C, or SIGTERM turned into one), it sets `cancel`, which every
-    transport honours by killing its command, starts nothing new, waits a bounded time
-    for the running ones to end, and re-raises: the run stops within seconds.
-    """
-    items = list(items)
-    if not items:
-        return []
-    pool = ThreadPoolExecutor(max_workers=max(1, min(limit, len(items))),
-                              thread_name_prefix="burnin-fanout")
-    futures = [pool.submit(fn, item) for item in items]
-    try:
-        results = [f.result() for f in futures]
-    except BaseException:
-        if cancel is not None:
-            cancel.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        wait(futures, timeout=CANCEL_WAIT_S)
-        raise
-    pool.shutdown(wait=True)
-    return results
 
 
 @dataclass
