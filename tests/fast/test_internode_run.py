@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 
 from judging import judge
 
+from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import excluded, internode
 from burnin.inventory import load_inventory
 from burnin.probe import ProbeOutcome
@@ -64,10 +66,11 @@ def run_over(tmp_path, net: Net, nodes: int, failed: dict | None = None,
                                "nodes": [{"name": f"n[1-{nodes}]"}]}))
     inventory = load_inventory(inv)
     run = Run(inventory, list(inventory.nodes), "quick", tmp_path / "reports", "t")
-    run.probe, run.launcher = net.probe, (lambda node: None)
-    run.failed_single_node_checks = lambda: dict(failed or {})
-    run.devices, run.gpus = (lambda node: RANKS), (lambda node: 0)
-    out = internode(run)
+    # The run's own GroupRun (its settings and payload builder), its edge faked.
+    group = replace(run.group_run(CHECKS["allreduce_internode"]), probe=net.probe,
+                    launcher=lambda node: None, failed=lambda: dict(failed or {}),
+                    devices=lambda node: RANKS, gpus=lambda node: 0)
+    out = internode(group)
     assert set(out) == {n.name for n in run.nodes}
     return {name: (judge("allreduce_internode", o)[0], excluded(o)) for name, o in out.items()}
 
