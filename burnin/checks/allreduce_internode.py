@@ -20,7 +20,6 @@ from burnin.schema import COUNT, Bool, List, Num, Obj, Str, document
 from burnin.verdict import Verdict
 
 NAME = "allreduce_internode"
-INTRA_NAME = INTRA.name
 
 
 def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
@@ -46,7 +45,7 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     # and fractions, under this check's own (timeout_s). A group's members must agree on
     # what they measure: the group runs and is judged with its first member's (the
     # rendezvous master's), each member's probe under its own timeout_s.
-    own = {n.name: {**run.settings(INTRA_NAME, n), **run.settings(NAME, n)} for n in members}
+    own = {n.name: {**run.settings(INTRA.name, n), **run.settings(NAME, n)} for n in members}
     settings = own[members[0].name]
     timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
     group, outcomes, pairs = None, {}, []
