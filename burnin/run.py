@@ -10,6 +10,17 @@ not the sum over nodes. Its seams, each its own module:
     launch.py      the launch layer: transports, launchers (srun), fan-out, cancel
     probe.py       the probe protocol: the payload a probe reads, the document it prints
     checks/groups.py  GroupRun: all a group check (the inter-node all-reduce) may use
+
+Layered top to bottom, each importing only what is below it:
+
+    plugin.py (pytest) -> run.py -> checks/ (judges; group checks get a GroupRun)
+                                 -> store.py (outcomes, results.jsonl)
+                                 -> launch.py -> probe.py -> transports/ (local, ssh;
+                                                 srun a Launcher; fanout.py, reading.py)
+
+Where a change goes: a new way to reach one node is one file in transports/ and a row of
+TRANSPORTS (its read loop is reading.py's); one that runs many nodes as one is a Launcher
+and a row of LAUNCHERS; what every probe is told, probe.payload; a check, burnin/checks/.
 """
 
 from __future__ import annotations
