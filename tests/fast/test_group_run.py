@@ -103,4 +103,3 @@ def test_a_groups_payload_is_the_one_every_probe_gets_plus_its_layout(tmp_path):
     assert payload["check"] == "allreduce" and payload["profile"] == "quick"
     assert payload["gpu_model"] == "H100-SXM5-80GB" and set(payload["storage"]) == {"path", "mount"}
     assert payload["group"]["world"] == 4 and payload["group"]["nodes"] == ["n1", "n2"]
-
