@@ -14,6 +14,7 @@ import json
 import threading
 from dataclasses import dataclass, field
 
+from burnin.nodes import Node
 from burnin.schema import Num, Obj, Str
 from burnin.text import UnsafeDocument, safe_document, safe_text
 from burnin.transports import (
@@ -54,8 +55,10 @@ class ProbeOutcome:
     # the run ends incomplete rather than blame the node (Run.verdict).
     fault: bool = False
 
-    def to_record(self, run_id: str) -> dict:
-        record = {"run_id": run_id, "node": self.node, "check": self.probe, "ok": self.ok,
+    def to_record(self, run_id: str, check: str) -> dict:
+        """The results.jsonl line of this outcome of `check` (whose probe may be another
+        check's: the inter-node all-reduce runs the allreduce probe)."""
+        record = {"run_id": run_id, "node": self.node, "check": check, "ok": self.ok,
                   "reason": self.reason, "duration_s": round(self.duration_s, 3),
                   "exit_code": self.exit_code, "stderr_tail": self.stderr_tail,
                   "data": self.data}
@@ -72,6 +75,19 @@ class ProbeOutcome:
                    duration_s=record["duration_s"], exit_code=record["exit_code"],
                    stderr_tail=record["stderr_tail"], busy=bool(record.get("busy")),
                    fault=bool(record.get("controller_fault")))
+
+
+def payload(check: str, node: Node, run_id: str, profile: str, gpus: int | None,
+            settings: dict) -> dict:
+    """What every probe reads on stdin about its run and its node; a check adds what is
+    its own (health: the tools and baselines to look for; a group: its layout)."""
+    out = {"check": check, "node": node.name, "run_id": run_id, "profile": profile,
+           "gpus": gpus, "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
+           "storage": {"path": node.storage.path, "mount": node.storage.mount},
+           "settings": settings}
+    if node.env:  # the probe sets these before torch, NCCL or gloo start
+        out["env"] = dict(node.env)
+    return out
 
 
 def unreachable(node: str, probe: str, e: NodeUnreachable) -> ProbeOutcome:

@@ -1,45 +1,52 @@
-"""One run of the suite: which nodes, which settings, and each check's outcomes.
+"""One run of the suite: which nodes, which settings, each check's outcomes and verdicts.
 
 The first test of a check that asks for its outcomes runs the probe on every selected
 node at once (bounded by the fan-out), so the run's wall time is one probe's duration,
-not the sum over nodes. Outcomes are kept in the run's directory under a file lock, so
-pytest-xdist workers share one execution per check instead of racing the same GPUs,
-and every worker judges against the same fleet.
+not the sum over nodes. Its seams, each its own module:
+
+    run.py         settings, execution of a check over the fleet, fleet figures, verdicts
+    store.py       the outcome store: each check's outcomes once per run, shared by every
+                   pytest-xdist worker under a file lock, and results.jsonl
+    launch.py      the launch layer: transports, launchers (srun), fan-out, cancel
+    probe.py       the probe protocol: the payload a probe reads, the document it prints
+    checks/groups.py  GroupRun: all a group check (the inter-node all-reduce) may use
+
+Layered top to bottom, each importing only what is below it:
+
+    plugin.py (pytest) -> run.py -> checks/ (judges; group checks get a GroupRun)
+                                 -> store.py (outcomes, results.jsonl)
+                                 -> launch.py -> probe.py -> transports/ (local, ssh;
+                                                 srun a Launcher; fanout.py, reading.py)
+
+Where a change goes: a new way to reach one node is one file in transports/ and a row of
+TRANSPORTS (its read loop is reading.py's); one that runs many nodes as one is a Launcher
+and a row of LAUNCHERS; what every probe is told, probe.payload; a check, burnin/checks/.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import os
 import resource
 import threading
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
-from burnin.files import append_durably, private_dirs, write_atomically
+from burnin.checks.groups import GroupRun
+from burnin.checks.health import facts_baseline, facts_equipped, facts_gpus
+from burnin.launch import DEFAULT_FANOUT, Launch
 from burnin.nodes import Inventory, Node
-from burnin.probe import ProbeOutcome, run_probe, run_probes, unreachable
+from burnin.probe import ProbeOutcome, payload
 from burnin.progress import Progress
 from burnin.schema import MAX_DEVICES
 from burnin.shipped import shipped
-from burnin.transports import Launcher, Launchers, NodeUnreachable, Transport, transport_for
+from burnin.store import ControllerFault, OutcomeStore
+from burnin.transports import Launcher, Launchers
 from burnin.verdict import Verdict
 
 PROBES_DIR = shipped("probes")  # inside the package from a wheel, beside it in a checkout
-DEFAULT_FANOUT = 256
-CANCEL_WAIT_S = 20.0  # an interrupted run waits this long for its probes to be killed
-
-
-class ControllerFault(Exception):
-    """The controller itself failed (its reports or ledger cannot be written, the disk is
-    full, a bug outside any one node's document): the run ends incomplete, no report of
-    it is admissible, and no node is blamed."""
+__all__ = ["DEFAULT_FANOUT", "PROBES_DIR", "ControllerFault", "Run", "new_run_id"]
 
 
 def raise_open_files_limit(connections: int) -> None:
@@ -60,35 +67,11 @@ def new_run_id() -> str:
     return f"{stamp}-{os.urandom(3).hex()}"
 
 
-def fan_out(items: Iterable, fn: Callable, limit: int,
-            cancel: threading.Event | None = None) -> list:
-    """fn(item) for every item, at most `limit` at once; results in item order.
-
-    fn must not raise: one item's failure belongs in its own result, never in another's.
-    Interrupted (Ctrl-C, or SIGTERM turned into one), it sets `cancel`, which every
-    transport honours by killing its command, starts nothing new, waits a bounded time
-    for the running ones to end, and re-raises: the run stops within seconds.
-    """
-    items = list(items)
-    if not items:
-        return []
-    pool = ThreadPoolExecutor(max_workers=max(1, min(limit, len(items))),
-                              thread_name_prefix="burnin-fanout")
-    futures = [pool.submit(fn, item) for item in items]
-    try:
-        results = [f.result() for f in futures]
-    except BaseException:
-        if cancel is not None:
-            cancel.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        wait(futures, timeout=CANCEL_WAIT_S)
-        raise
-    pool.shutdown(wait=True)
-    return results
-
-
 @dataclass
 class Run:
+    """One run: its nodes and settings, each check's outcomes (its OutcomeStore) and
+    verdicts. Probes start through its launch layer (burnin/launch.py)."""
+
     inventory: Inventory
     nodes: list[Node]
     profile: str
@@ -96,36 +79,40 @@ class Run:
     run_id: str
     fanout: int = DEFAULT_FANOUT
     probes_dir: Path = PROBES_DIR
-    _outcomes: dict[str, dict[str, ProbeOutcome]] = field(default_factory=dict)
-    _transports: dict[str, Transport] = field(default_factory=dict)
+    progress: Progress | None = None  # live lines for probes that report progress
+    store: OutcomeStore = field(init=False)
+    launch: Launch = field(init=False)
     _summaries: dict = field(default_factory=dict)
     # {check: {node: why}}: nodes whose document broke their check's fleet figures when
     # summarised alone; left out of the fleet, and failed with the reason.
     _unjudged: dict[str, dict[str, str]] = field(default_factory=dict)
     _verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
-    progress: Progress | None = None  # live lines for probes that report progress
-    # Re-entrant: the inter-node all-reduce asks for the single-node checks' outcomes
-    # while its own are being made.
-    _lock: threading.RLock = field(default_factory=threading.RLock)
-    _flock_depth: int = 0
-    # Set when the run is interrupted: every probe's command is killed, nothing new starts.
-    cancel: threading.Event = field(default_factory=threading.Event)
-    # The launchers of transports that run a check's nodes as one (srun: one job step).
-    launchers: Launchers | None = None
 
     def __post_init__(self):
         raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
-        self.launchers = Launchers(self.nodes, self.probes_dir, self.run_id, self.cancel)
+        self.store = OutcomeStore(self.reports_dir / self.run_id, self.run_id)
+        self.launch = Launch(self.nodes, self.probes_dir, self.run_id, self.fanout)
+
+    @property
+    def _lock(self) -> threading.RLock:  # one lock for outcomes and judging: no order
+        return self.store.lock
+
+    @property
+    def cancel(self) -> threading.Event:
+        """Set when the run is interrupted: every probe is killed, nothing new starts."""
+        return self.launch.cancel
+
+    @property
+    def launchers(self) -> Launchers:
+        """The launchers of transports that run a check's nodes as one (srun)."""
+        return self.launch.launchers
 
     @property
     def run_dir(self) -> Path:
-        return self.reports_dir / self.run_id
+        return self.store.run_dir
 
     def make_run_dir(self) -> Path:
-        """reports/<run-id>/, owner-only: reports hold node facts, failure evidence and
-        figures of the fleet that other local users have no business reading."""
-        private_dirs(self.run_dir)
-        return self.run_dir
+        return self.store.make_run_dir()
 
     def settings(self, check: str, node: Node | None = None) -> dict:
         """The check's settings: profile defaults, the inventory's `checks:`, then the
@@ -137,10 +124,7 @@ class Run:
         """Every selected node's outcome of `check`, running the probe once per run."""
         if check not in CHECKS:
             raise KeyError(f"unknown check {check!r}")
-        with self._lock:
-            if check not in self._outcomes:
-                self._outcomes[check] = self._shared(check)
-            return self._outcomes[check]
+        return self.store.get(check, self.execute)
 
     def adopt(self, check: str, outcomes: dict[str, ProbeOutcome]) -> None:
         """Take `check`'s outcomes as recorded (burnin rejudge): its probe is not run."""
@@ -244,17 +228,10 @@ class Run:
 
     def gpus(self, node: Node) -> int | None:
         """The GPUs `node` must have: the inventory's count, or for `gpus: auto` what its
-        health facts show (NVML's count, else torch's); None while unknown (its health
-        probe failed: then nothing is assumed)."""
+        health facts show; None while unknown (its health probe failed)."""
         if node.gpus is not None:
             return node.gpus
-        o = self.outcomes(FACTS)[node.name]
-        if not o.ok:
-            return None
-        gpu = o.data["figures"].get("gpu") or {}
-        if gpu.get("nvml") == "present":
-            return len(o.data["devices"])
-        return (o.data["figures"].get("torch") or {}).get("device_count") or 0
+        return facts_gpus(self.outcomes(FACTS)[node.name])
 
     def known_gpus(self, node: Node) -> int | None:
         """gpus(), but only from what is known already: never runs a probe (reports)."""
@@ -263,14 +240,9 @@ class Run:
         return None
 
     def equipped(self, node: Node) -> frozenset[str] | None:
-        """The checks needing a tool whose tool the node's health facts found (dcgm where
-        dcgmi is installed); None while unknown (its health probe failed, or a node held
-        in quarantine did not run it)."""
-        o = self.outcomes(FACTS).get(node.name)
-        if o is None or not o.ok:
-            return None
-        tools = o.data["figures"].get("tools") or {}
-        return frozenset(check for check, t in tools.items() if t.get("path"))
+        """The checks needing a tool whose tool the node's health facts found; None while
+        unknown (its health probe failed, or a node held in quarantine did not run it)."""
+        return facts_equipped(self.outcomes(FACTS).get(node.name))
 
     def known_equipped(self, node: Node) -> frozenset[str] | None:
         """equipped(), but only from what is known already: never runs a probe."""
@@ -281,10 +253,7 @@ class Run:
         when it ran in this run; never runs it."""
         if not self.has_outcomes(FACTS):
             return None
-        o = self.outcomes(FACTS).get(node.name)
-        if o is None or not o.ok:
-            return None
-        return (o.data["figures"].get("baselines") or {}).get(check)
+        return facts_baseline(self.outcomes(FACTS).get(node.name), check)
 
     def devices(self, node: Node) -> int | None:
         """The devices every probe must report for `node`: its GPUs, or on a CPU-only node
@@ -313,67 +282,15 @@ class Run:
                                                          else check)
         return out
 
-    def _shared(self, check: str) -> dict[str, ProbeOutcome]:
-        try:
-            state = self.make_run_dir() / ".probes"
-            state.mkdir(mode=0o700, exist_ok=True)
-        except OSError as e:
-            raise ControllerFault(f"cannot write the run's directory {self.run_dir}: "
-                                  f"{e}") from e
-        done = state / f"{check}.jsonl"
-        with self._held_flock(state / "lock"):
-            if done.exists():
-                return _read_outcomes(done)
-            outcomes = self.execute(check)
-            lines = "".join(self._record(outcomes, name) for name in outcomes)
-            try:
-                append_durably(self.run_dir / "results.jsonl", lines)
-                write_atomically(done, lines, durable=True)
-            except OSError as e:  # a full disk, a reports dir gone: nobody's node
-                raise ControllerFault(f"cannot record the {check} results in "
-                                      f"{self.run_dir}: {e}") from e
-            return outcomes
-
-    def _record(self, outcomes: dict[str, ProbeOutcome], name: str) -> str:
-        """The results.jsonl line of one node's outcome. A document that cannot be encoded
-        (none should: burnin/text.py made it safe where it was parsed) fails its node
-        alone, here, rather than the line of every node."""
-        o = outcomes[name]
-        try:
-            return json.dumps(o.to_record(self.run_id), allow_nan=False) + "\n"
-        except (ValueError, TypeError, RecursionError) as e:
-            o = outcomes[name] = ProbeOutcome(
-                o.node, o.probe, False, f"its {o.probe} document could not be recorded: "
-                f"{type(e).__name__}: {e}", {}, o.duration_s, o.exit_code, o.stderr_tail)
-            return json.dumps(o.to_record(self.run_id)) + "\n"
-
     def has_outcomes(self, check: str) -> bool:
         """Whether `check` has run in this run (here or in another xdist worker)."""
-        return check in self._outcomes or (self.run_dir / ".probes" / f"{check}.jsonl").exists()
-
-    @contextmanager
-    def _held_flock(self, path: Path):
-        """The cross-process lock: one check at a time on the fleet, whichever worker runs
-        it. A process already holding it (a check asking for another) goes straight in."""
-        if self._flock_depth:
-            self._flock_depth += 1
-            try:
-                yield
-            finally:
-                self._flock_depth -= 1
-            return
-        with _flock(path):
-            self._flock_depth = 1
-            try:
-                yield
-            finally:
-                self._flock_depth = 0
+        return self.store.has(check)
 
     def execute(self, check: str) -> dict[str, ProbeOutcome]:
         """Run `check`'s probe on every selected node now, at most `fanout` at once."""
         spec = CHECKS[check]
         if spec.group:  # one coordinated group, not a fan-out
-            return spec.execute(self)
+            return spec.execute(self.group_run(spec))
 
         # Learned here, in this thread: it holds the run's lock the fan-out threads lack.
         gpus = {n.name: n.gpus if spec.facts else self.gpus(n) for n in self.nodes}
@@ -381,14 +298,9 @@ class Run:
         baselines = {n.name: self.baseline(check, n) for n in self.nodes} \
             if spec.baseline is not None else {}
 
-        def payload(node: Node) -> dict:
-            out = {"check": check, "node": node.name, "run_id": self.run_id,
-                   "profile": self.profile, "gpus": gpus[node.name],
-                   "cpu_devices": node.cpu_devices, "gpu_model": node.gpu_model,
-                   "storage": {"path": node.storage.path, "mount": node.storage.mount},
-                   "settings": settings[node.name]}
-            if node.env:  # the probe sets these before torch, NCCL or gloo start
-                out["env"] = dict(node.env)
+        def payload_of(node: Node) -> dict:
+            out = payload(check, node, self.run_id, self.profile, gpus[node.name],
+                          settings[node.name])
             if spec.facts:  # the commands checks need, for the facts probe to look for
                 out["tools"] = {c.name: c.tool(self.settings(c.name, node))
                                 for c in CHECKS.values() if c.tool is not None}
@@ -421,117 +333,35 @@ class Run:
         def one(item: tuple[Launcher | None, list[Node]]) -> dict[str, ProbeOutcome]:
             launcher, nodes = item
             if launcher is not None:  # the nodes run as one (srun: one job step)
-                return self.probe_together(launcher, nodes, spec,
-                                           {n.name: payload(n) for n in nodes},
-                                           {n.name: timeout(n) for n in nodes},
-                                           {n.name: on_progress(n) for n in nodes},
-                                           max(limit(n) for n in nodes), shape(nodes))
+                return self.launch.probe_together(launcher, nodes, spec,
+                                                  {n.name: payload_of(n) for n in nodes},
+                                                  {n.name: timeout(n) for n in nodes},
+                                                  {n.name: on_progress(n) for n in nodes},
+                                                  max(limit(n) for n in nodes), shape(nodes))
             node = nodes[0]
-            return {node.name: self.probe(node, spec, payload(node), timeout(node),
-                                          on_progress(node), limit(node), shape(nodes))}
+            return {node.name: self.launch.probe(node, spec, payload_of(node), timeout(node),
+                                                 on_progress(node), limit(node), shape(nodes))}
 
         together, apart = self.launchers.split(self.nodes)
         if self.progress:
             self.progress.begin(check)
         try:
-            done = fan_out(together + [(None, [n]) for n in apart], one, self.fanout,
-                           self.cancel)
+            done = self.launch.fan_out(together + [(None, [n]) for n in apart], one)
         finally:
             if self.progress:
                 self.progress.end()
         outcomes = {name: o for part in done for name, o in part.items()}
         return {n.name: outcomes[n.name] for n in self.nodes}
 
-    def probe(self, node: Node, check: Check, payload: dict, timeout_s: float,
-              on_progress=None, max_output: int | None = None,
-              schema=None) -> ProbeOutcome:
-        """Run the check's probe on one node; whatever happens is this node's outcome.
-        It may print `max_output` bytes of a document of shape `schema` (defaults: the
-        check's own)."""
-        launcher = self.launcher(node)
-        if launcher is not None:
-            return self.probe_together(launcher, [node], check, {node.name: payload},
-                                       {node.name: timeout_s}, {node.name: on_progress},
-                                       max_output, schema)[node.name]
-        try:
-            transport = self.transport(node)
-            if self.cancel.is_set():
-                return ProbeOutcome(node.name, check.probe_name, False,
-                                    "not started: the run was interrupted")
-            return run_probe(transport, check.probe_name, payload, timeout_s,
-                             max_output=max_output or check.max_output,
-                             on_progress=on_progress,
-                             schema=schema or check.schema, lifeline=True,
-                             cancel=self.cancel)
-        except NodeUnreachable as e:
-            return unreachable(node.name, check.probe_name, e)
-        except Exception as e:  # a bug of ours, never the node's: Run.verdict ends the run
-            return ProbeOutcome(node.name, check.probe_name, False, f"controller error "
-                                f"running {check.name}: {type(e).__name__}: {e}", fault=True)
-
-    # --- transports that run a check's nodes as one (srun: one job step per check) ------
-
-    def launcher(self, node: Node) -> Launcher | None:
-        """The launcher that runs `node` together with the run's other nodes of its
-        transport (srun: one job step), or None: its transport runs node by node."""
-        return self.launchers.of(node)
-
-    def probe_together(self, launcher: Launcher, nodes: list[Node], check: Check,
-                       payloads: dict[str, dict], timeouts: dict[str, float],
-                       on_progress: dict | None = None,
-                       max_output: int | None = None,
-                       schema=None) -> dict[str, ProbeOutcome]:
-        """Run the check's probe on `nodes` as one; whatever happens is each node's own
-        outcome, judged as run_probe judges one. Each may print `max_output` bytes of a
-        document of shape `schema` (defaults: the check's own)."""
-        if self.cancel.is_set():
-            return {n.name: ProbeOutcome(n.name, check.probe_name, False,
-                                         "not started: the run was interrupted") for n in nodes}
-        try:
-            done = run_probes(launcher, nodes, check.probe_name, payloads, timeouts,
-                              max_output=max_output or check.max_output,
-                              on_progress={k: v for k, v in (on_progress or {}).items() if v},
-                              schema=schema or check.schema, lifeline=True,
-                             cancel=self.cancel)
-            return {name: tasks[0] for name, tasks in done.items()}
-        except Exception as e:  # a bug of ours, never the nodes': Run.verdict ends the run
-            return {n.name: ProbeOutcome(n.name, check.probe_name, False, f"controller error "
-                                         f"running {check.name}: {type(e).__name__}: {e}",
-                                         fault=True)
-                    for n in nodes}
-
-    def at_once(self, items: list, fn: Callable) -> list:
-        """fn(item) for every item, all at once (a group that must start together), and
-        cancellable like any fan-out."""
-        return fan_out(items, fn, len(items), self.cancel)
-
-    def transport(self, node: Node) -> Transport:
-        """The node's transport for this run, made on first use and kept (one connection)."""
-        # Called from fan-out threads, each for its own node: no two touch one key.
-        t = self._transports.get(node.name)
-        if t is None:
-            t = self._transports[node.name] = transport_for(node, self.probes_dir, self.run_id)
-        return t
+    def group_run(self, spec: Check) -> GroupRun:
+        """All of this run a group check may use (burnin/checks/groups.py: GroupRun)."""
+        def payload_of(node: Node, gpus: int | None, settings: dict) -> dict:
+            return payload(spec.probe_name, node, self.run_id, self.profile, gpus, settings)
+        return GroupRun(nodes=tuple(self.nodes), settings=self.settings,
+                        failed=self.failed_single_node_checks, devices=self.devices,
+                        gpus=self.gpus, payload=payload_of, probe=self.launch.probe,
+                        launcher=self.launch.launcher, probe_tasks=self.launch.probe_tasks,
+                        at_once=self.launch.at_once)
 
     def close(self) -> None:
-        transports, self._transports = list(self._transports.values()), {}
-        fan_out(transports, lambda t: t.close(), self.fanout)
-        self.launchers.close()
-
-
-@contextmanager
-def _flock(path: Path):
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _read_outcomes(path: Path) -> dict[str, ProbeOutcome]:
-    out = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        o = ProbeOutcome.from_record(json.loads(line))
-        out[o.node] = o
-    return out
+        self.launch.close()

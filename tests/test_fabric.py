@@ -328,7 +328,7 @@ def test_nvlink_counters_grown_since_health_fail_the_link(nvml, tmp_path):
                           "retrained")
     assert v.warnings == (f"{gpu1} NVLink link 3: replay grew by 5 {over}",)
     new = {(dict(f.labels)["link"], dict(f.labels)["counter"]): f.value
-           for f in figures(fabric.to_record("r")) if f.metric == "nvlink_new_errors"}
+           for f in figures(fabric.to_record("r", "fabric")) if f.metric == "nvlink_new_errors"}
     assert new == {("3", "crc_flit"): 500, ("3", "replay"): 5, ("5", "recovery"): 1}
 
 

@@ -125,7 +125,7 @@ def _outcomes(run: Run, check: str, docs: dict[str, bytes]):
 
 def _verdicts(tmp: Path, kind: str, check: str, docs: dict[str, bytes]) -> dict:
     run = _run(tmp, kind)
-    run._outcomes[check] = _outcomes(run, check, docs)
+    run.store._outcomes[check] = _outcomes(run, check, docs)
     return {n.name: run.verdict(check, n) for n in run.nodes}
 
 

@@ -19,8 +19,9 @@ from burnin import probe as probe_mod
 from burnin.checks import CHECKS
 from burnin.inventory import load_inventory
 from burnin.probe import PARSE_AT_ONCE, judge_output
-from burnin.run import Run, fan_out
+from burnin.run import Run
 from burnin.transports import CommandResult
+from burnin.transports.fanout import fan_out
 
 BURN = CHECKS["burn"]
 TINY = {"duration_s": 1, "sample_s": 0.5}

@@ -10,9 +10,10 @@ join: n3") is never evidence: in a two-node group either side could blame the ot
 
 from __future__ import annotations
 
+from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.allreduce import SIZE
 from burnin.checks.base import Check, Figure, Judging, timeout
-from burnin.checks.groups import Facts, group_figures, localise, observed, run_group
+from burnin.checks.groups import Facts, GroupRun, group_figures, localise, observed, run_group
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, List, Num, Obj, Str, document
@@ -21,13 +22,9 @@ from burnin.verdict import Verdict
 NAME = "allreduce_internode"
 
 
-def internode(run) -> dict[str, ProbeOutcome]:
+def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     """The allreduce_internode outcome of every selected node."""
-    # The sizes, floors and fractions are the allreduce check's, at the inventory's level
-    # (a group's members must agree on them); its probes run under this check's own
-    # timeout_s (`checks: allreduce_internode:`), not the intra-node check's.
-    settings = {**run.settings("allreduce"), "timeout_s": run.settings(NAME)["timeout_s"]}
-    failed = run.failed_single_node_checks()
+    failed = run.failed()
     result: dict[str, ProbeOutcome] = {}
     for n in run.nodes:
         if n.name in failed:
@@ -44,15 +41,23 @@ def internode(run) -> dict[str, ProbeOutcome]:
         return result
     facts = Facts({n.name: run.devices(n) for n in members},
                   {n.name: run.gpus(n) for n in members})
+    # Each member's settings are its node group's: the allreduce check's sizes, floors
+    # and fractions, under this check's own (timeout_s). A group's members must agree on
+    # what they measure: the group runs and is judged with its first member's (the
+    # rendezvous master's), each member's probe under its own timeout_s.
+    own = {n.name: {**run.settings(INTRA.name, n), **run.settings(NAME, n)} for n in members}
+    settings = own[members[0].name]
+    timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
     group, outcomes, pairs = None, {}, []
     while len(members) >= 2:
-        outcomes = run_group(run, members, settings, facts)
+        outcomes = run_group(run, members, settings, facts, timeouts)
         group = group_figures(outcomes, members, facts)
         if group is not None:
             break
         culprits = observed(outcomes)
         if not culprits:  # nobody failed where the controller could see it: try pairs
-            tried, culprits = localise(run, members, settings, None, facts, complete=True)
+            tried, culprits = localise(run, members, settings, None, facts, complete=True,
+                                       timeouts=timeouts)
             pairs += tried
         for name, why in culprits.items():
             result[name] = _outcome(name, pairs=[p for p in pairs if name in p["nodes"]],
@@ -78,7 +83,7 @@ def internode(run) -> dict[str, ProbeOutcome]:
     # pairs are the only yardstick: compare them whenever there are peers to compare.
     if (floor is not None and group["busbw_gbps"] < floor) or (
             floor is None and fraction > 0 and len(members) >= 3):
-        tried, named = localise(run, members, settings, floor, facts)
+        tried, named = localise(run, members, settings, floor, facts, timeouts=timeouts)
         pairs += tried
     for n in members:
         devices = outcomes[n.name].data["devices"]

@@ -18,12 +18,34 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.allreduce import judged
 from burnin.nodes import Node
-from burnin.probe import ProbeOutcome, run_probes
+from burnin.probe import ProbeOutcome
+from burnin.transports import Launcher
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRun:
+    """All a group check can reach of its run (burnin/run.py makes one per group check):
+    the run's nodes, what the single-node checks left known of each, its own settings,
+    the one payload builder and the launch layer's means to start a group. Nothing else
+    of the run: the outcome store, judging and reports stay out of its reach."""
+
+    nodes: tuple[Node, ...]
+    settings: Callable[[str, Node], dict]           # a check's, for a node (its group's)
+    failed: Callable[[], dict[str, list[str]]]      # {node: single-node checks it failed}
+    devices: Callable[[Node], int | None]           # devices it must report; None: unknown
+    gpus: Callable[[Node], int | None]              # of which GPUs (0: a CPU-only node)
+    # The probe's payload for a node with these GPUs and settings (burnin/probe.py).
+    payload: Callable[[Node, int | None, dict], dict]
+    probe: Callable[..., ProbeOutcome]              # burnin/launch.py: Launch.probe
+    launcher: Callable[[Node], Launcher | None]     # Launch.launcher
+    probe_tasks: Callable[..., dict[str, list[ProbeOutcome]]]  # Launch.probe_tasks
+    at_once: Callable[[list, Callable], list]       # Launch.at_once
 
 
 @dataclass(frozen=True)
@@ -43,8 +65,10 @@ def layout(nodes: list[Node], facts: Facts) -> tuple[int, dict[str, int]]:
     return first, offsets
 
 
-def run_group(run, nodes: list[Node], settings: dict, facts: Facts) -> dict[str, ProbeOutcome]:
-    """One all-reduce group over `nodes`, all started at once."""
+def run_group(run: GroupRun, nodes: list[Node], settings: dict, facts: Facts,
+              timeouts: dict[str, float] | None = None) -> dict[str, ProbeOutcome]:
+    """One all-reduce group over `nodes`, all started at once: each with the group's
+    `settings`, under its own timeout (default: the settings' timeout_s)."""
     port = random.randrange(30000, 60000)
     world, offsets = layout(nodes, facts)
     out: dict[str, ProbeOutcome] = {}
@@ -59,39 +83,33 @@ def run_group(run, nodes: list[Node], settings: dict, facts: Facts) -> dict[str,
                  "master_addr": nodes[0].address, "master_port": port}
         if node is nodes[0]:
             group["nodes"] = names
-        out = {"check": "allreduce", "node": node.name, "run_id": run.run_id,
-               "gpus": facts.gpus[node.name], "cpu_devices": node.cpu_devices,
-               "settings": settings, "group": group}
-        if node.env:  # NCCL_SOCKET_IFNAME and the like: the node's NICs for the group
-            out["env"] = dict(node.env)
-        return out
+        mine = {**settings, "timeout_s": timeout(node)}
+        return {**run.payload(node, facts.gpus[node.name], mine), "group": group}
+
+    def timeout(node: Node) -> float:
+        return float((timeouts or {}).get(node.name, settings["timeout_s"]))
 
     launcher = run.launcher(nodes[0])
     if launcher is not None and all(run.launcher(n) is launcher for n in nodes):
         return _as_ranks(run, launcher, nodes, {n.name: payload(n) for n in nodes},
-                         float(settings["timeout_s"]), facts.ranks)
+                         {n.name: timeout(n) for n in nodes}, facts.ranks)
 
     def one(node: Node) -> None:
-        out[node.name] = run.probe(node, INTRA, payload(node), float(settings["timeout_s"]))
+        out[node.name] = run.probe(node, INTRA, payload(node), timeout(node))
 
     run.at_once(nodes, one)
     return out
 
 
-def _as_ranks(run, launcher, nodes: list[Node], payloads: dict[str, dict], timeout_s: float,
-              ranks: dict[str, int]) -> dict[str, ProbeOutcome]:
+def _as_ranks(run: GroupRun, launcher: Launcher, nodes: list[Node], payloads: dict[str, dict],
+              timeouts: dict[str, float], ranks: dict[str, int]) -> dict[str, ProbeOutcome]:
     """The group as one launch with one task per rank (Slurm: one step, one task per GPU);
     each task is its node's next rank (probes/allreduce.py: per_task)."""
     for p in payloads.values():
         p["group"]["per_task"] = True
     payloads[nodes[0].name]["group"]["ranks"] = [ranks[n.name] for n in nodes]  # the master's
-    if run.cancel.is_set():
-        return {n.name: ProbeOutcome(n.name, "allreduce", False, "not started: the run was "
-                                     "interrupted") for n in nodes}
-    per_task = run_probes(launcher, nodes, INTRA.probe_name, payloads,
-                          dict.fromkeys(payloads, timeout_s), max_output=INTRA.max_output,
-                          schema=INTRA.schema, lifeline=True, cancel=run.cancel,
-                          tasks={n.name: ranks[n.name] for n in nodes})
+    per_task = run.probe_tasks(launcher, nodes, INTRA, payloads, timeouts,
+                               tasks={n.name: ranks[n.name] for n in nodes})
     return {name: node_of_ranks(name, outs) for name, outs in per_task.items()}
 
 
@@ -151,15 +169,16 @@ def observed(outcomes: dict[str, ProbeOutcome]) -> dict[str, str]:
     return out
 
 
-def localise(run, members: list[Node], settings: dict, floor: float | None, facts: Facts,
-             complete: bool = False):
+def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | None,
+             facts: Facts, complete: bool = False, timeouts: dict[str, float] | None = None):
     """(every pair's figure, {node: why it is named}). With `complete`, a pair is good
     when it completes at all (a group that did not form); else when its busbw reaches the
     floor, or with no floor pair_fraction of the median pair."""
     def measure(pairs: list[tuple[Node, Node]]) -> list[dict]:
         def one(pair: tuple[Node, Node]) -> dict:
             a, b = pair
-            g = group_figures(run_group(run, [a, b], settings, facts), [a, b], facts)
+            g = group_figures(run_group(run, [a, b], settings, facts, timeouts), [a, b],
+                              facts)
             return {"nodes": [a.name, b.name], "busbw_gbps": g["busbw_gbps"] if g else 0.0,
                     "completed": g is not None}
         return run.at_once(pairs, one)

@@ -37,6 +37,34 @@ from burnin.schema import (
 )
 from burnin.verdict import Verdict, majority
 
+# --- what the run learns from a node's health document (its facts), before other checks ---
+
+def facts_gpus(outcome: ProbeOutcome) -> int | None:
+    """The GPUs the node's health facts show (NVML's count, else torch's); None when its
+    health probe failed: then nothing is assumed."""
+    if not outcome.ok:
+        return None
+    gpu = outcome.data["figures"].get("gpu") or {}
+    if gpu.get("nvml") == "present":
+        return len(outcome.data["devices"])
+    return (outcome.data["figures"].get("torch") or {}).get("device_count") or 0
+
+
+def facts_equipped(outcome: ProbeOutcome | None) -> frozenset[str] | None:
+    """The checks whose tool the node's facts found (dcgm where dcgmi is installed); None
+    while unknown (its health probe failed, or did not run on it)."""
+    if outcome is None or not outcome.ok:
+        return None
+    tools = outcome.data["figures"].get("tools") or {}
+    return frozenset(check for check, t in tools.items() if t.get("path"))
+
+
+def facts_baseline(outcome: ProbeOutcome | None, check: str) -> dict | None:
+    """What the node's health probe read before the load for `check` (Check.baseline)."""
+    if outcome is None or not outcome.ok:
+        return None
+    return (outcome.data["figures"].get("baselines") or {}).get(check)
+
 
 def fleet_summary(fleet: Fleet) -> dict:
     """Once per run: the majority driver and torch versions, as (value, why, nodes), and

@@ -4,9 +4,9 @@ looked up by name in TRANSPORTS and imported only when an inventory uses it.
 A transport returns what happened (exit code, bounded output, timeout); it raises
 NodeUnreachable only when the node cannot be reached at all.
 
-A transport whose scheduler is itself a distributed launcher (srun) also gives the run a
-Launcher: the run hands it a check's whole node set, which it runs as one (one job step)
-rather than one command per node.
+Where the scheduler is itself a distributed launcher (srun), `transport: srun` names a
+Launcher instead (LAUNCHERS): the run hands it a check's whole node set, which it runs as
+one (one job step) rather than one command per node. A name is in one table or the other.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from burnin.nodes import Node
 TRANSPORTS = {
     "local": "burnin.transports.local:LocalTransport",
     "ssh": "burnin.transports.ssh:SshTransport",
-    "srun": "burnin.transports.srun:SrunTransport",
+}
+LAUNCHERS = {
+    "srun": "burnin.transports.srun:SrunLauncher",
 }
 
 STDERR_TAIL_BYTES = 64 * 1024
@@ -96,17 +98,11 @@ class Transport:
     def close(self) -> None:
         """Release connections and remove what was staged; never raises."""
 
-    @classmethod
-    def launcher(cls, nodes: list[Node], probes_dir: Path, run_id: str,
-                 cancel: threading.Event) -> Launcher | None:
-        """A launcher for the run's `nodes` of this transport, or None: one command per
-        node through run()."""
-        return None
-
 
 class Launcher:
     """Runs a probe on many nodes as one (srun: one job step over all of them). One per
-    run and transport, closed at the end of the run, also when it was interrupted."""
+    run and transport, made with (the run's nodes of its transport, probes_dir, run_id,
+    the run's cancel), closed at the end of the run, also when it was interrupted."""
 
     def prepare(self) -> None:
         """Get hold of the nodes (Slurm: the allocation). Called from the run's main
@@ -147,11 +143,10 @@ class Launchers:
     def of(self, node: Node) -> Launcher | None:
         with self._lock:
             if node.transport not in self._made:
-                try:
-                    cls = transport_class(node.transport)
-                except NodeUnreachable:
-                    cls = Transport  # unknown here: its nodes fail one by one, with the reason
-                self._made[node.transport] = cls.launcher(
+                # Not a launcher's name: its nodes run one by one, through their transport
+                # (a name in neither table fails them one by one, with the reason).
+                target = LAUNCHERS.get(node.transport)
+                self._made[node.transport] = None if target is None else _load(target)(
                     [n for n in self.nodes if n.transport == node.transport], self.probes_dir,
                     self.run_id, self.cancel)
             return self._made[node.transport]
@@ -195,9 +190,16 @@ class Launchers:
 def transport_class(name: str) -> type[Transport]:
     target = TRANSPORTS.get(name)
     if target is None:
+        if name in LAUNCHERS:  # its nodes run together, through the run's Launchers
+            raise NodeUnreachable(f"{name} nodes run through the run's {name} launcher")
         raise NodeUnreachable(f"transport {name!r} is not available in this burnin")
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)
+    return _load(target)
+
+
+def _load(target: str):
+    """'module:attr', imported on first use: a fleet without Slurm never imports it."""
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def transport_for(node: Node, probes_dir: Path, run_id: str = "unnamed") -> Transport:

@@ -12,14 +12,8 @@ import sys
 import threading
 import time
 
-from burnin.transports import (
-    HEARTBEAT_S,
-    STDERR_TAIL_BYTES,
-    CommandResult,
-    NodeBusy,
-    NodeUnreachable,
-    Transport,
-)
+from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreachable, Transport
+from burnin.transports.reading import read_bounded
 
 KILL_GRACE_S = 2.0
 
@@ -100,35 +94,11 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
                               daemon=True)
     feeder.start()
 
-    out, err = bytearray(), bytearray()
-    timed_out = overflow = cancelled = False
     deadline = start + timeout_s
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ, out)
-        sel.register(proc.stderr, selectors.EVENT_READ, err)
-        while sel.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            if cancel is not None and cancel.is_set():
-                cancelled = True
-                break
-            for key, _ in sel.select(timeout=min(left, 1.0)):
-                chunk = os.read(key.fd, 1 << 16)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-                    continue
-                key.data.extend(chunk)
-                if key.data is err:
-                    if on_stderr:
-                        on_stderr(chunk)
-                    if len(err) > 2 * STDERR_TAIL_BYTES:
-                        del err[:-STDERR_TAIL_BYTES]
-            if len(out) > max_stdout:
-                overflow = True
-                break
-    if timed_out or overflow or cancelled:
+    with _Pipes(proc) as pipes:
+        r = read_bounded(pipes, deadline, max_stdout, on_stderr, cancel)
+    timed_out = r.timed_out
+    if r.stopped:
         kill_group(proc)
     else:
         # Output closed; the process may linger a moment, or hang after closing its pipes.
@@ -141,10 +111,37 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
     proc.stdout.close()
     proc.stderr.close()
     return CommandResult(
-        exit_code=None if timed_out or overflow or cancelled else proc.returncode,
-        stdout=bytes(out[:max_stdout]), stderr_tail=bytes(err[-STDERR_TAIL_BYTES:]),
-        duration_s=time.monotonic() - start, timed_out=timed_out, overflow=overflow,
-        cancelled=cancelled)
+        exit_code=None if timed_out or r.stopped else proc.returncode,
+        stdout=r.stdout[:max_stdout], stderr_tail=r.stderr_tail,
+        duration_s=time.monotonic() - start, timed_out=timed_out, overflow=r.overflow,
+        cancelled=r.cancelled)
+
+
+class _Pipes:
+    """A subprocess's stdout and stderr as the read loop's Source."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(proc.stdout, selectors.EVENT_READ, "out")
+        self.sel.register(proc.stderr, selectors.EVENT_READ, "err")
+
+    def __enter__(self) -> _Pipes:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.sel.close()
+
+    def ended(self) -> bool:
+        return not self.sel.get_map()
+
+    def read(self, timeout_s: float) -> tuple[bytes, bytes]:
+        got = {"out": b"", "err": b""}
+        for key, _ in self.sel.select(timeout=timeout_s):
+            chunk = os.read(key.fd, 1 << 16)
+            if not chunk:
+                self.sel.unregister(key.fileobj)
+            got[key.data] += chunk
+        return got["out"], got["err"]
 
 
 def _feed(pipe, data: bytes, lifeline: bool, done: threading.Event) -> None:

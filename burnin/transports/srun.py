@@ -17,29 +17,16 @@ import threading
 from pathlib import Path
 
 from burnin.nodes import Node
-from burnin.transports import CommandResult, Launcher, NodeUnreachable, Transport
+from burnin.transports import CommandResult, Launcher
+from burnin.transports.fanout import fan_out
 from burnin.transports.slurm import Allocation, Allocations, slurm_env
 from burnin.transports.srun_step import Refused, command, envelope, run_step
 
-CANCEL_WAIT_S = 20.0
-
-
-class SrunTransport(Transport):
-    """The table's entry for `transport: srun`: its nodes run through SrunLauncher."""
-
-    @classmethod
-    def launcher(cls, nodes, probes_dir, run_id, cancel):
-        return SrunLauncher(nodes, probes_dir, run_id, cancel)
-
-    def probe_command(self, probe: str) -> list[str]:
-        raise NodeUnreachable("srun nodes run through the run's Slurm launcher")
-
-    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
-            cancel=None):
-        raise NodeUnreachable("srun nodes run through the run's Slurm launcher")
-
 
 class SrunLauncher(Launcher):
+    """`transport: srun` (burnin/transports/__init__.py: LAUNCHERS): the run's srun nodes
+    run as job steps of the run's allocations, never node by node."""
+
     def __init__(self, nodes: list[Node], probes_dir: Path, run_id: str,
                  cancel: threading.Event | None = None):
         self.probes_dir = probes_dir
@@ -52,6 +39,9 @@ class SrunLauncher(Launcher):
     def run(self, nodes, probe, stdins, timeouts, max_stdout, on_stderr=None, lifeline=False,
             cancel=None, tasks=None):
         self.prepare()
+        # Steps of different allocations run at once; Ctrl-C sets `cancel`, which every
+        # step honours (a caller without one still gets its steps killed).
+        cancel = cancel if cancel is not None else threading.Event()
         out: dict[str, list[CommandResult] | str] = {}
         steps: dict[int, tuple[Allocation, list[Node]]] = {}
         for n in nodes:
@@ -71,7 +61,7 @@ class SrunLauncher(Launcher):
                 out.update({n.name: f"controller error running a step: {type(e).__name__}: "
                                     f"{e}" for n in members})
 
-        _together(list(steps.values()), one, cancel)
+        fan_out(list(steps.values()), one, len(steps), cancel)
         return {n.name: out[n.name] for n in nodes}
 
     def _step(self, a: Allocation, nodes: list[Node], probe: str, stdins, timeouts,
@@ -123,23 +113,3 @@ class SrunLauncher(Launcher):
     def close(self) -> None:
         self.slurm.close()
 
-
-def _together(items: list, fn, cancel: threading.Event | None) -> None:
-    """fn(item) for every item at once (steps of different allocations), in threads when
-    there are several; Ctrl-C sets `cancel`, which every step honours."""
-    if len(items) <= 1:
-        for item in items:
-            fn(item)
-        return
-    threads = [threading.Thread(target=fn, args=(item,), daemon=True) for item in items]
-    for t in threads:
-        t.start()
-    try:
-        for t in threads:
-            t.join()
-    except BaseException:
-        if cancel is not None:
-            cancel.set()
-        for t in threads:
-            t.join(timeout=CANCEL_WAIT_S)
-        raise

@@ -24,15 +24,9 @@ from pathlib import Path
 
 import paramiko
 
-from burnin.transports import (
-    HEARTBEAT_S,
-    STDERR_TAIL_BYTES,
-    CommandResult,
-    NodeBusy,
-    NodeUnreachable,
-    Transport,
-)
+from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreachable, Transport
 from burnin.transports.nodeside import HOLDER
+from burnin.transports.reading import read_bounded
 from burnin.transports.sshconnect import connect
 
 KILL_GRACE_S = 2
@@ -134,47 +128,21 @@ class SshTransport(Transport):
         except Exception as e:
             raise NodeUnreachable(f"cannot start a command on {self.where}: {e}") from None
         threading.Thread(target=_feed, args=(chan, stdin, lifeline), daemon=True).start()
-        out, err = bytearray(), bytearray()
-        timed_out = overflow = cancelled = False
-        deadline = start + timeout_s
         try:
-            while not (chan.exit_status_ready() and chan.eof_received
-                       and not chan.recv_ready() and not chan.recv_stderr_ready()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    timed_out = True
-                    break
-                if cancel is not None and cancel.is_set():
-                    cancelled = True
-                    break
-                select.select([chan], [], [], min(left, 1.0))
-                while chan.recv_ready():
-                    out += chan.recv(1 << 16)
-                while chan.recv_stderr_ready():
-                    chunk = chan.recv_stderr(1 << 16)
-                    err += chunk
-                    if on_stderr:
-                        on_stderr(chunk)
-                    if len(err) > 2 * STDERR_TAIL_BYTES:
-                        del err[:-STDERR_TAIL_BYTES]
-                if len(out) > max_stdout:
-                    overflow = True
-                    break
-                if chan.closed or not client.get_transport().is_active():
-                    break
+            r = read_bounded(_Channel(chan, client), start + timeout_s, max_stdout, on_stderr,
+                             cancel)
             unkilled = ""
-            if timed_out or overflow or cancelled:
+            if r.stopped:
                 unkilled = self._kill_group(pidfile)
             elif chan.recv_exit_status() == -1:
                 # Closed with no exit status: sshd or the link went away under the probe.
                 raise NodeUnreachable(f"connection to {self.where} lost after "
                                       f"{time.monotonic() - start:.0f} s while the probe ran")
             return CommandResult(
-                exit_code=None if timed_out or overflow or cancelled
-                else chan.recv_exit_status(),
-                stdout=bytes(out[:max_stdout]), stderr_tail=bytes(err[-STDERR_TAIL_BYTES:]),
-                duration_s=time.monotonic() - start, timed_out=timed_out, overflow=overflow,
-                cancelled=cancelled, unkilled=unkilled)
+                exit_code=None if r.stopped else chan.recv_exit_status(),
+                stdout=r.stdout[:max_stdout], stderr_tail=r.stderr_tail,
+                duration_s=time.monotonic() - start, timed_out=r.timed_out,
+                overflow=r.overflow, cancelled=r.cancelled, unkilled=unkilled)
         finally:
             chan.close()
 
@@ -217,6 +185,30 @@ class SshTransport(Transport):
             if c is not None:
                 c.close()
         self._hops = []
+
+
+class _Channel:
+    """A command's SSH channel as the read loop's Source."""
+
+    def __init__(self, chan: paramiko.Channel, client: paramiko.SSHClient):
+        self.chan, self.client = chan, client
+
+    def ended(self) -> bool:
+        c = self.chan
+        if c.exit_status_ready() and c.eof_received and not c.recv_ready() \
+                and not c.recv_stderr_ready():
+            return True
+        return c.closed or not self.client.get_transport().is_active()
+
+    def read(self, timeout_s: float) -> tuple[bytes, bytes]:
+        c = self.chan
+        select.select([c], [], [], timeout_s)
+        out, err = bytearray(), bytearray()
+        while c.recv_ready():
+            out += c.recv(1 << 16)
+        while c.recv_stderr_ready():
+            err += c.recv_stderr(1 << 16)
+        return bytes(out), bytes(err)
 
 
 def _feed(chan: paramiko.Channel, data: bytes, lifeline: bool) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 
 from judging import judge
 
+from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import excluded, internode
 from burnin.inventory import load_inventory
 from burnin.probe import ProbeOutcome
@@ -64,10 +66,11 @@ def run_over(tmp_path, net: Net, nodes: int, failed: dict | None = None,
                                "nodes": [{"name": f"n[1-{nodes}]"}]}))
     inventory = load_inventory(inv)
     run = Run(inventory, list(inventory.nodes), "quick", tmp_path / "reports", "t")
-    run.probe, run.launcher = net.probe, (lambda node: None)
-    run.failed_single_node_checks = lambda: dict(failed or {})
-    run.devices, run.gpus = (lambda node: RANKS), (lambda node: 0)
-    out = internode(run)
+    # The run's own GroupRun (its settings and payload builder), its edge faked.
+    group = replace(run.group_run(CHECKS["allreduce_internode"]), probe=net.probe,
+                    launcher=lambda node: None, failed=lambda: dict(failed or {}),
+                    devices=lambda node: RANKS, gpus=lambda node: 0)
+    out = internode(group)
     assert set(out) == {n.name for n in run.nodes}
     return {name: (judge("allreduce_internode", o)[0], excluded(o)) for name, o in out.items()}
 
@@ -155,3 +158,22 @@ def test_fewer_than_two_nodes_left_is_no_inter_node_run(tmp_path):
     assert verdicts["n1"] == ((), "fewer than two nodes passed the single-node checks: no "
                                   "inter-node run")
     assert net.groups == []
+
+
+def test_a_node_groups_inter_node_floor_judges_the_group_it_leads(tmp_path):
+    """The rendezvous master's node group sets the group's floor: before, a node group's
+    `checks: allreduce:` never reached the inter-node run."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(json.dumps({"version": 1, "defaults": {"transport": "local", "gpus": 0},
+                               "nodes": [{"name": "n[1-2]", "checks": {"allreduce": {
+                                   "min_internode_busbw_gbps": 5}}}, {"name": "n3"}]}))
+    inventory = load_inventory(inv)
+    run = Run(inventory, list(inventory.nodes), "quick", tmp_path / "reports", "t")
+    net = Net({"n1": 2, "n2": 2, "n3": 2})
+    out = internode(replace(run.group_run(CHECKS["allreduce_internode"]), probe=net.probe,
+                            launcher=lambda node: None, failed=dict,
+                            devices=lambda node: 2, gpus=lambda node: 0))
+    for name in ("n1", "n2", "n3"):
+        assert out[name].data["figures"]["group_failure"] == (
+            "inter-node busbw 2.000 GB/s below the floor of 5 GB/s, and no single node was "
+            "localised"), name

@@ -5,9 +5,11 @@ check's); its judge and figures on the records the controller writes for each no
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from judging import judge
 
+from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import excluded, internode
 from burnin.checks.allreduce_internode import figures as internode_figures
 from burnin.checks.base import Figure
@@ -29,10 +31,9 @@ def timeouts_of_a_run(tmp_path, checks: dict) -> set[float]:
         seen.append(timeout_s)
         return ProbeOutcome(node.name, "allreduce", False, reason="no rendezvous here")
 
-    run.probe, run.launcher = probe, lambda node: None
-    run.failed_single_node_checks = dict
-    run.devices, run.gpus = (lambda node: 2), (lambda node: 0)
-    internode(run)
+    internode(replace(run.group_run(CHECKS["allreduce_internode"]), probe=probe,
+                      launcher=lambda node: None, failed=dict, devices=lambda node: 2,
+                      gpus=lambda node: 0))
     assert seen, "no group was started"
     return set(seen)
 

@@ -244,6 +244,6 @@ def test_a_two_node_run_whose_digests_differ_is_judged_not_a_controller_fault(tm
                    f"quarantine: {{ledger: {tmp_path / 'q.db'}}}\nnodes:\n  - name: n[1-2]\n")
     inventory = load_inventory(inv)
     run = Run(inventory, list(inventory.nodes), "quick", tmp_path / "reports", "r1")
-    run._outcomes["sdc"] = {"n1": node_doc("n1", GOOD), "n2": node_doc("n2", EVIL)}
+    run.store._outcomes["sdc"] = {"n1": node_doc("n1", GOOD), "n2": node_doc("n2", EVIL)}
     for node in inventory.nodes:
         assert run.verdict("sdc", node).failures == ()

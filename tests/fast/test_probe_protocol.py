@@ -137,17 +137,23 @@ def test_shape_problem(doc, problem):
 
 def test_records_round_trip_and_mark_busy_and_controller_faults():
     o = ProbeOutcome("n1", "p", True, "", DOC, 1.23456, 0, "tail")
-    rec = o.to_record("run-1")
+    rec = o.to_record("run-1", "p")
     assert rec == {"run_id": "run-1", "node": "n1", "check": "p", "ok": True, "reason": "",
                    "duration_s": 1.235, "exit_code": 0, "stderr_tail": "tail", "data": DOC}
     assert ProbeOutcome.from_record(rec) == ProbeOutcome("n1", "p", True, "", DOC, 1.235, 0,
                                                          "tail")
-    busy = ProbeOutcome("n1", "p", False, "busy: r2", busy=True, fault=True).to_record("r")
+    busy = ProbeOutcome("n1", "p", False, "busy: r2", busy=True, fault=True).to_record("r", "p")
     assert busy["busy"] is True and busy["controller_fault"] is True
     assert ProbeOutcome.from_record(busy) == ProbeOutcome("n1", "p", False, "busy: r2",
                                                           busy=True, fault=True)
     empty = {**rec, "data": None}
     assert ProbeOutcome.from_record(empty).data == {}
+
+
+def test_a_records_check_is_the_checks_whatever_probe_it_ran():
+    # The inter-node all-reduce runs the allreduce probe: its records are its own.
+    o = ProbeOutcome("n1", "allreduce", True, "", DOC)
+    assert o.to_record("r", "allreduce_internode")["check"] == "allreduce_internode"
 
 
 def test_an_unreachable_node_fails_and_a_busy_one_is_marked_busy():

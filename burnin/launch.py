@@ -1,0 +1,134 @@
+"""The launch layer: how a run starts probes on its nodes, below the checks.
+
+It holds each node's transport (made on first use, one connection per node for the
+run), the run's launchers (srun: a check's nodes as one job step), the fan-out bound and
+the run's cancel. Whatever happens to a node comes back as that node's ProbeOutcome; a
+bug of ours comes back as a fault (the run ends incomplete, and blames no node).
+
+It knows nothing of checks: a probe is named by a ProbeSpec (a Check is one).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from burnin.nodes import Node
+from burnin.probe import ProbeOutcome, run_probe, run_probes, unreachable
+from burnin.schema import Obj
+from burnin.transports import Launcher, Launchers, NodeUnreachable, Transport, transport_for
+from burnin.transports.fanout import fan_out
+
+DEFAULT_FANOUT = 256
+NOT_STARTED = "not started: the run was interrupted"
+
+
+class ProbeSpec(Protocol):
+    """What the launch layer needs to know of a check to run its probe."""
+
+    name: str           # the check's, for a controller error's message
+    probe_name: str     # probes/<probe_name>.py
+    max_output: int     # the bytes its probe may print, unless told otherwise
+    schema: Obj         # its document's shape, unless told otherwise
+
+
+@dataclass
+class Launch:
+    nodes: list[Node]
+    probes_dir: Path
+    run_id: str
+    fanout: int = DEFAULT_FANOUT
+    # Set when the run is interrupted: every probe's command is killed, nothing new starts.
+    cancel: threading.Event = field(default_factory=threading.Event)
+    launchers: Launchers = field(init=False)
+    _transports: dict[str, Transport] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.launchers = Launchers(self.nodes, self.probes_dir, self.run_id, self.cancel)
+
+    def fan_out(self, items: list, fn: Callable) -> list:
+        """fn(item) for every item, at most `fanout` at once, cancellable."""
+        return fan_out(items, fn, self.fanout, self.cancel)
+
+    def at_once(self, items: list, fn: Callable) -> list:
+        """fn(item) for every item, all at once (a group that must start together), and
+        cancellable like any fan-out."""
+        return fan_out(items, fn, len(items), self.cancel)
+
+    def launcher(self, node: Node) -> Launcher | None:
+        """The launcher that runs `node` together with the run's other nodes of its
+        transport (srun: one job step), or None: its transport runs node by node."""
+        return self.launchers.of(node)
+
+    def transport(self, node: Node) -> Transport:
+        """The node's transport for this run, made on first use and kept (one connection)."""
+        # Called from fan-out threads, each for its own node: no two touch one key.
+        t = self._transports.get(node.name)
+        if t is None:
+            t = self._transports[node.name] = transport_for(node, self.probes_dir, self.run_id)
+        return t
+
+    def probe(self, node: Node, spec: ProbeSpec, payload: dict, timeout_s: float,
+              on_progress=None, max_output: int | None = None,
+              schema: Obj | None = None) -> ProbeOutcome:
+        """Run the probe on one node; whatever happens is this node's outcome. It may
+        print `max_output` bytes of a document of shape `schema` (defaults: the spec's)."""
+        launcher = self.launcher(node)
+        if launcher is not None:
+            return self.probe_together(launcher, [node], spec, {node.name: payload},
+                                       {node.name: timeout_s}, {node.name: on_progress},
+                                       max_output, schema)[node.name]
+        try:
+            transport = self.transport(node)
+            if self.cancel.is_set():
+                return ProbeOutcome(node.name, spec.probe_name, False, NOT_STARTED)
+            return run_probe(transport, spec.probe_name, payload, timeout_s,
+                             max_output=max_output or spec.max_output,
+                             on_progress=on_progress, schema=schema or spec.schema,
+                             lifeline=True, cancel=self.cancel)
+        except NodeUnreachable as e:
+            return unreachable(node.name, spec.probe_name, e)
+        except Exception as e:  # a bug of ours, never the node's: the run ends incomplete
+            return _fault(node, spec, e)
+
+    def probe_together(self, launcher: Launcher, nodes: list[Node], spec: ProbeSpec,
+                       payloads: dict[str, dict], timeouts: dict[str, float],
+                       on_progress: dict | None = None, max_output: int | None = None,
+                       schema: Obj | None = None) -> dict[str, ProbeOutcome]:
+        """Run the probe on `nodes` as one, one task each; whatever happens is each node's
+        own outcome, judged as run_probe judges one."""
+        done = self.probe_tasks(launcher, nodes, spec, payloads, timeouts, on_progress,
+                                max_output, schema)
+        return {name: tasks[0] for name, tasks in done.items()}
+
+    def probe_tasks(self, launcher: Launcher, nodes: list[Node], spec: ProbeSpec,
+                    payloads: dict[str, dict], timeouts: dict[str, float],
+                    on_progress: dict | None = None, max_output: int | None = None,
+                    schema: Obj | None = None, tasks: dict[str, int] | None = None
+                    ) -> dict[str, list[ProbeOutcome]]:
+        """probe_together() with `tasks[node]` tasks on a node (default one): each task's
+        outcome, in task order; a node that did not run has one failed outcome."""
+        if self.cancel.is_set():
+            return {n.name: [ProbeOutcome(n.name, spec.probe_name, False, NOT_STARTED)]
+                    for n in nodes}
+        try:
+            return run_probes(launcher, nodes, spec.probe_name, payloads, timeouts,
+                              max_output=max_output or spec.max_output,
+                              on_progress={k: v for k, v in (on_progress or {}).items() if v},
+                              schema=schema or spec.schema, lifeline=True,
+                              cancel=self.cancel, tasks=tasks)
+        except Exception as e:  # a bug of ours, never the nodes': the run ends incomplete
+            return {n.name: [_fault(n, spec, e)] for n in nodes}
+
+    def close(self) -> None:
+        transports, self._transports = list(self._transports.values()), {}
+        self.fan_out(transports, lambda t: t.close())
+        self.launchers.close()
+
+
+def _fault(node: Node, spec: ProbeSpec, e: Exception) -> ProbeOutcome:
+    return ProbeOutcome(node.name, spec.probe_name, False, f"controller error running "
+                        f"{spec.name}: {type(e).__name__}: {e}", fault=True)
