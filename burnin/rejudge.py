@@ -113,7 +113,7 @@ def rejudge(run_dir: Path, inventory_file: Path | None = None) -> tuple[int, lis
                   run_dir.name)
         run.execute = _no_probe
         for check, outcomes in records.items():
-            run.adopt(check, outcomes)
+            run.store.adopt(check, outcomes)
         return _compare(run, report, records, by_name)
 
 

@@ -126,11 +126,6 @@ class Run:
             raise KeyError(f"unknown check {check!r}")
         return self.store.get(check, self.execute)
 
-    def adopt(self, check: str, outcomes: dict[str, ProbeOutcome]) -> None:
-        """Take `check`'s outcomes as recorded (burnin rejudge): its probe is not run."""
-        with self._lock:
-            self._outcomes[check] = outcomes
-
     def summary(self, check: str):
         """The check's fleet summary over this run's outcomes, computed once per run:
         fleet-wide figures such as majorities and medians, so judging n nodes is O(n)."""

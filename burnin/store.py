@@ -51,6 +51,11 @@ class OutcomeStore:
                 self._outcomes[check] = self._shared(check, execute)
             return self._outcomes[check]
 
+    def adopt(self, check: str, outcomes: dict[str, ProbeOutcome]) -> None:
+        """Take `check`'s outcomes as recorded (burnin rejudge): its probe is not run."""
+        with self.lock:
+            self._outcomes[check] = outcomes
+
     def has(self, check: str) -> bool:
         """Whether `check` has run in this run (here or in another xdist worker)."""
         return check in self._outcomes or (self.run_dir / ".probes" / f"{check}.jsonl").exists()
