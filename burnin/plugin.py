@@ -7,6 +7,7 @@ the `node` fixture), so it never gets in the way of other test suites.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -26,6 +27,7 @@ from burnin.preflight import NotReady, check_controller, mark_running
 from burnin.progress import Progress
 from burnin.reports import (
     CaseResult,
+    floors_of,
     point_latest,
     publish,
     render_junit,
@@ -190,6 +192,12 @@ class BurninState:
         test and ends incomplete (pytest_sessionfinish), blaming nobody. Marked on the
         report, which reaches the controller from an xdist worker too."""
         report = (yield).get_result()
+        if call.when == "call" and is_check(item) and self._run is not None:
+            # The floors its judge used travel with the report (from an xdist worker too)
+            # to summary.html, which draws these and no others.
+            verdict = self._run.judged(check_of(item), item.callspec.params["node"].name)
+            if verdict is not None and verdict.floors:
+                report.user_properties.append(("burnin_floors", json.dumps(verdict.floors)))
         if call.excinfo is None or not is_check(item) or call.excinfo.errisinstance(
                 (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception,
                  pytest.exit.Exception, KeyboardInterrupt)):
@@ -212,6 +220,8 @@ class BurninState:
         case = self.cases.setdefault(key, CaseResult(*key))
         case.add_phase(report.when, report.outcome, _text(report), report.capstdout,
                        report.duration)
+        if "burnin_floors" in props:
+            case.floors = json.loads(props["burnin_floors"])
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         stopped = session.exitstatus == pytest.ExitCode.INTERRUPTED or (
@@ -241,7 +251,7 @@ class BurninState:
         if self.fault:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         self.report_problems = publish(run.run_dir, run.inventory.cluster, run.run_id,
-                                       verdicts_of(self.cases), chart_floors(run),
+                                       verdicts_of(self.cases), floors_of(self.cases),
                                        self._in_ledger(run), nodes=run.nodes + self.held)
 
     def _finish(self, run: Run, session: pytest.Session, interrupted: bool) -> None:
@@ -388,13 +398,6 @@ class BurninState:
             tr.write_line(f"the run did not complete: controller fault: {self.fault}; nobody "
                           "was quarantined for it, and its report is not admissible", red=True)
         tr.write_line(f"report: {run.run_dir / 'junit.xml'}")
-
-
-def chart_floors(run: Run) -> dict:
-    """The floors drawn on summary.html's fleet charts (the inventory's, where given)."""
-    burn, storage = run.settings("burn"), run.settings("storage")
-    return {"burn": burn.get("min_tflops"), "storage_read": storage.get("min_read_gbps_per_gpu"),
-            "storage_write": storage.get("min_write_gbps_per_gpu")}
 
 
 def pytest_configure(config: pytest.Config) -> None:

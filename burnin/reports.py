@@ -11,7 +11,7 @@ import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ class CaseResult:
     output: str = ""
     stdout: str = ""
     duration_s: float = 0.0
+    floors: dict[str, float] = field(default_factory=dict)  # the judge's (Verdict.floors)
 
     def add_phase(self, when: str, outcome: str, text: str, stdout: str, duration: float):
         self.duration_s += duration
@@ -139,8 +140,9 @@ def publish(run_dir: Path, cluster: str, run_id: str,
             floors: dict | None = None, quarantined: dict[str, bool] | None = None,
             *, nodes: Iterable[Node] | None = None) -> list[str]:
     """summary.html, metrics.prom and an evidence folder per failed node, from the run's
-    verdicts and its results.jsonl (and `quarantined`, {node: in the ledger at the end of
-    the run}, for metrics.prom). `nodes`: the inventory's nodes, whose labels group the
+    verdicts and its results.jsonl (and `floors`, {node: {figure family: floor}}, the
+    floors its judges used, which the page draws; `quarantined`, {node: in the ledger at
+    the end of the run}, for metrics.prom). `nodes`: the inventory's nodes, whose labels group the
     page's fleet grid (by rack) and whose addresses it shows; without them (`burnin
     report` on a run directory) the grid is one group. Earlier runs of the cluster beside
     this one under reports/ give the page its trend. Each part is made on its own: one
@@ -210,6 +212,14 @@ def html_fallback(cluster: str, run_id: str, verdicts: dict, problems: list[str]
             f"{escape(run_id)}</title><h1>burnin run {escape(run_id)}</h1><p>The full "
             f"summary could not be drawn:</p><ul>{notes}</ul><table><tr><th>node</th>"
             f"<th>check</th><th>outcome</th><th>message</th></tr>{rows}</table>")
+
+
+def floors_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, float]]:
+    """{node: {figure family: floor}}: the floors each node's judges held it to."""
+    out: dict[str, dict[str, float]] = {}
+    for (node, _), case in cases.items():
+        out.setdefault(node, {}).update(case.floors)
+    return out
 
 
 def verdicts_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, tuple]]:

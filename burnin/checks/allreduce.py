@@ -113,7 +113,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if peers.get("nodes", 0) >= PEERS and busbw < fraction * peers["median"]:
         failures.append(f"{what}, below {fraction:g} x {peers['median']:.3f} GB/s, the median "
                         f"of the run's {peers['nodes']} nodes of this model and rank count")
-    return Verdict(node.name, "allreduce", tuple(failures))
+    return Verdict(node.name, "allreduce", tuple(failures),
+                   floors={} if floor is None else {"allreduce": floor})
 
 
 def figures(record: dict) -> list[Figure]:

@@ -106,7 +106,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         warnings.append(f"fewer than {PEERS} nodes of this model reported: of two that "
                         "differ neither is the odd one out, so no comparison with peers; "
                         "judged against the model's floor alone")
-    return Verdict(node.name, "burn", tuple(failures), tuple(warnings))
+    return Verdict(node.name, "burn", tuple(failures), tuple(warnings),
+                   floors={} if floor is None else {"burn": floor})
 
 
 def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,

@@ -120,7 +120,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                                 f"copying at once, below {fraction:g} x {together:.3f} GB/s, "
                                 f"the node's median GPU then{link(dev)}")
         failures += _aggregate_rules(data, direction, devices, settings, summary, fraction)
-    return Verdict(node.name, "pcie", tuple(failures))
+    floors = {"pcie": floor, "pcie aggregate": settings.get("min_aggregate_gbps")}
+    return Verdict(node.name, "pcie", tuple(failures), floors=floors)
 
 
 def _aggregate_rules(data: dict, direction: str, devices: list[dict], settings: dict,

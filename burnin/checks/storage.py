@@ -35,8 +35,11 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         warnings.append(f"storage at {fig.get('path')}: {fig.get('direct_reason')}")
     unit = "GPU" if fig.get("gpus") else "stream"
     fraction = settings.get("stream_fraction", 0.5)
+    floors = {}
     for phase in ("read", "write"):
         floor = settings.get(f"min_{phase}_gbps_per_gpu")
+        if floor is not None:
+            floors[f"storage {phase}"] = floor
         rates = [(d["stream"], d[phase]["gbps"]) for d in data["devices"] if d.get(phase)]
         if not rates:
             continue
@@ -49,7 +52,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             elif len(rates) > 1 and rate < fraction * median:
                 failures.append(f"{where}: {phase} {rate:.3f} GB/s, below {fraction:g} x "
                                 f"{median:.3f} GB/s, the node's median stream")
-    return Verdict(node.name, "storage", tuple(failures), tuple(warnings))
+    return Verdict(node.name, "storage", tuple(failures), tuple(warnings), floors=floors)
 
 
 def figures(record: dict) -> list[Figure]:

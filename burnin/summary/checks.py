@@ -11,7 +11,7 @@ from operator import itemgetter
 
 from burnin.checks.burn import FAULT_REASONS
 from burnin.summary.charts import BAD, FLOOR, MEDIAN, PALETTE, Axis, Chart, fmt, fmt_bytes, pack
-from burnin.summary.model import floor_for, mapping, num, seq
+from burnin.summary.model import floor_of, mapping, num, seq
 from burnin.summary.sections import NodeView, charts, facts, note, section, table, text
 
 # Clock event reasons worth marking (names as probes/telemetry.py records them): the
@@ -152,8 +152,7 @@ def burn(view: NodeView, record: dict) -> list:
         clock.title = "CPU clock"
         power = Chart("load average (1 min)", time_axis, Axis("load", ""), 440, 210)
         power.line("load1", thin(cpu.get("t"), cpu.get("load1"), view.detail), PALETTE[1])
-    floor, floor_name = floor_for(view.report, "burn", model)
-    tflops.ref(floor, floor_name)
+    tflops.ref(floor_of(view.report, view.node, "burn"), "floor")
     tflops.ref(view.fleet.medians.get(("burn", model)), "fleet median", MEDIAN)
     temp.ref(_one([s for s in slowdowns if s is not None]), "slowdown", BAD)
     power.ref(_one([p for p in limits if p is not None]), "power limit", FLOOR)
@@ -273,8 +272,7 @@ def storage(view: NodeView, record: dict) -> list:
                 chart.dot(pts[-1][0], v, f"stream {s.get('stream')} {phase}: {fmt(v)} GB/s",
                           colour)
         chart.line(phase, pts, colour)
-        floor, name = floor_for(view.report, f"storage_{phase}")
-        chart.ref(floor, f"{phase} {name}" if name else "", BAD)
+        chart.ref(floor_of(view.report, view.node, f"storage {phase}"), f"{phase} floor", BAD)
         chart.ref(view.fleet.medians.get((f"storage {phase}", "")), f"fleet {phase} median",
                   MEDIAN)
     # The GB/s are on the dots (hover); the table is for what went wrong with a stream.
@@ -312,8 +310,7 @@ def allreduce(view: NodeView, record: dict) -> list:
     chart.legend.append(("this node", colour))  # not its name: every node's chart alike
     for b, v in pts:
         chart.dot(b, v, f"{fmt(v)} GB/s at {fmt_bytes(b)}", PALETTE[5])
-    floor, name = floor_for(view.report, "allreduce", view.fleet.model if world == 8 else "")
-    chart.ref(floor, name)
+    chart.ref(floor_of(view.report, view.node, "allreduce"), "floor")
     # Each size's busbw is on its dot (hover); the table is for sizes that summed wrong.
     rows = [[fmt_bytes(num(s.get("bytes")) or 0), s.get("busbw_gbps"), s.get("time_us"),
              [text(s.get("wrong_elements")), "fail"]] for s in sweep if s.get("wrong_elements")]

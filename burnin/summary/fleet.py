@@ -15,7 +15,8 @@ from burnin.summary.model import (
     Report,
     check_key,
     data_of,
-    floor_for,
+    floor_of,
+    floors_over,
     group_key,
     mapping,
     median,
@@ -192,15 +193,13 @@ def _stops(pattern: tuple) -> str:
 
 
 # Fleet charts -----------------------------------------------------------------------------
-FAMILIES = (  # key, title, axis, floor key, worst end (the check that judges it: CHECK_OF)
-    ("burn", "burn: sustained TFLOPS per device", Axis("TFLOPS", "TFLOPS"), "burn", "low"),
-    ("sdc", "sdc: known-answer GEMM TFLOPS per device", Axis("TFLOPS", "TFLOPS"), "sdc", "low"),
-    ("temp", "burn: hottest temperature per GPU", Axis("°C", "°C", zero=False, span=20), "",
-     "high"),
-    ("storage read", "storage: read GB/s per stream (one per GPU)", Axis("GB/s", "GB/s"),
-     "storage_read", "low"),
+FAMILIES = (  # key (the family its judge's floors name), title, axis, worst end
+    ("burn", "burn: sustained TFLOPS per device", Axis("TFLOPS", "TFLOPS"), "low"),
+    ("sdc", "sdc: known-answer GEMM TFLOPS per device", Axis("TFLOPS", "TFLOPS"), "low"),
+    ("temp", "burn: hottest temperature per GPU", Axis("°C", "°C", zero=False, span=20), "high"),
+    ("storage read", "storage: read GB/s per stream (one per GPU)", Axis("GB/s", "GB/s"), "low"),
     ("storage write", "storage: write GB/s per stream (one per GPU)", Axis("GB/s", "GB/s"),
-     "storage_write", "low"),
+     "low"),
 )
 
 
@@ -210,28 +209,26 @@ CHECK_OF = {"burn": "burn", "sdc": "sdc", "temp": "burn", "storage read": "stora
 
 def charts(report: Report, fleet: Fleet) -> list[str]:
     out = []
-    for key, title, axis, floor_key, worst in FAMILIES:
+    for key, title, axis, worst in FAMILIES:
         items = fleet.devices.get(key, [])
         models = sorted({m for *_, m in items}) if key in ("burn", "sdc", "temp") else [""]
         for model in models:
             mine = [i for i in items if i[3] == model] if model or len(models) > 1 else items
             name = f"{title}, {model}" if model and model != "cpu" else title
             out.append((f"fleet {key}", rank_chart, report, fleet, name, axis, mine, key,
-                        floor_key, worst))
+                        worst))
     for world in sorted(fleet.band):
         out.append(("fleet busbw", busbw_chart, report, fleet, world))
     return out
 
 
 def rank_chart(report: Report, fleet: Fleet, title: str, axis: Axis, items: list,
-               key: str, floor_key: str, worst: str) -> str:
+               key: str, worst: str) -> str:
     """Devices ranked worst first: what people draw to find the straggler. Hover names
     every dot; the worst few are labelled in place."""
     if not items:
         return ""
     ordered = sorted(items, key=lambda i: (i[0] if worst == "low" else -i[0], natural_key(i[1])))
-    model = ordered[0][3]
-    floor, floor_name = floor_for(report, floor_key, model) if floor_key else (None, "")
     check = CHECK_OF.get(key, key)
 
     def failed(node: str) -> bool:  # this check, not another: a slow disk is not a slow GPU
@@ -247,11 +244,13 @@ def rank_chart(report: Report, fleet: Fleet, title: str, axis: Axis, items: list
     chart = Chart(title, Axis(f"devices, {direction} first", integer=True), axis)
     for i in sorted(keep)[:MAX_POINTS + 60]:
         v, node, device, _ = ordered[i]
+        floor = floor_of(report, node, key)
         bad = failed(node) or (floor is not None and v < floor)
         chart.dot(i + 1, v, f"{node} {device}: {fmt(v)} {axis.unit}", BAD if bad else PALETTE[0])
     for i, (v, node, device, _) in enumerate(ordered[:LABELLED]):
         chart.label(i + 1, v, f"{node} {device}")
-    chart.ref(floor, floor_name)
+    for floor, name in floors_over(report, key, [i[1] for i in ordered]):
+        chart.ref(floor, name)
     chart.ref(statistics.median(i[0] for i in ordered), "median", MEDIAN)
     if key == "temp":
         chart.ref(fleet.slowdown_c, "slowdown", BAD)
@@ -294,8 +293,8 @@ def busbw_chart(report: Report, fleet: Fleet, world: int) -> str:
     inter = _internode_sweep(report)
     if inter:
         chart.line("inter-node group", inter, PALETTE[2])
-    floor, name = floor_for(report, "allreduce", fleet.model if world == 8 else "")
-    chart.ref(floor, f"{name} at {fmt_bytes(band[-1][0])}" if name else "")
+    for floor, name in floors_over(report, "allreduce", sweeps):
+        chart.ref(floor, f"{name} at {fmt_bytes(band[-1][0])}")
     return chart.svg()
 
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from burnin.figures import Figure, key_figures
-from burnin.reference import GPU_MODELS
 
 # The order checks read in, from what the node is to what it does with others; checks
 # the page does not know (memory, pcie, fabric, ...) follow in alphabetical order.
@@ -42,7 +41,7 @@ class Report:
     run_id: str
     verdicts: dict[str, dict[str, tuple[str, str]]]
     records: dict[str, dict[str, dict]]          # node -> check -> results.jsonl record
-    floors: dict
+    floors: dict[str, dict[str, float]]          # node -> figure family -> its judge's floor
     nodes: dict[str, NodeInfo]
     evidence: set[str]                           # nodes with a nodes/<node>/ folder
     trend: object | None = None                  # trend.Trend, when earlier runs exist
@@ -152,24 +151,24 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def reference_floor(check: str, model_name: str) -> float | None:
-    """The shipped floor of the GPU model whose NVML name this is: burn TFLOPS, or the
-    all-reduce busbw of a full 8-GPU node (the caller knows the ranks), as the judges
-    use them when the inventory sets none."""
-    for model in GPU_MODELS.values():
-        if model_name.strip() in model.nvml_names:
-            return {"burn": model.burn_tflops,
-                    "allreduce": model.allreduce_intra_gbps}.get(check)
-    return None
+def floor_of(report: Report, node: str, family: str) -> float | None:
+    """The floor the node's judge held its `family` figures to (Verdict.floors), or None."""
+    return num(mapping(report.floors.get(node)).get(family))
 
 
-def floor_for(report: Report, check: str, model_name: str = "") -> tuple[float | None, str]:
-    """(floor, where it comes from): the run's setting, else the model's reference."""
-    given = num(report.floors.get(check))
-    if given is not None:
-        return given, "floor"
-    ref = reference_floor(check, model_name) if model_name else None
-    return (ref, "floor (model reference)") if ref is not None else (None, "")
+def floors_over(report: Report, family: str, nodes) -> list[tuple[float, str]]:
+    """(floor, its name) for each distinct floor the judges held these nodes' `family`
+    figures to: one line where they share it, else one per floor, named by its nodes (a
+    node group's own floor beside the inventory's)."""
+    by_value: dict[float, list[str]] = {}
+    for node in sorted(set(nodes), key=natural_key):
+        v = floor_of(report, node, family)
+        if v is not None:
+            by_value.setdefault(v, []).append(node)
+    if len(by_value) == 1:
+        return [(next(iter(by_value)), "floor")]
+    return [(v, f"floor of {ns[0]}" if len(ns) == 1 else f"floor of {len(ns)} nodes")
+            for v, ns in sorted(by_value.items())]
 
 
 def guarded(what: str, fn, *args) -> str:
