@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from burnin import __version__
-from burnin.checks import CHECK_ORDER, CHECKS, DEFAULT_PROFILE, PROFILES, applicable
+from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES, applicable
 from burnin.files import write_atomically
 from burnin.gate import GateReport, settle, split_by_quarantine
 from burnin.inventory import InventoryError, load_inventory, select_nodes
@@ -260,7 +260,7 @@ class BurninState:
         quarantined; it takes its place once the ledger holds the run. An interrupted run
         and a controller fault quarantine nobody, and their report says so."""
         # Every check asked for, also where no node ran it (all of them in quarantine).
-        checks = [c for c in CHECK_ORDER if c in (self.requested | {c for _, c in self.cases})]
+        checks = [c for c in CHECKS if c in (self.requested | {c for _, c in self.cases})]
         for node in self.held:
             entry = self.ledger.get(node.name)
             why = (f"in quarantine since run {entry.run_id}: {'; '.join(entry.reasons)}; "
@@ -332,7 +332,7 @@ class BurninState:
         requested = self.requested or {c for _, c in self.cases}
         return {**self._run_properties(run), "complete": "true",
                 "exit_status": str(int(status)),
-                "requested_checks": ",".join(c for c in CHECK_ORDER if c in requested)}
+                "requested_checks": ",".join(c for c in CHECKS if c in requested)}
 
     @staticmethod
     def _node_properties(run: Run, node: Node) -> dict[str, str]:
@@ -479,7 +479,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = config.stash[STATE]
     if state.error:
         raise pytest.UsageError(state.error)  # before any node is touched
-    order = {c: i for i, c in enumerate(CHECK_ORDER)}
+    order = {c: i for i, c in enumerate(CHECKS)}
     run = state.run()
     placeholders = [i for i in items if "node" in getattr(i, "fixturenames", ())
                     and not isinstance(_node_param(i), Node)]

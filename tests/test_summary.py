@@ -5,6 +5,7 @@ records, and the page drawn by headless Chromium at 1, 11 and 1,000 nodes."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 import subprocess
@@ -25,9 +26,9 @@ from summarypage import (
     synthetic,
 )
 
+from burnin.checks import CHECKS
 from burnin.reports import publish
-from burnin.summary import NodeView, section
-from burnin.summary.sections import SECTIONS
+from burnin.summary import NodeView
 
 bench = synthetic()
 KINDS = ("thermal", "sdc", "storage", "malformed", "unreachable")
@@ -151,13 +152,19 @@ def test_a_check_the_page_does_not_know_gets_its_verdict_and_figures(tmp_path):
     assert "<th>wrong_words</th>" in part and "<td>1902</td>" in part and "patterns" in part
 
 
-def test_a_section_registered_for_a_new_check_draws_it(tmp_path, monkeypatch):
-    run, verdicts = fleet(tmp_path, nodes=2, failing=0)
+def links(view: NodeView, record: dict) -> list:
+    """A page part of this module's own, for a check to name (Check.page)."""
+    return [["note", f"{view.node}: {len(record['data']['devices'])} links", "pass"]]
 
-    def pcie(view: NodeView, record: dict) -> list:
-        return [["note", f"{view.node}: {len(record['data']['devices'])} links", "pass"]]
-    monkeypatch.setitem(SECTIONS, "pcie", SECTIONS.get("pcie"))
-    section("pcie")(pcie)
+
+def broken(view: NodeView, record: dict) -> list:
+    raise KeyError("tflops")
+
+
+def test_the_part_a_check_names_draws_it(tmp_path, monkeypatch):
+    run, verdicts = fleet(tmp_path, nodes=2, failing=0)
+    monkeypatch.setitem(CHECKS, "pcie", dataclasses.replace(CHECKS["pcie"],
+                                                            page=f"{__name__}:links"))
     with open(run / "results.jsonl", "a") as f:
         f.write(json.dumps({"node": "gpu00001", "check": "pcie", "ok": True, "data": {
             "devices": [{}, {}], "figures": {}, "errors": []}}) + "\n")
@@ -169,10 +176,8 @@ def test_a_section_registered_for_a_new_check_draws_it(tmp_path, monkeypatch):
 
 def test_a_part_that_cannot_be_drawn_says_so_and_the_rest_is_drawn(tmp_path, monkeypatch):
     run, verdicts = fleet(tmp_path, nodes=2, failing=0)
-
-    def broken(view, record):
-        raise KeyError("tflops")
-    monkeypatch.setitem(SECTIONS, "burn", broken)
+    monkeypatch.setitem(CHECKS, "burn", dataclasses.replace(CHECKS["burn"],
+                                                            page=f"{__name__}:broken"))
     publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
     data = Summary(run / "summary.html").lazy()["gpu00001"]
     parts = {check: blocks for check, _, blocks in data["p"]}

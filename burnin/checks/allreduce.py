@@ -15,7 +15,17 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from burnin.checks.base import PEERS, Check, Figure, Fleet, Judging, Setting, count_problem, timeout
+from burnin.checks.base import (
+    PEERS,
+    Check,
+    Figure,
+    Fleet,
+    Judging,
+    Measure,
+    Setting,
+    count_problem,
+    timeout,
+)
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
@@ -157,5 +167,8 @@ SETTINGS = {
     "rendezvous_timeout_s": Setting("positive", 60),
 }
 
+# Shared with the inter-node all-reduce: the label `scope` (intra, inter) tells them apart.
+BUSBW = Measure("allreduce_busbw_gbps", "GB/s", "busbw {scope} GB/s", "busbw {scope}")
 CHECK = Check(name="allreduce", doc="GPUs inside a node talk at full speed", judge=judge,
-              schema=SCHEMA, summarize=intra_summary, figures=figures, settings=SETTINGS)
+              schema=SCHEMA, summarize=intra_summary, figures=figures, settings=SETTINGS,
+              page="burnin.summary.checks:allreduce", page_order=60, measures=(BUSBW,))

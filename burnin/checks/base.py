@@ -3,7 +3,10 @@ it. The run executes it, the suites judge with it, reports and metrics draw its 
 admission asks whether it applies to a node; nobody else branches on a check's name.
 
 A new check is one probe (probes/<name>.py), one module here defining `CHECK`, one suite
-file (suites/test_<name>.py) and one row in burnin/checks/__init__.py.
+file (suites/test_<name>.py) and one row in burnin/checks/__init__.py; plus, if it wants
+one, its part of a node's section on summary.html (Check.page, a function in
+burnin/summary/checks.py or anywhere else, named by reference so that nothing here
+imports the page). tests/test_new_check.py counts these places.
 """
 
 from __future__ import annotations
@@ -57,6 +60,40 @@ class Figure:
     def __post_init__(self):
         if self.better not in ("higher", "lower"):
             raise ValueError(f"Figure {self.metric}: better must be 'higher' or 'lower'")
+
+
+class _Labels(dict):
+    def __missing__(self, key: str) -> str:  # a label the figure lacks reads as nothing
+        return ""
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a kind of Figure (one metric name) is, as data: the unit people read it in,
+    the family a node's trend folds it into, its name in the "moved" table, and which end
+    of a family is its worst device. `family` and `label` are format strings over the
+    figure's labels ("{check} TFLOPS {device}")."""
+
+    metric: str
+    unit: str                       # as printed: "TFLOPS", "GB/s", "°C"
+    family: str
+    label: str
+    worst: str = "low"              # "low": the slowest device; "high": the hottest
+
+    def __post_init__(self):
+        if self.worst not in ("low", "high"):
+            raise ValueError(f"Measure {self.metric}: worst must be 'low' or 'high'")
+
+    def family_of(self, labels: tuple) -> str:
+        return self.family.format_map(_Labels(labels))
+
+    def label_of(self, labels: tuple) -> str:
+        return self.label.format_map(_Labels(labels))
+
+
+# Shared by every check that reports a GEMM's speed per device (sdc, burn).
+DEVICE_TFLOPS = Measure("device_tflops", "TFLOPS", "{check} TFLOPS, slowest device",
+                        "{check} TFLOPS {device}")
 
 
 @dataclass(frozen=True)
@@ -148,6 +185,15 @@ class Check:
     # from the check's settings: its snapshot comes back to this check's probe as
     # `baseline`, so that it judges growth over the run (fabric: error counters).
     baseline: Callable[[dict], dict] | None = None
+    # Its part of a node's section on summary.html: "module:function", imported when the
+    # page is drawn (summary code sits above the checks; the checks never import it).
+    # '' = the generic part: its devices' figures in a table.
+    page: str = ""
+    # Where its part stands in a node's section and in the grid's stripes (lower first);
+    # checks of equal order by name.
+    page_order: int = 1000
+    # What each metric name its `figures` return is: unit, trend family, label.
+    measures: tuple[Measure, ...] = ()
 
     @property
     def probe_name(self) -> str:

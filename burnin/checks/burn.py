@@ -8,11 +8,13 @@ import functools
 import statistics
 
 from burnin.checks.base import (
+    DEVICE_TFLOPS,
     PEERS,
     Check,
     Figure,
     Fleet,
     Judging,
+    Measure,
     Setting,
     count_problem,
     implausible,
@@ -287,8 +289,12 @@ def evidence(record: dict) -> dict[str, object]:
     return {"telemetry.json": series}
 
 
+HOTTEST = Measure("gpu_temperature_max_celsius", "°C", "hottest GPU °C", "hottest °C {device}",
+                  worst="high")
 CHECK = Check(
-    name="burn", evidence=evidence, doc="the node holds full load", judge=judge, schema=SCHEMA,
+    name="burn", page="burnin.summary.checks:burn", page_order=20,
+    measures=(DEVICE_TFLOPS, HOTTEST), evidence=evidence, doc="the node holds full load",
+    judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, output_bound=output_bound,
     schema_bound=schema_bound, settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),

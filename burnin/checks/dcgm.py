@@ -114,7 +114,7 @@ SCHEMA = document(Obj(), Obj(
     results=List(RESULT, max=10_000)))
 
 CHECK = Check(
-    name="dcgm", doc="NVIDIA DCGM's diagnostic passes, where DCGM is installed",
+    name="dcgm", page_order=90, doc="NVIDIA DCGM's diagnostic passes, where DCGM is installed",
     judge=judge, schema=SCHEMA, evidence=evidence, gpu_only=True,
     tool=lambda settings: settings["dcgmi"], settings={
         "timeout_s": timeout(900, 1800, 7200),

@@ -279,7 +279,8 @@ def evidence(record: dict) -> dict[str, object]:
 
 
 CHECK = Check(
-    name="health", doc="the node is what the inventory says", judge=judge, schema=SCHEMA,
+    name="health", page="burnin.summary.checks:health", page_order=0,
+    doc="the node is what the inventory says", judge=judge, schema=SCHEMA,
     facts=True,
     settings={
         "timeout_s": timeout(60, 120, 300),

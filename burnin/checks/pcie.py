@@ -199,7 +199,8 @@ SCHEMA = document(DEVICE, Obj(aggregate=Obj(h2d=AGGREGATE, d2h=AGGREGATE, null=T
                               gpus=COUNT, applies=Bool()))
 
 CHECK = Check(
-    name="pcie", doc="every GPU can be fed from the host", judge=judge, schema=SCHEMA,
+    name="pcie", page_order=40,
+    doc="every GPU can be fed from the host", judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, evidence=evidence, gpu_only=True, settings={
         "timeout_s": timeout(300, 600, 900),
         "block_mb": Setting("int", 256, "bytes per copy, pinned on the host"),

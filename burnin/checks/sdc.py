@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from burnin.checks.base import (
+    DEVICE_TFLOPS,
     PEERS,
     Check,
     Figure,
@@ -137,7 +138,8 @@ DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
 SCHEMA = document(DEVICE, Obj())
 
 CHECK = Check(
-    name="sdc", doc="arithmetic is right", judge=judge, schema=SCHEMA,
+    name="sdc", page="burnin.summary.checks:sdc", page_order=10, measures=(DEVICE_TFLOPS,),
+    doc="arithmetic is right", judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
         "duration_s": Setting("positive", {"quick": 20, "standard": 60, "extended": 300},

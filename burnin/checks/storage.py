@@ -6,7 +6,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from burnin.checks.base import Check, Figure, Judging, Setting, count_problem, timeout
+from burnin.checks.base import (
+    Check,
+    Figure,
+    Judging,
+    Measure,
+    Setting,
+    count_problem,
+    timeout,
+)
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Scalar, Str, document
@@ -79,8 +87,11 @@ SCHEMA = document(DEVICE, Obj(path=Str(4096), gpus=Int(0, 1024), streams=Int(0, 
                               read=SUMMARY, integrity_errors=COUNT, filesystem=Obj(
                                   values=Scalar())))
 
+STORAGE_GBPS = Measure("storage_gbps", "GB/s", "storage {phase} GB/s, slowest stream",
+                       "storage {phase} stream {stream}")
 CHECK = Check(
-    name="storage", doc="every GPU can be fed", judge=judge, schema=SCHEMA, figures=figures,
+    name="storage", page="burnin.summary.checks:storage", page_order=50, measures=(STORAGE_GBPS,),
+    doc="every GPU can be fed", judge=judge, schema=SCHEMA, figures=figures,
     settings={
         "timeout_s": timeout(300, 900, 1800),
         "size_gb": Setting("positive", {"quick": 1, "standard": 4, "extended": 16},

@@ -12,7 +12,7 @@ from operator import itemgetter
 from burnin.checks.burn import FAULT_REASONS
 from burnin.summary.charts import BAD, FLOOR, MEDIAN, PALETTE, Axis, Chart, fmt, fmt_bytes, pack
 from burnin.summary.model import floor_of, mapping, num, seq
-from burnin.summary.sections import NodeView, charts, facts, note, section, table, text
+from burnin.summary.sections import NodeView, charts, facts, note, table, text
 
 # Clock event reasons worth marking (names as probes/telemetry.py records them): the
 # judge's faults in red, the power cap (the GPU working as configured) in amber.
@@ -108,7 +108,6 @@ def _step(t) -> float:
     return (xs[1] - xs[0]) if len(xs) > 1 and None not in xs[:2] and xs[1] > xs[0] else 1.0
 
 
-@section("burn")
 def burn(view: NodeView, record: dict) -> list:
     data = record["data"]
     devices = [d for d in seq(data.get("devices")) if isinstance(d, dict)]
@@ -197,7 +196,6 @@ def _burn_row(view: NodeView, dev: dict, s: dict, runs) -> list:
             [", ".join(xids), "fail"] if xids else dev.get("error", "")]
 
 
-@section("sdc")
 def sdc(view: NodeView, record: dict) -> list:
     rows, maps = [], []
     for dev in (d for d in seq(record["data"].get("devices")) if isinstance(d, dict)):
@@ -254,7 +252,6 @@ def error_map(device: str, n: float, events: list) -> dict:
             "i": pack(items)}
 
 
-@section("storage")
 def storage(view: NodeView, record: dict) -> list:
     data = record["data"]
     fig = mapping(data.get("figures"))
@@ -292,7 +289,6 @@ def storage(view: NodeView, record: dict) -> list:
     return out
 
 
-@section("allreduce")
 def allreduce(view: NodeView, record: dict) -> list:
     fig = mapping(record["data"].get("figures"))
     world = int(num(fig.get("world")) or 0)
@@ -321,7 +317,6 @@ def allreduce(view: NodeView, record: dict) -> list:
     return out
 
 
-@section("allreduce_internode")
 def internode(view: NodeView, record: dict) -> list:
     fig = mapping(record["data"].get("figures"))
     group = mapping(fig.get("group"))
@@ -338,7 +333,6 @@ def internode(view: NodeView, record: dict) -> list:
         ([table(["pair", "busbw GB/s", "of the group's"], rows)] if rows else [])
 
 
-@section("health")
 def health(view: NodeView, record: dict) -> list:
     data = record["data"]
     ident, fig = mapping(data.get("node")), mapping(data.get("figures"))
@@ -397,7 +391,6 @@ def _grown(counts) -> str:
                      if num(v))
 
 
-@section("fabric")
 def fabric(view: NodeView, record: dict) -> list:
     """The port/link table: every HCA port with its state, rate and what grew over the
     run; every GPU's NVLink links, which are down, and which link counters grew."""

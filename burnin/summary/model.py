@@ -11,12 +11,9 @@ import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from burnin.checks import CHECKS
 from burnin.figures import Figure, key_figures
 
-# The order checks read in, from what the node is to what it does with others; checks
-# the page does not know (memory, pcie, fabric, ...) follow in alphabetical order.
-CHECK_ORDER = ("health", "sdc", "burn", "memory", "pcie", "storage", "allreduce",
-               "allreduce_internode", "fabric")
 OUTCOME_WORD = {"passed": "passed", "failure": "failed", "error": "error",
                 "skipped": "skipped", "": "not run"}
 # Which label groups the fleet grid: the first of these a node carries, else the label
@@ -132,7 +129,10 @@ def natural_key(name: str) -> tuple:
 
 
 def check_key(check: str) -> tuple:
-    return (CHECK_ORDER.index(check), "") if check in CHECK_ORDER else (len(CHECK_ORDER), check)
+    """Where a check stands on the page: its Check.page_order, then its name; a check
+    burnin does not know (an old results.jsonl) after every known one."""
+    spec = CHECKS.get(check)
+    return (0, spec.page_order, check) if spec is not None else (1, 0, check)
 
 
 def group_key(nodes: dict[str, NodeInfo]) -> str | None:

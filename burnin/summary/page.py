@@ -16,7 +16,6 @@ import json
 import time
 from html import escape
 
-from burnin.summary import checks as _checks  # noqa: F401  (registers the built-in sections)
 from burnin.summary import fleet as fleet_mod
 from burnin.summary import trend as trend_mod
 from burnin.summary.model import OUTCOME_WORD, Report, group_key, guarded

@@ -11,22 +11,25 @@ thousands of sections travel compressed and are drawn when opened):
     ["pre", text]                           (folded: a probe's stderr)
     ["sparks", [[name, [value per run, oldest first], moved], ...]]
 
-A check adds its own part with one decorated function (see burnin/summary/checks.py):
+A check names its own part on its Check, as a reference imported when a page is drawn
+(see burnin/summary/checks.py), so that the checks never import the page:
 
-    @section("memory")
-    def memory(view: NodeView, record: dict) -> list:
+    CHECK = Check(name="memory", ..., page="burnin.summary.checks:memory")
+    def memory(view: NodeView, record: dict) -> list:    # in burnin/summary/checks.py
         return [facts([...]), table([...], rows), charts(chart)]
 
-A check with no registered function (a new one, or one from another team) still gets
-its verdict and a table of its devices' figures. Each part is drawn on its own: a
+A check that names none (a new one, or one from another team) still gets its verdict
+and a table of its devices' figures. Each part is drawn on its own: a
 malformed record costs that part, which says what it could not draw."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 
+from burnin.checks import CHECKS
 from burnin.summary.charts import Chart, fmt, sparkline, svg, unpack
 from burnin.summary.fleet import Fleet
 from burnin.summary.model import Report, data_of, mapping, num, seq
@@ -52,18 +55,19 @@ class NodeView:
 
 
 Section = Callable[[NodeView, dict], list]
-SECTIONS: dict[str, Section] = {}
 
 
-def section(*checks: str) -> Callable[[Section], Section]:
-    """Register the function that draws these checks' part of a node's section. It gets
-    the node's view and the check's record (a probe that measured: record['data'] is its
-    document) and returns a list of blocks."""
-    def register(fn: Section) -> Section:
-        for check in checks:
-            SECTIONS[check] = fn
-        return fn
-    return register
+def part_of(check: str) -> Section:
+    """The function that draws the check's part of a node's section (Check.page,
+    "module:function"), or the generic one. It gets the node's view and the check's record
+    (a probe that measured: record['data'] is its document) and returns a list of blocks.
+    A reference that does not resolve raises here, inside the part's guard: that part
+    says so, and the rest of the page is drawn."""
+    spec = CHECKS.get(check)
+    if spec is None or not spec.page:
+        return generic
+    module, _, name = spec.page.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def node_env(report: Report, node: str) -> list[list[str]]:
@@ -117,7 +121,7 @@ def _part(view: NodeView, check: str) -> list:
         return [note("The record holds no probe document.", "warn")]
     errors = [note(f"probe error: {str(e)[:300]}", "warn")
               for e in seq(record["data"].get("errors"))[:10]]
-    return errors + SECTIONS.get(check, generic)(view, record)
+    return errors + part_of(check)(view, record)
 
 
 # Blocks ------------------------------------------------------------------------------------
