@@ -70,8 +70,9 @@ class _Labels(dict):
 @dataclass(frozen=True)
 class Measure:
     """What a kind of Figure (one metric name) is, as data: the unit people read it in,
-    the family a node's trend folds it into, its name in the "moved" table, and which end
-    of a family is its worst device. `family` and `label` are format strings over the
+    the family a node's trend folds it into, its name in the "moved" table, which end of
+    a family is its worst device, and its fleet chart on summary.html (devices ranked
+    worst first). `family`, `label`, `chart` and `key` are format strings over the
     figure's labels ("{check} TFLOPS {device}")."""
 
     metric: str
@@ -79,6 +80,13 @@ class Measure:
     family: str
     label: str
     worst: str = "low"              # "low": the slowest device; "high": the hottest
+    chart: str = ""                 # the fleet chart's title; '' = no fleet chart
+    # The fleet chart's key: its figures' medians on the page, and the floors it draws
+    # (Verdict.floors of the same name).
+    key: str = ""
+    per_model: bool = False         # one fleet chart per device model
+    zero: bool = True               # the chart's axis includes 0 (off for temperatures)
+    span: float = 0.0               # the least range the chart's axis shows
 
     def __post_init__(self):
         if self.worst not in ("low", "high"):
@@ -90,10 +98,17 @@ class Measure:
     def label_of(self, labels: tuple) -> str:
         return self.label.format_map(_Labels(labels))
 
+    def key_of(self, labels: tuple) -> str:
+        return self.key.format_map(_Labels(labels))
 
-# Shared by every check that reports a GEMM's speed per device (sdc, burn).
-DEVICE_TFLOPS = Measure("device_tflops", "TFLOPS", "{check} TFLOPS, slowest device",
-                        "{check} TFLOPS {device}")
+    def chart_of(self, labels: tuple) -> str:
+        return self.chart.format_map(_Labels(labels))
+
+
+def device_tflops(chart: str) -> Measure:
+    """A GEMM's speed per device (sdc, burn: the `check` label tells them apart)."""
+    return Measure("device_tflops", "TFLOPS", "{check} TFLOPS, slowest device",
+                   "{check} TFLOPS {device}", chart=chart, key="{check}", per_model=True)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ import functools
 import statistics
 
 from burnin.checks.base import (
-    DEVICE_TFLOPS,
     PEERS,
     Check,
     Figure,
@@ -17,6 +16,7 @@ from burnin.checks.base import (
     Measure,
     Setting,
     count_problem,
+    device_tflops,
     implausible,
 )
 from burnin.nodes import Node
@@ -289,11 +289,13 @@ def evidence(record: dict) -> dict[str, object]:
     return {"telemetry.json": series}
 
 
+TFLOPS = device_tflops("burn: sustained TFLOPS per device")
 HOTTEST = Measure("gpu_temperature_max_celsius", "°C", "hottest GPU °C", "hottest °C {device}",
-                  worst="high")
+                  worst="high", chart="burn: hottest temperature per GPU", key="temp",
+                  per_model=True, zero=False, span=20)
 CHECK = Check(
     name="burn", page="burnin.summary.checks:burn", page_order=20,
-    measures=(DEVICE_TFLOPS, HOTTEST), evidence=evidence, doc="the node holds full load",
+    measures=(TFLOPS, HOTTEST), evidence=evidence, doc="the node holds full load",
     judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, output_bound=output_bound,
     schema_bound=schema_bound, settings={

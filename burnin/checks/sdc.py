@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections import Counter
 
 from burnin.checks.base import (
-    DEVICE_TFLOPS,
     PEERS,
     Check,
     Figure,
@@ -16,6 +15,7 @@ from burnin.checks.base import (
     Judging,
     Setting,
     count_problem,
+    device_tflops,
     implausible,
 )
 from burnin.nodes import Node
@@ -138,7 +138,8 @@ DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
 SCHEMA = document(DEVICE, Obj())
 
 CHECK = Check(
-    name="sdc", page="burnin.summary.checks:sdc", page_order=10, measures=(DEVICE_TFLOPS,),
+    name="sdc", page="burnin.summary.checks:sdc", page_order=10,
+    measures=(device_tflops("sdc: known-answer GEMM TFLOPS per device"),),
     doc="arithmetic is right", judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),

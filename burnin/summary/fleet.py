@@ -8,7 +8,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from html import escape
+from string import Formatter
 
+from burnin.checks import CHECKS, Measure
 from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt, fmt_bytes
 from burnin.summary.model import (
     OUTCOME_WORD,
@@ -42,15 +44,20 @@ class Fleet:
     band: dict[int, list[tuple[int, float, float, float, int]]] = field(default_factory=dict)
     slowdown_c: float | None = None
     model: str = ""          # the fleet's most common device model
+    # chart key -> (page order, the check that judges it, title, Measure): the rank charts
+    charts: dict[str, tuple[int, str, str, Measure]] = field(default_factory=dict)
 
 
 def fleet_of(report: Report) -> Fleet:
-    """One pass over the run: every device figure, keyed 'burn', 'sdc', 'temp',
-    'storage read', 'storage write', as (value, node, device, model)."""
+    """One pass over the run: every device figure a check's Measure charts, keyed by its
+    Measure's key ('burn', 'sdc', 'temp', 'storage read', ...), as (value, node, device,
+    model)."""
     fleet, slowdown = Fleet(), []
     sweeps: dict[int, dict[int, list[float]]] = {}
+    # The device models: from the facts check and the checks charted per model.
+    named = [c.name for c in CHECKS.values() if c.facts or any(m.per_model for m in c.measures)]
     for node, recs in report.records.items():
-        for check in ("burn", "sdc", "health"):
+        for check in named:
             for dev in seq(data_of(recs.get(check)).get("devices")):
                 if isinstance(dev, dict) and isinstance(dev.get("name"), str):
                     fleet.models.setdefault((node, str(dev.get("device", dev.get("index")))),
@@ -65,15 +72,19 @@ def fleet_of(report: Report) -> Fleet:
             b, v = num(mapping(step).get("bytes")), num(mapping(step).get("busbw_gbps"))
             if b and v is not None:
                 sweeps.setdefault(int(world or 0), {}).setdefault(int(b), []).append(v)
-        for f in report.figures.get(node, []):
+        for check, f in report.checked.get(node, []):
+            spec = CHECKS.get(check)
+            m = next((m for m in spec.measures if m.metric == f.metric), None) if spec else None
+            if m is None or not m.chart:
+                continue
+            key = m.key_of(f.labels) or m.metric
             labels = dict(f.labels)
-            key = {"device_tflops": labels.get("check"), "gpu_temperature_max_celsius": "temp",
-                   "storage_gbps": f"storage {labels.get('phase')}"}.get(f.metric)
-            if key:
-                device = labels.get("device") or f"stream {labels.get('stream', '?')}"
-                model = fleet.models.get((node, device), "") if key in ("burn", "sdc",
-                                                                       "temp") else ""
-                fleet.devices.setdefault(key, []).append((f.value, node, device, model))
+            used = {name for _, name, _, _ in Formatter().parse(m.key) if name}
+            device = labels.get("device") or " ".join(
+                f"{k} {v}" for k, v in f.labels if k not in used) or "?"
+            model = fleet.models.get((node, device), "") if m.per_model else ""
+            fleet.devices.setdefault(key, []).append((f.value, node, device, model))
+            fleet.charts.setdefault(key, (spec.page_order, check, m.chart_of(f.labels), m))
     for key, items in fleet.devices.items():
         by_model: dict[str, list[float]] = {}
         for v, _, _, model in items:
@@ -193,43 +204,32 @@ def _stops(pattern: tuple) -> str:
 
 
 # Fleet charts -----------------------------------------------------------------------------
-FAMILIES = (  # key (the family its judge's floors name), title, axis, worst end
-    ("burn", "burn: sustained TFLOPS per device", Axis("TFLOPS", "TFLOPS"), "low"),
-    ("sdc", "sdc: known-answer GEMM TFLOPS per device", Axis("TFLOPS", "TFLOPS"), "low"),
-    ("temp", "burn: hottest temperature per GPU", Axis("°C", "°C", zero=False, span=20), "high"),
-    ("storage read", "storage: read GB/s per stream (one per GPU)", Axis("GB/s", "GB/s"), "low"),
-    ("storage write", "storage: write GB/s per stream (one per GPU)", Axis("GB/s", "GB/s"),
-     "low"),
-)
-
-
-CHECK_OF = {"burn": "burn", "sdc": "sdc", "temp": "burn", "storage read": "storage",
-            "storage write": "storage"}
-
-
 def charts(report: Report, fleet: Fleet) -> list[str]:
+    """A rank chart per figure a check's Measure gives one (per device model where it
+    says so), in page order; then the busbw band per rank count."""
     out = []
-    for key, title, axis, worst in FAMILIES:
+    for key, (_, check, title, m) in sorted(fleet.charts.items(),
+                                            key=lambda kv: (kv[1][:2], kv[0])):
         items = fleet.devices.get(key, [])
-        models = sorted({m for *_, m in items}) if key in ("burn", "sdc", "temp") else [""]
+        axis = Axis(m.unit or m.metric, m.unit, zero=m.zero, span=m.span)
+        models = sorted({i[3] for i in items}) if m.per_model else [""]
         for model in models:
             mine = [i for i in items if i[3] == model] if model or len(models) > 1 else items
             name = f"{title}, {model}" if model and model != "cpu" else title
             out.append((f"fleet {key}", rank_chart, report, fleet, name, axis, mine, key,
-                        worst))
+                        check, m.worst))
     for world in sorted(fleet.band):
         out.append(("fleet busbw", busbw_chart, report, fleet, world))
     return out
 
 
 def rank_chart(report: Report, fleet: Fleet, title: str, axis: Axis, items: list,
-               key: str, worst: str) -> str:
+               key: str, check: str, worst: str) -> str:
     """Devices ranked worst first: what people draw to find the straggler. Hover names
     every dot; the worst few are labelled in place."""
     if not items:
         return ""
     ordered = sorted(items, key=lambda i: (i[0] if worst == "low" else -i[0], natural_key(i[1])))
-    check = CHECK_OF.get(key, key)
 
     def failed(node: str) -> bool:  # this check, not another: a slow disk is not a slow GPU
         return report.verdicts.get(node, {}).get(check, ("passed", ""))[0] != "passed"

@@ -43,6 +43,7 @@ class Report:
     evidence: set[str]                           # nodes with a nodes/<node>/ folder
     trend: object | None = None                  # trend.Trend, when earlier runs exist
     figures: dict[str, list[Figure]] = field(default_factory=dict)
+    checked: dict[str, list[tuple[str, Figure]]] = field(default_factory=dict)  # (check, fig)
     problems: list[str] = field(default_factory=list)
     unreadable: set[int] = field(default_factory=set)  # id() of records with junk figures
 
@@ -69,6 +70,7 @@ def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors
           nodes: dict[str, NodeInfo] | None, evidence: set[str], trend=None) -> Report:
     by_node: dict[str, dict[str, dict]] = {}
     figures: dict[str, list[Figure]] = {}
+    checked: dict[str, list[tuple[str, Figure]]] = {}
     problems: list[str] = []
     unreadable: set[int] = set()
     for r in records:
@@ -88,8 +90,9 @@ def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors
             problems.append(f"{r['node']} {r['check']}: figures that are not numbers, left "
                             "out of the charts (and the record out of metrics.prom)")
         figures.setdefault(r["node"], []).extend(figs)
+        checked.setdefault(r["node"], []).extend((r["check"], f) for f in figs)
     return Report(cluster, run_id, verdicts, by_node, dict(floors or {}), dict(nodes or {}),
-                  evidence, trend, figures, problems, unreadable)
+                  evidence, trend, figures, checked, problems, unreadable)
 
 
 def safe_figures(record: dict) -> list[Figure] | None:
