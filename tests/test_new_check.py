@@ -42,7 +42,7 @@ def figures(record: dict) -> list[Figure]:
 CHECK = Check(name=NAME, doc="the widget spins", judge=judge, figures=figures,
               schema=document(Obj(required=("device", "spin"), device=Str(64), spin=Num(0)),
                               Obj()),
-              settings={"min_spin": Setting("positive", 0.5, "spin floor")}, page_order=5,
+              settings={"min_spin": Setting("positive", 0.5, "spin floor")}, page_order=-1,
               measures=(SPIN,))
 
 PROBE = '''\
@@ -110,7 +110,7 @@ def test_a_check_declared_in_one_place_is_found_everywhere(pytester, monkeypatch
 
     page = Summary(after / "summary.html")
     grid = page.text.split("id='grid'")[1].split("</section>")[0]
-    assert "health / widget" in grid  # its stripe, in its page order
+    assert "widget / health" in grid  # its stripe, in its page order (before health)
     section = page.text.split("id='n-w2'")[1].split("</section>")[0]
     assert "w0: spin 0.2, below the floor of 0.5" in section and "<th>spin</th>" in section
     fleet = page.text.split("id='grid'")[1].split("id='n-")[0]
