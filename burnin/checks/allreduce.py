@@ -171,4 +171,5 @@ SETTINGS = {
 BUSBW = Measure("allreduce_busbw_gbps", "GB/s", "busbw {scope} GB/s", "busbw {scope}")
 CHECK = Check(name="allreduce", doc="GPUs inside a node talk at full speed", judge=judge,
               schema=SCHEMA, summarize=intra_summary, figures=figures, settings=SETTINGS,
-              page="burnin.summary.checks:allreduce", page_order=60, measures=(BUSBW,))
+              page="burnin.summary.checks:allreduce", page_order=60, measures=(BUSBW,),
+              fleet_page="burnin.summary.fleet_checks:allreduce")

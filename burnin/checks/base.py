@@ -204,6 +204,9 @@ class Check:
     # page is drawn (summary code sits above the checks; the checks never import it).
     # '' = the generic part: its devices' figures in a table.
     page: str = ""
+    # Its fleet-wide part, computed once a page ("module:function" of the Report, giving a
+    # summary.fleet.FleetPart): data its node parts share, lines on rank charts, charts.
+    fleet_page: str = ""
     # Where its part stands in a node's section and in the grid's stripes (lower first);
     # checks of equal order by name.
     page_order: int = 1000

@@ -297,7 +297,8 @@ def allreduce(view: NodeView, record: dict) -> list:
     pts = [(b, v) for b, v in pts if b and v is not None]
     chart = Chart(f"busbw against message size ({world} ranks)", Axis("message size", log2=True),
                   Axis("GB/s", "GB/s"), 440, 210)
-    band = view.fleet.band.get(world, [])
+    part = view.fleet.parts.get("allreduce")
+    band = (part.data if part else {}).get(world, [])
     if any(count > 1 for *_, count in band):  # peers to compare with
         chart.band("fleet min-max", [(b, lo, hi) for b, lo, _, hi, _ in band], PALETTE[0])
         chart.line("fleet median", [(b, mid) for b, _, mid, _, _ in band], MEDIAN)

@@ -4,6 +4,7 @@ medians, the busbw band) are computed here once and handed to the node sections.
 
 from __future__ import annotations
 
+import importlib
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from html import escape
 from string import Formatter
 
 from burnin.checks import CHECKS, Measure
-from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt, fmt_bytes
+from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt
 from burnin.summary.model import (
     OUTCOME_WORD,
     Report,
@@ -20,10 +21,7 @@ from burnin.summary.model import (
     floor_of,
     floors_over,
     group_key,
-    mapping,
-    median,
     natural_key,
-    num,
     seq,
 )
 
@@ -33,6 +31,18 @@ COLOUR = {"passed": "#2da44e", "failure": "#cf222e", "error": "#8250df",
           "skipped": "#afb8c1", "": "#eaeef2"}
 
 
+@dataclass(frozen=True)
+class FleetPart:
+    """What a check adds to the fleet (Check.fleet_page, computed once a page): data its
+    node parts read (the all-reduce's busbw band), reference lines on a rank chart by its
+    key ({"temp": [(85.0, "slowdown", BAD)]}), and charts of its own, each
+    (what, function, *args) as charts() returns them."""
+
+    data: object = None
+    refs: dict[str, list[tuple[float | None, str, str]]] = field(default_factory=dict)
+    charts: list[tuple] = field(default_factory=list)
+
+
 @dataclass
 class Fleet:
     """Per-device figures of the run with who they belong to, and the fleet's yardsticks."""
@@ -40,10 +50,9 @@ class Fleet:
     devices: dict[str, list[tuple[float, str, str, str]]] = field(default_factory=dict)
     models: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, device) -> model
     medians: dict[tuple[str, str], float] = field(default_factory=dict)
-    # ranks per node -> [(bytes, min, median, max, nodes)]: the busbw band at each size
-    band: dict[int, list[tuple[int, float, float, float, int]]] = field(default_factory=dict)
-    slowdown_c: float | None = None
     model: str = ""          # the fleet's most common device model
+    # check -> its fleet-wide part (Check.fleet_page): its data, lines and charts
+    parts: dict[str, FleetPart] = field(default_factory=dict)
     # chart key -> (page order, the check that judges it, title, Measure): the rank charts
     charts: dict[str, tuple[int, str, str, Measure]] = field(default_factory=dict)
 
@@ -52,8 +61,7 @@ def fleet_of(report: Report) -> Fleet:
     """One pass over the run: every device figure a check's Measure charts, keyed by its
     Measure's key ('burn', 'sdc', 'temp', 'storage read', ...), as (value, node, device,
     model)."""
-    fleet, slowdown = Fleet(), []
-    sweeps: dict[int, dict[int, list[float]]] = {}
+    fleet = Fleet()
     # The device models: from the facts check and the checks charted per model.
     named = [c.name for c in CHECKS.values() if c.facts or any(m.per_model for m in c.measures)]
     for node, recs in report.records.items():
@@ -62,16 +70,6 @@ def fleet_of(report: Report) -> Fleet:
                 if isinstance(dev, dict) and isinstance(dev.get("name"), str):
                     fleet.models.setdefault((node, str(dev.get("device", dev.get("index")))),
                                             dev["name"])
-        for dev in seq(data_of(recs.get("burn")).get("devices")):
-            s = num(mapping(mapping(dev).get("telemetry")).get("temp_slowdown_c"))
-            if s is not None:
-                slowdown.append(s)
-        sweep = seq(mapping(data_of(recs.get("allreduce")).get("figures")).get("sweep"))
-        world = num(mapping(data_of(recs.get("allreduce")).get("figures")).get("world"))
-        for step in sweep:
-            b, v = num(mapping(step).get("bytes")), num(mapping(step).get("busbw_gbps"))
-            if b and v is not None:
-                sweeps.setdefault(int(world or 0), {}).setdefault(int(b), []).append(v)
         for check, f in report.checked.get(node, []):
             spec = CHECKS.get(check)
             m = next((m for m in spec.measures if m.metric == f.metric), None) if spec else None
@@ -91,12 +89,22 @@ def fleet_of(report: Report) -> Fleet:
             by_model.setdefault(model, []).append(v)
         for model, values in by_model.items():
             fleet.medians[(key, model)] = statistics.median(values)
-    fleet.slowdown_c = median(slowdown)
     names = list(fleet.models.values())
     fleet.model = max(sorted(set(names)), key=names.count) if names else ""
-    fleet.band = {w: [(b, min(v), statistics.median(v), max(v), len(v)) for b, v in sorted(
-        sizes.items())] for w, sizes in sweeps.items()}
+    for spec in CHECKS.values():
+        if spec.fleet_page:
+            try:
+                fleet.parts[spec.name] = resolve(spec.fleet_page)(report)
+            except Exception as e:  # a malformed record costs this part, not the page
+                report.problems.append(f"the {spec.name} fleet part could not be drawn: "
+                                       f"{type(e).__name__}: {e}")
     return fleet
+
+
+def resolve(ref: str):
+    """The function a Check names as "module:function", imported now."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 # The banner -------------------------------------------------------------------------------
@@ -206,7 +214,7 @@ def _stops(pattern: tuple) -> str:
 # Fleet charts -----------------------------------------------------------------------------
 def charts(report: Report, fleet: Fleet) -> list[str]:
     """A rank chart per figure a check's Measure gives one (per device model where it
-    says so), in page order; then the busbw band per rank count."""
+    says so), in page order; then the charts of the checks' fleet parts."""
     out = []
     for key, (_, check, title, m) in sorted(fleet.charts.items(),
                                             key=lambda kv: (kv[1][:2], kv[0])):
@@ -218,8 +226,8 @@ def charts(report: Report, fleet: Fleet) -> list[str]:
             name = f"{title}, {model}" if model and model != "cpu" else title
             out.append((f"fleet {key}", rank_chart, report, fleet, name, axis, mine, key,
                         check, m.worst))
-    for world in sorted(fleet.band):
-        out.append(("fleet busbw", busbw_chart, report, fleet, world))
+    for part in fleet.parts.values():
+        out += part.charts
     return out
 
 
@@ -252,59 +260,10 @@ def rank_chart(report: Report, fleet: Fleet, title: str, axis: Axis, items: list
     for floor, name in floors_over(report, key, [i[1] for i in ordered]):
         chart.ref(floor, name)
     chart.ref(statistics.median(i[0] for i in ordered), "median", MEDIAN)
-    if key == "temp":
-        chart.ref(fleet.slowdown_c, "slowdown", BAD)
+    for part in fleet.parts.values():
+        for value, name, colour in part.refs.get(key, []):
+            chart.ref(value, name, colour)
     if len(keep) < len(ordered):
         chart.note = (f"{len(keep)} of {len(ordered)} drawn: the {direction} 10, {check} "
                       "failures, evenly spaced ranks")
     return chart.svg()
-
-
-def busbw_chart(report: Report, fleet: Fleet, world: int) -> str:
-    """The fleet's busbw band against message size, the nodes that failed drawn over it."""
-    band = fleet.band[world]
-    chart = Chart(f"allreduce: busbw against message size ({world} ranks per node)",
-                  Axis("message size", log2=True), Axis("GB/s", "GB/s"))
-    chart.band("fleet min-max", [(b, lo, hi) for b, lo, _, hi, _ in band], PALETTE[0])
-    chart.line("fleet min", [(b, lo) for b, lo, *_ in band], PALETTE[0], 0.8, legend=False)
-    chart.line("fleet max", [(b, hi) for b, _, _, hi, _ in band], PALETTE[0], 0.8, legend=False)
-    chart.line("fleet median", [(b, mid) for b, _, mid, _, _ in band], MEDIAN)
-    # The nodes that failed the check drawn over the band, the slowest few at the
-    # judged size named (the band's edge is somebody: which one).
-    sweeps = {}
-    for node, recs in report.records.items():
-        fig = mapping(data_of(recs.get("allreduce")).get("figures"))
-        if int(num(fig.get("world")) or 0) == world:
-            pts = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
-                   for s in seq(fig.get("sweep"))]
-            pts = [(b, v) for b, v in pts if b and v is not None]
-            if pts:
-                sweeps[node] = pts
-    failed = [n for n in sweeps
-              if report.verdicts.get(n, {}).get("allreduce", ("passed", ""))[0] != "passed"]
-    for node in sorted(failed, key=natural_key)[:5]:
-        chart.line(node, sweeps[node], BAD, 1.5, legend=False)
-    slowest = sorted(sweeps, key=lambda n: (sweeps[n][-1][1], natural_key(n)))[:LABELLED]
-    for node in slowest:
-        b, v = sweeps[node][-1]
-        chart.dot(b, v, f"{node}: {fmt(v)} GB/s at {fmt_bytes(b)}",
-                  BAD if node in failed else PALETTE[5])
-        chart.label(b, v, node)
-    inter = _internode_sweep(report)
-    if inter:
-        chart.line("inter-node group", inter, PALETTE[2])
-    for floor, name in floors_over(report, "allreduce", sweeps):
-        chart.ref(floor, f"{name} at {fmt_bytes(band[-1][0])}")
-    return chart.svg()
-
-
-def _internode_sweep(report: Report) -> list[tuple[float, float]]:
-    for recs in report.records.values():
-        group = mapping(mapping(data_of(recs.get("allreduce_internode")).get("figures"))
-                        .get("group"))
-        pts = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
-               for s in seq(group.get("sweep"))]
-        pts = [(b, v) for b, v in pts if b and v is not None]
-        if pts:
-            return pts
-    return []

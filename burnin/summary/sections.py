@@ -24,14 +24,13 @@ malformed record costs that part, which says what it could not draw."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 
 from burnin.checks import CHECKS
 from burnin.summary.charts import Chart, fmt, sparkline, svg, unpack
-from burnin.summary.fleet import Fleet
+from burnin.summary.fleet import Fleet, resolve
 from burnin.summary.model import Report, data_of, mapping, num, seq
 
 MAX_ROWS = 64        # rows of a table: a node has at most this many devices
@@ -64,10 +63,7 @@ def part_of(check: str) -> Section:
     A reference that does not resolve raises here, inside the part's guard: that part
     says so, and the rest of the page is drawn."""
     spec = CHECKS.get(check)
-    if spec is None or not spec.page:
-        return generic
-    module, _, name = spec.page.partition(":")
-    return getattr(importlib.import_module(module), name)
+    return resolve(spec.page) if spec is not None and spec.page else generic
 
 
 def node_env(report: Report, node: str) -> list[list[str]]:
