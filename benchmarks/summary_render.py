@@ -210,7 +210,7 @@ def synthetic_run(run_dir: Path, nodes: int, samples: int = 600, failing: int | 
             kind = plan.get(i, "")
             v = {c: ("passed", "") for c in CHECKS}
             if kind == "unreachable":
-                v = {c: ("failure", f"connection refused by {inventory[i].address}:22")
+                v = {c: ("failed", f"connection refused by {inventory[i].address}:22")
                      for c in CHECKS}
             else:
                 for r in _node_records(node, i, kind, tel, samples, group, rng):
@@ -218,9 +218,9 @@ def synthetic_run(run_dir: Path, nodes: int, samples: int = 600, failing: int | 
                     f.write(json.dumps(r) + "\n")
             if kind in MESSAGES:
                 check, message = MESSAGES[kind]
-                v[check] = ("error" if kind == "malformed" else "failure", message)
+                v[check] = ("error" if kind == "malformed" else "failed", message)
             verdicts[node] = v
-    cases = {(n, c): CaseResult(n, c, {"failure": "failed"}.get(o, o), m)
+    cases = {(n, c): CaseResult(n, c, o, m)
              for n, v in verdicts.items() for c, (o, m) in v.items()}
     write_junit(run_dir / "junit.xml", "synthetic", run_id or run_dir.name,
                 [(n.name, n.address) for n in inventory], cases)

@@ -23,6 +23,7 @@ from burnin.gate import GateReport, settle, split_by_quarantine
 from burnin.inventory import InventoryError, load_inventory, select_nodes
 from burnin.ledger import Ledger, LedgerLost, ledger_path
 from burnin.nodes import Node
+from burnin.outcome import Outcome
 from burnin.preflight import NotReady, check_controller, mark_running
 from burnin.progress import Progress
 from burnin.reports import (
@@ -266,7 +267,7 @@ class BurninState:
             why = (f"in quarantine since run {entry.run_id}: {'; '.join(entry.reasons)}; "
                    "--revalidate re-tests it") if entry else "in quarantine"
             for check in checks:
-                self.cases[(node.name, check)] = CaseResult(node.name, check, "skipped",
+                self.cases[(node.name, check)] = CaseResult(node.name, check, Outcome.SKIPPED,
                                                             why[:4000], why)
         junit = run.run_dir / "junit.xml"
         if interrupted or self.fault:
@@ -345,7 +346,7 @@ class BurninState:
         """pytest's FAILURES section pairs each failure with every report (quadratic: some
         14 s at 3,000 failing nodes, minutes at 10,000). Past FAILURE_LISTING failed
         tests, burnin's own summary and the short summary (-ra) list them instead."""
-        failed = sum(c.outcome in ("failed", "error") for c in self.cases.values())
+        failed = sum(Outcome(c.outcome).bad for c in self.cases.values())
         if failed > FAILURE_LISTING and self.config.option.tbstyle != "no":
             self.config.option.tbstyle = "no"
             self.failure_listing_cut = failed

@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from burnin.files import write_atomically
+from burnin.outcome import Outcome
 
 if TYPE_CHECKING:
     from burnin.nodes import Node
-
-OUTCOMES = ("passed", "failed", "error", "skipped")
-
 
 @dataclass
 class CaseResult:
@@ -31,7 +29,7 @@ class CaseResult:
 
     node: str
     check: str
-    outcome: str = "passed"
+    outcome: Outcome = Outcome.PASSED
     message: str = ""
     output: str = ""
     stdout: str = ""
@@ -44,12 +42,13 @@ class CaseResult:
             self.stdout = stdout
         if outcome == "passed":
             return
-        if outcome == "skipped":
-            if self.outcome == "passed":
-                self.outcome, self.message, self.output = "skipped", _first_line(text), text
+        if outcome == "skipped":  # pytest's words, from here on ours
+            if self.outcome == Outcome.PASSED:
+                self.outcome, self.message, self.output = Outcome.SKIPPED, _first_line(text), text
             return
-        kind = "failed" if when == "call" else "error"
-        if self.outcome in ("passed", "skipped") or (kind == "failed" and self.outcome == "error"):
+        kind = Outcome.FAILED if when == "call" else Outcome.ERROR
+        if self.outcome in (Outcome.PASSED, Outcome.SKIPPED) or (
+                kind == Outcome.FAILED and self.outcome == Outcome.ERROR):
             self.outcome, self.message, self.output = kind, _first_line(text), text
 
 
@@ -87,11 +86,12 @@ def render_junit(cluster: str, run_id: str, nodes: list[tuple[str, str]],
         for case in by_node.get(name, []):
             tc = TestCase(case.check, classname=f"{cluster}.{name}",
                           elapsed_sec=round(case.duration_s, 3), stdout=case.stdout or None)
-            if case.outcome == "failed":
+            outcome = Outcome(case.outcome)
+            if outcome == Outcome.FAILED:
                 tc.add_failure_info(message=case.message, output=case.output)
-            elif case.outcome == "error":
+            elif outcome == Outcome.ERROR:
                 tc.add_error_info(message=case.message, output=case.output)
-            elif case.outcome == "skipped":
+            elif outcome == Outcome.SKIPPED:
                 tc.add_skipped_info(message=case.message, output=case.output)
             tcs.append(tc)
         props = {"cluster": cluster, "run_id": run_id, **(run_properties or {}),
@@ -173,7 +173,7 @@ def publish(run_dir: Path, cluster: str, run_id: str,
             by_node.setdefault(r["node"], []).append(r)
     bundles = set()
     for node, v in verdicts.items():
-        if any(outcome in ("failure", "error") for outcome, _ in v.values()) and attempt(
+        if any(Outcome(outcome).bad for outcome, _ in v.values()) and attempt(
                 f"the evidence folder of {node}",
                 lambda node=node, v=v: evidence.write_bundle(run_dir, node, v,
                                                              by_node.get(node, []))):
@@ -223,9 +223,8 @@ def floors_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, f
 
 
 def verdicts_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, tuple]]:
-    """{node: {check: (outcome, message)}} in junit's words (failure, error, skipped)."""
-    word = {"failed": "failure"}
+    """{node: {check: (Outcome, message)}}."""
     out: dict[str, dict[str, tuple]] = {}
     for (node, check), case in cases.items():
-        out.setdefault(node, {})[check] = (word.get(case.outcome, case.outcome), case.message)
+        out.setdefault(node, {})[check] = (Outcome(case.outcome), case.message)
     return out

@@ -143,7 +143,7 @@ def test_a_check_the_page_does_not_know_gets_its_verdict_and_figures(tmp_path):
                                     "gbps": 1900.5 + g} for g in range(8)], "errors": []}}
     with open(run / "results.jsonl", "a") as f:
         f.write(json.dumps(memory) + "\n")
-    verdicts["gpu00002"]["memory"] = ("failure", "cuda:3: 1 pattern word read back wrong")
+    verdicts["gpu00002"]["memory"] = ("failed", "cuda:3: 1 pattern word read back wrong")
     publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
     page = Summary(run / "summary.html")
     assert "#n-gpu00002-memory" in page.row_links["gpu00002"]
@@ -304,7 +304,7 @@ def test_a_failing_fabric_node_shows_its_port_and_link_table(tmp_path):
                       "growth": {"3": {"crc_flit": 500}}}}]}}
     with open(run / "results.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
-    verdicts["gpu00002"]["fabric"] = ("failure", "mlx5_0 port 1: link_downed grew by 1")
+    verdicts["gpu00002"]["fabric"] = ("failed", "mlx5_0 port 1: link_downed grew by 1")
     publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
     page = Summary(run / "summary.html")
     part = page.text.split("id='n-gpu00002-fabric'")[1].split("</div>")[0]

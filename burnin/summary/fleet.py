@@ -12,9 +12,9 @@ from html import escape
 from string import Formatter
 
 from burnin.checks import CHECKS, Measure
+from burnin.outcome import Outcome
 from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt
 from burnin.summary.model import (
-    OUTCOME_WORD,
     Report,
     check_key,
     data_of,
@@ -27,8 +27,8 @@ from burnin.summary.model import (
 
 MAX_POINTS = 240     # dots a fleet chart draws: a 560-pixel chart shows no more
 LABELLED = 3         # the worst few devices named in place
-COLOUR = {"passed": "#2da44e", "failure": "#cf222e", "error": "#8250df",
-          "skipped": "#afb8c1", "": "#eaeef2"}
+COLOUR = {Outcome.PASSED: "#2da44e", Outcome.FAILED: "#cf222e", Outcome.ERROR: "#8250df",
+          Outcome.SKIPPED: "#afb8c1", Outcome.NOT_RUN: "#eaeef2"}
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,8 @@ def banner(report: Report, moved: str) -> str:
         passed = outcomes.count("passed")
         ran = sum(1 for o in outcomes if o)
         cls = "ok" if passed == ran and ran else "bad"
-        extra = ", ".join(f"{outcomes.count(o)} {OUTCOME_WORD[o]}" for o in
-                          ("failure", "error", "skipped") if outcomes.count(o))
+        extra = ", ".join(f"{outcomes.count(o)} {o.word}" for o in
+                          (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED) if outcomes.count(o))
         chips.append(f"<span class='chip {cls}'>{escape(c)} {passed}/{ran}"
                      f"{' (' + extra + ')' if extra else ''}</span>")
     if not nodes:
@@ -148,7 +148,7 @@ def first_problem(report: Report, node: str) -> str:
     for check in sorted(verdicts, key=check_key):
         outcome, message = verdicts[check]
         if outcome != "passed":
-            return f"{check} {OUTCOME_WORD.get(outcome, outcome)}: {message or 'no message'}"
+            return f"{check} {Outcome(outcome).word}: {message or 'no message'}"
     return "passed every check"
 
 
@@ -196,7 +196,7 @@ def grid(report: Report) -> str:
     css = "".join(f".{cls}{{background:linear-gradient({_stops(p)})}}"
                   for p, cls in patterns.items())
     legend = "".join(f"<span class='sw' style='background:{COLOUR[o]}'></span>{w} "
-                     for o, w in OUTCOME_WORD.items())
+                     for o, w in ((o, o.word) for o in Outcome))
     stripes = " / ".join(escape(c) for c in checks)
     return (f"<style>.tiles a{{height:{height}px;width:{width}px}}{css}</style><section id='grid'>"
             f"<h2>Fleet: every node, one stripe per check</h2><p class='legend'>"

@@ -13,9 +13,8 @@ from functools import cached_property
 
 from burnin.checks import CHECKS
 from burnin.figures import Figure, key_figures
+from burnin.outcome import Outcome
 
-OUTCOME_WORD = {"passed": "passed", "failure": "failed", "error": "error",
-                "skipped": "skipped", "": "not run"}
 # Which label groups the fleet grid: the first of these a node carries, else the label
 # most nodes carry.
 GROUP_KEYS = ("rack", "row", "pod", "zone", "switch", "chassis")
@@ -54,7 +53,7 @@ class Report:
         return sorted(found, key=check_key)
 
     def failing(self, node: str) -> bool:
-        return any(o != "passed" for o, _ in self.verdicts.get(node, {}).values())
+        return any(o != Outcome.PASSED for o, _ in self.verdicts.get(node, {}).values())
 
     @cached_property
     def ordered(self) -> list[str]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from html import escape
 
 from burnin.checks import CHECKS
+from burnin.outcome import Outcome
 from burnin.summary.charts import Chart, fmt, sparkline, svg, unpack
 from burnin.summary.fleet import Fleet, resolve
 from burnin.summary.model import Report, data_of, mapping, num, seq
@@ -180,12 +181,9 @@ def generic(view: NodeView, record: dict) -> list:
 
 # The same blocks as HTML, for the sections written into the page as they are (failing
 # nodes, so that they read without JavaScript); script.py draws the rest identically.
-WORD = {"passed": "passed", "failure": "failed", "error": "error", "skipped": "skipped",
-        "": "not run"}
-
-
 def _cls(outcome: str) -> str:
-    return {"passed": "pass", "skipped": "skip", "": "skip"}.get(outcome, "fail")
+    o = Outcome(outcome)
+    return "fail" if o.bad else "pass" if o == Outcome.PASSED else "skip"
 
 
 def _cell(c) -> str:
@@ -240,11 +238,12 @@ def section_html(d: dict) -> str:
         head.append(f" <a href='nodes/{escape(d['n'])}/'>evidence folder</a>")
     head.append(" <a class='up' href='#grid'>back to the grid</a></h3>")
     rows = "".join(f"<tr><td><a href='#{sid}-{escape(c)}'>{escape(c)}</a></td><td class="
-                   f"'{_cls(o)}'>{WORD.get(o, escape(o))}</td><td class='msg'>{escape(m)}</td></tr>"
+                   f"'{_cls(o)}'>{escape(Outcome(o).word)}</td><td class='msg'>{escape(m)}</td>"
+                   "</tr>"
                    for c, o, m in d["v"])
     trend = "".join(map(block_html, d["t"]))
     parts = "".join(f"<div class='chk' id='{sid}-{escape(c)}'><h4>{escape(c)} <span class="
-                    f"'{_cls(o)}'>{WORD.get(o, escape(o))}</span></h4>"
+                    f"'{_cls(o)}'>{escape(Outcome(o).word)}</span></h4>"
                     f"{''.join(map(block_html, blocks))}</div>" for c, o, blocks in d["p"])
     return (f"{''.join(head)}<table class='verdicts'><tbody>{rows}</tbody></table>"
             + (f"<div class='trend'>{trend}</div>" if trend else "")
