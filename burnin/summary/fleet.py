@@ -15,7 +15,7 @@ from burnin.checks import CHECKS, Measure
 from burnin.outcome import Outcome
 from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt
 from burnin.summary.model import (
-    Report,
+    PageRun,
     check_key,
     data_of,
     floor_of,
@@ -44,7 +44,7 @@ class FleetPart:
 
 
 @dataclass
-class Fleet:
+class FleetFigures:
     """Per-device figures of the run with who they belong to, and the fleet's yardsticks."""
 
     devices: dict[str, list[tuple[float, str, str, str]]] = field(default_factory=dict)
@@ -57,11 +57,11 @@ class Fleet:
     charts: dict[str, tuple[int, str, str, Measure]] = field(default_factory=dict)
 
 
-def fleet_of(report: Report) -> Fleet:
+def fleet_of(report: PageRun) -> FleetFigures:
     """One pass over the run: every device figure a check's Measure charts, keyed by its
     Measure's key ('burn', 'sdc', 'temp', 'storage read', ...), as (value, node, device,
     model)."""
-    fleet = Fleet()
+    fleet = FleetFigures()
     # The device models: from the facts check and the checks charted per model.
     named = [c.name for c in CHECKS.values() if c.facts or any(m.per_model for m in c.measures)]
     for node, recs in report.records.items():
@@ -108,7 +108,7 @@ def resolve(ref: str):
 
 
 # The banner -------------------------------------------------------------------------------
-def banner(report: Report, moved: str) -> str:
+def banner(report: PageRun, moved: str) -> str:
     nodes = report.ordered
     bad = [n for n in nodes if report.failing(n)]
     checks = report.checks
@@ -143,7 +143,7 @@ def banner(report: Report, moved: str) -> str:
             + (f"<ul>{problems}</ul>" if problems else "") + "</div>")
 
 
-def first_problem(report: Report, node: str) -> str:
+def first_problem(report: PageRun, node: str) -> str:
     verdicts = report.verdicts.get(node, {})
     for check in sorted(verdicts, key=check_key):
         outcome, message = verdicts[check]
@@ -153,7 +153,7 @@ def first_problem(report: Report, node: str) -> str:
 
 
 # The grid ---------------------------------------------------------------------------------
-def grid(report: Report) -> str:
+def grid(report: PageRun) -> str:
     """Every node a tile, one stripe per check; grouped by rack (or the label most nodes
     carry), groups and tiles with failures first. One element per node, coloured by a
     class per distinct outcome pattern, so that 10,000 tiles stay light."""
@@ -212,7 +212,7 @@ def _stops(pattern: tuple) -> str:
 
 
 # Fleet charts -----------------------------------------------------------------------------
-def charts(report: Report, fleet: Fleet) -> list[str]:
+def charts(report: PageRun, fleet: FleetFigures) -> list[str]:
     """A rank chart per figure a check's Measure gives one (per device model where it
     says so), in page order; then the charts of the checks' fleet parts."""
     out = []
@@ -231,7 +231,7 @@ def charts(report: Report, fleet: Fleet) -> list[str]:
     return out
 
 
-def rank_chart(report: Report, fleet: Fleet, title: str, axis: Axis, items: list,
+def rank_chart(report: PageRun, fleet: FleetFigures, title: str, axis: Axis, items: list,
                key: str, check: str, worst: str) -> str:
     """Devices ranked worst first: what people draw to find the straggler. Hover names
     every dot; the worst few are labelled in place."""

@@ -10,7 +10,7 @@ import statistics
 from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt, fmt_bytes
 from burnin.summary.fleet import LABELLED, FleetPart
 from burnin.summary.model import (
-    Report,
+    PageRun,
     data_of,
     floors_over,
     mapping,
@@ -21,7 +21,7 @@ from burnin.summary.model import (
 )
 
 
-def burn(report: Report) -> FleetPart:
+def burn(report: PageRun) -> FleetPart:
     """The fleet's median thermal slowdown temperature, drawn on the hottest-GPU chart."""
     slowdown = []
     for recs in report.records.values():
@@ -32,7 +32,7 @@ def burn(report: Report) -> FleetPart:
     return FleetPart(refs={"temp": [(median(slowdown), "slowdown", BAD)]})
 
 
-def allreduce(report: Report) -> FleetPart:
+def allreduce(report: PageRun) -> FleetPart:
     """The busbw band, {ranks per node: [(bytes, min, median, max, nodes)]}, and its
     chart per rank count."""
     sweeps: dict[int, dict[int, list[float]]] = {}
@@ -49,7 +49,7 @@ def allreduce(report: Report) -> FleetPart:
                                          for w in sorted(bands)])
 
 
-def busbw_chart(report: Report, bands: dict, world: int) -> str:
+def busbw_chart(report: PageRun, bands: dict, world: int) -> str:
     """The fleet's busbw band against message size, the nodes that failed drawn over it."""
     band = bands[world]
     chart = Chart(f"allreduce: busbw against message size ({world} ranks per node)",
@@ -87,7 +87,7 @@ def busbw_chart(report: Report, bands: dict, world: int) -> str:
     return chart.svg()
 
 
-def _internode_sweep(report: Report) -> list[tuple[float, float]]:
+def _internode_sweep(report: PageRun) -> list[tuple[float, float]]:
     for recs in report.records.values():
         group = mapping(mapping(data_of(recs.get("allreduce_internode")).get("figures"))
                         .get("group"))

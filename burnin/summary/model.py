@@ -30,8 +30,8 @@ class NodeInfo:
 
 
 @dataclass
-class Report:
-    """Everything one page is drawn from."""
+class PageRun:
+    """The run as one summary.html draws it: verdicts, records, floors, figures, trend."""
 
     cluster: str
     run_id: str
@@ -66,7 +66,7 @@ class Report:
 
 
 def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors: dict | None,
-          nodes: dict[str, NodeInfo] | None, evidence: set[str], trend=None) -> Report:
+          nodes: dict[str, NodeInfo] | None, evidence: set[str], trend=None) -> PageRun:
     by_node: dict[str, dict[str, dict]] = {}
     figures: dict[str, list[Figure]] = {}
     checked: dict[str, list[tuple[str, Figure]]] = {}
@@ -90,7 +90,7 @@ def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors
                             "out of the charts (and the record out of metrics.prom)")
         figures.setdefault(r["node"], []).extend(figs)
         checked.setdefault(r["node"], []).extend((r["check"], f) for f in figs)
-    return Report(cluster, run_id, verdicts, by_node, dict(floors or {}), dict(nodes or {}),
+    return PageRun(cluster, run_id, verdicts, by_node, dict(floors or {}), dict(nodes or {}),
                   evidence, trend, figures, checked, problems, unreadable)
 
 
@@ -153,12 +153,12 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def floor_of(report: Report, node: str, family: str) -> float | None:
+def floor_of(report: PageRun, node: str, family: str) -> float | None:
     """The floor the node's judge held its `family` figures to (Verdict.floors), or None."""
     return num(mapping(report.floors.get(node)).get(family))
 
 
-def floors_over(report: Report, family: str, nodes) -> list[tuple[float, str]]:
+def floors_over(report: PageRun, family: str, nodes) -> list[tuple[float, str]]:
     """(floor, its name) for each distinct floor the judges held these nodes' `family`
     figures to: one line where they share it, else one per floor, named by its nodes (a
     node group's own floor beside the inventory's)."""

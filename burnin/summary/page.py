@@ -19,7 +19,7 @@ from html import escape
 from burnin.outcome import Outcome
 from burnin.summary import fleet as fleet_mod
 from burnin.summary import trend as trend_mod
-from burnin.summary.model import Report, group_key, guarded
+from burnin.summary.model import PageRun, group_key, guarded
 from burnin.summary.script import HTML_SAFE, SCRIPT
 from burnin.summary.sections import NodeView, node_data, section_html
 
@@ -68,13 +68,13 @@ gap:1px 12px;margin:4px 0;font-size:13px}.facts dt{color:#57606a}.facts dd{margi
 section.node:target{box-shadow:0 0 0 3px #54aeff}"""
 
 
-def render(report: Report) -> str:
-    """The whole page, from the run as summary.Report holds it."""
+def render(report: PageRun) -> str:
+    """The whole page, from the run as summary.PageRun holds it."""
     nodes = report.ordered
     try:
         fleet = fleet_mod.fleet_of(report)
     except Exception as e:  # the fleet's yardsticks are missing; the nodes are still drawn
-        fleet = fleet_mod.Fleet()
+        fleet = fleet_mod.FleetFigures()
         report.problems.append(f"fleet figures not drawn: {type(e).__name__}: {e}")
     detail = max(16, min(DETAIL, FLEET_DETAIL // max(len(nodes), 1)))
     data = {n: node_data(NodeView(report, fleet, n, DETAIL if report.failing(n) else detail),
@@ -155,7 +155,7 @@ def _packed(element_id: str, value) -> str:
             f"{base64.b85encode(blob).decode().translate(HTML_SAFE)}</script>")
 
 
-def _table(report: Report, nodes: list[str]) -> str:
+def _table(report: PageRun, nodes: list[str]) -> str:
     checks = report.checks
     key = group_key(report.nodes)
     rows = []

@@ -31,8 +31,8 @@ from html import escape
 from burnin.checks import CHECKS
 from burnin.outcome import Outcome
 from burnin.summary.charts import Chart, fmt, sparkline, svg, unpack
-from burnin.summary.fleet import Fleet, resolve
-from burnin.summary.model import Report, data_of, mapping, num, seq
+from burnin.summary.fleet import FleetFigures, resolve
+from burnin.summary.model import PageRun, data_of, mapping, num, seq
 
 MAX_ROWS = 64        # rows of a table: a node has at most this many devices
 MAX_ENV = 16         # env variables in a node's heading (results.jsonl holds them all)
@@ -42,8 +42,8 @@ MAX_ENV = 16         # env variables in a node's heading (results.jsonl holds th
 class NodeView:
     """One node as its section sees it, with the fleet to compare against."""
 
-    report: Report
-    fleet: Fleet
+    report: PageRun
+    fleet: FleetFigures
     node: str
     detail: int          # points per telemetry line: fewer for a passing node of a big fleet
 
@@ -67,7 +67,7 @@ def part_of(check: str) -> Section:
     return resolve(spec.page) if spec is not None and spec.page else generic
 
 
-def node_env(report: Report, node: str) -> list[list[str]]:
+def node_env(report: PageRun, node: str) -> list[list[str]]:
     """The environment the node's probes ran under (the inventory's `env:`, as a probe
     recorded it), from its first record that has one: [[name, value], ...], bounded."""
     for check in report.checks:
