@@ -27,6 +27,7 @@ from burnin.checks.base import (
     Figure,
     Fleet,
     Judging,
+    Kind,
     Measure,
     Setting,
 )
@@ -58,5 +59,5 @@ def resolve_settings(check: str, profile: str, *overrides: dict) -> dict:
 
 
 __all__ = ["CHECKS", "CHECK_ORDER", "DEFAULT_PROFILE", "FACTS", "PROFILES", "SINGLE_NODE",
-           "Check", "Figure", "Fleet", "Judging", "Measure", "Setting", "applicable",
+           "Check", "Figure", "Fleet", "Judging", "Kind", "Measure", "Setting", "applicable",
            "resolve_settings"]

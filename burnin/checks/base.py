@@ -29,10 +29,20 @@ PEERS = 3
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One setting: its kind (an inventory validation kind) and default per profile."""
+class Kind:
+    """A value kind of a check's own (compute_mode, dcgm's level): the test a value must
+    pass in an inventory, and what the error message says was expected."""
 
-    kind: str
+    test: Callable[[object], bool]
+    expected: str
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its kind (a general inventory kind by name, burnin/inventory.py's
+    KINDS, or a check's own Kind) and default per profile."""
+
+    kind: str | Kind
     default: dict[str, object] | object = None
     doc: str = ""
 
@@ -40,6 +50,12 @@ class Setting:
         if isinstance(self.default, dict):
             return self.default[profile]
         return self.default
+
+
+# A GEMM's settings (sdc, burn): its element type and how often it verifies.
+DTYPE = Kind(lambda v: v in ("bf16", "fp16", "fp32"), "one of: bf16, fp16, fp32")
+VERIFY_EVERY = Kind(lambda v: v == "auto" or (isinstance(v, int) and not isinstance(v, bool)
+                                             and v >= 1), "an integer >= 1, or auto")
 
 
 def timeout(quick: float, standard: float, extended: float) -> Setting:

@@ -8,7 +8,9 @@ import functools
 import statistics
 
 from burnin.checks.base import (
+    DTYPE,
     PEERS,
+    VERIFY_EVERY,
     Check,
     Figure,
     Fleet,
@@ -303,9 +305,9 @@ CHECK = Check(
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
         "duration_s": Setting("positive", {"quick": 60, "standard": 600, "extended": 3600}),
         "n": Setting("int", None, "matrix size; default 8192 on GPU, 1024 on CPU"),
-        "dtype": Setting("dtype", None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
+        "dtype": Setting(DTYPE, None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
         "sample_s": Setting("positive", 1.0, "telemetry and throughput interval"),
-        "verify_every": Setting("verify_every", "auto"),
+        "verify_every": Setting(VERIFY_EVERY, "auto"),
         "memory_fraction": Setting("positive", 0.5),
         "buffers": Setting("int", 4),
         "min_tflops": Setting("positive", None, "default: the gpu_model's floor"),

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections import Counter
 
 from burnin.checks.base import (
+    DTYPE,
     PEERS,
+    VERIFY_EVERY,
     Check,
     Figure,
     Fleet,
@@ -146,10 +148,10 @@ CHECK = Check(
         "duration_s": Setting("positive", {"quick": 20, "standard": 60, "extended": 300},
                               "known-answer phase, per device"),
         "n": Setting("int", None, "matrix size; default 8192 on GPU, 1024 on CPU"),
-        "dtype": Setting("dtype", None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
+        "dtype": Setting(DTYPE, None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
         "max_products": Setting("int", None, "stop after this many products"),
         "random_repeats": Setting("int", 8),
-        "verify_every": Setting("verify_every", "auto",
+        "verify_every": Setting(VERIFY_EVERY, "auto",
                                 "verify every k-th product; auto keeps it near 3%"),
         "memory_fraction": Setting("positive", 0.5, "GPU memory for output buffers"),
         "buffers": Setting("int", 4, "output buffers on a CPU"),
