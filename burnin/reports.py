@@ -6,6 +6,7 @@ check, named after the check; its shape is documented in README.md.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -22,6 +23,9 @@ from burnin.outcome import Outcome
 
 if TYPE_CHECKING:
     from burnin.nodes import Node
+
+FLOORS_KEPT = ".floors.json"  # {node: {figure family: floor}}, as the run's judges stated
+
 
 @dataclass
 class CaseResult:
@@ -163,6 +167,14 @@ def publish(run_dir: Path, cluster: str, run_id: str,
             problems.append(f"{what} could not be made: {type(e).__name__}: {e}")
             return False
 
+    # The floors the judges stated are kept beside the run, so that `burnin report` (which
+    # has junit.xml's verdicts, not the judges') draws the same ones.
+    kept, given = run_dir / FLOORS_KEPT, floors
+    floors = {} if floors is None else floors
+    if given is not None:
+        attempt("the judges' floors", lambda: write_atomically(kept, json.dumps(floors)))
+    elif kept.exists():
+        attempt("the judges' floors", lambda: floors.update(json.loads(kept.read_text())))
     records: list[dict] = []
     if (run_dir / "results.jsonl").exists():
         attempt("results.jsonl", lambda: records.extend(read_records(run_dir / "results.jsonl")))

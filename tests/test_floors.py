@@ -12,6 +12,8 @@ from replay import replay_python
 from suiterun import junit_cases, run_suite
 from summarypage import Summary
 
+from burnin import cli
+
 # Floors far above what the replayed CPU documents measure: every device fails, so each
 # verdict states, in its message, the floor it was judged against.
 INVENTORY = """\
@@ -68,3 +70,9 @@ def test_the_page_draws_exactly_the_floors_the_verdicts_state(pytester):
     # The fleet charts draw every floor some verdict used, and no other.
     fleet = page.text.split("id='grid'")[1].split("id='n-")[0]
     assert drawn(fleet) == set().union(*want.values())
+    # `burnin report`, from the run directory alone, draws the same page's floors.
+    run = (reports / "latest").resolve()
+    (run / "summary.html").unlink()
+    assert cli.main(["report", str(run)]) == 0
+    again = Summary(run / "summary.html")
+    assert drawn(again.text.split("id='grid'")[1]) == drawn(page.text.split("id='grid'")[1])
