@@ -15,8 +15,7 @@ from pathlib import Path
 
 from burnin.checks import CHECKS, applicable
 from burnin.files import write_atomically
-
-OUTCOME_TAGS = ("failure", "error", "skipped")
+from burnin.outcome import JUNIT_TAGS, Outcome
 
 
 class ReportError(Exception):
@@ -85,11 +84,12 @@ def read_junit(path: Path, strict: bool = True) -> Report:
             check = case.get("name")
             if not check:
                 raise ReportError(f"{path}: node {name}: a <testcase> without a name")
-            outcome, message = "passed", ""
-            for tag in OUTCOME_TAGS:
+            outcome, message = Outcome.PASSED, ""
+            for tag in JUNIT_TAGS:
                 el = case.find(tag)
                 if el is not None:
-                    outcome, message = tag, (el.get("message") or el.text or "").strip()
+                    outcome = Outcome.of_junit(tag)
+                    message = (el.get("message") or el.text or "").strip()
                     break
             cases.append((check, outcome, message))
     if not any(nodes.values()):
@@ -143,9 +143,10 @@ def decide(report: Report, required: list[str] | None = None,
                                                           " (not a check burnin knows)"))
             elif len(found) > 1:
                 reasons.append(f"{check}: {len(found)} testcases, expected one")
-            elif found[0][0] != "passed":
-                outcome, message = found[0]
-                reasons.append(f"{check}: {outcome}" + (f": {message[:300]}" if message else ""))
+            elif found[0][0] != Outcome.PASSED:
+                outcome, message = found[0]  # in the report's own words: failure, error
+                reasons.append(f"{check}: {outcome.junit}" +
+                               (f": {message[:300]}" if message else ""))
         decisions.append(Decision(name, not reasons, tuple(reasons)))
     return decisions
 

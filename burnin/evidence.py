@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from burnin.checks import CHECKS
+from burnin.outcome import Outcome
 
 
 def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
@@ -16,7 +17,8 @@ def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
     if folder.parent != (run_dir / "nodes").resolve():  # '../x', 'a/b': never a path
         raise ValueError(f"node name {node!r} is not a file name")
     folder.mkdir(parents=True, exist_ok=True)
-    lines = [f"{check}: {outcome}" + (f": {message}" if message else "")
+    lines = [f"{check}: {Outcome(outcome).junit or Outcome(outcome).word}" +
+             (f": {message}" if message else "")
              for check, (outcome, message) in sorted(verdicts.items())]
     (folder / "verdicts.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     for r in records:

@@ -7,9 +7,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from burnin.checks import CHECKS, Figure
+from burnin.checks import CHECKS, Figure, Measure
 
-__all__ = ["Figure", "key_figures", "read_records"]
+__all__ = ["Figure", "Measure", "key_figures", "measure", "read_records"]
+
+
+def measure(metric: str) -> Measure | None:
+    """What the checks declare a figure of this metric name to be (Check.measures), or
+    None: a figure no check describes reads as its metric name and labels."""
+    for check in CHECKS.values():
+        for m in check.measures:
+            if m.metric == metric:
+                return m
+    return None
 
 
 def read_records(path: Path) -> list[dict]:

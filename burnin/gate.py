@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from burnin import actions
 from burnin.ledger import Ledger
 from burnin.nodes import Inventory, Node
+from burnin.outcome import Outcome
 from burnin.reports import CaseResult
 
 
@@ -44,12 +45,12 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
     q = inventory.quarantine
     failures = []
     for name, node_cases in by_node.items():
-        failed = [c for c in node_cases if c.outcome in ("failed", "error")]
+        failed = [c for c in node_cases if Outcome(c.outcome).bad]
         if failed:
             failures.append((name, [c.check for c in failed],
                              [f"{c.check}: {c.message}" for c in failed],
                              {c.check: c.message for c in failed}))
-        elif revalidate and act and all(c.outcome == "passed" for c in node_cases):
+        elif revalidate and act and all(c.outcome == Outcome.PASSED for c in node_cases):
             entry = ledger.get(name)
             clean, released = ledger.record_clean(name, run_id, q.release_after)
             report.clean[name] = clean

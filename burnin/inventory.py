@@ -13,8 +13,7 @@ from pathlib import Path
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from burnin import environment, yamlsource
-from burnin.checks import CHECKS
-from burnin.checks.drift import COMPUTE_MODES
+from burnin.checks import CHECKS, Kind
 from burnin.nodes import (
     Inventory,
     Node,
@@ -61,9 +60,6 @@ KINDS = {
     "gpus": (lambda v: v == "auto" or (_is_int(v) and v >= 0), "an integer >= 0, or auto"),
     "gpu_model": (lambda v: _is_str(v), "a model name"),  # checked against the models below
     "device_count": (lambda v: _is_int(v) and 1 <= v <= 64, "an integer from 1 to 64"),
-    "compute_mode": (lambda v: v in COMPUTE_MODES.values(),
-                     "one of: " + ", ".join(COMPUTE_MODES.values())),
-    "dcgm_level": (lambda v: v in (1, 2, 3, 4), "1, 2, 3 or 4"),
     "hca_count": (lambda v: _is_int(v) and 0 <= v <= 256, "an integer from 0 to 256"),
     "str_list": (lambda v: isinstance(v, list) and all(_is_str(x) for x in v),
                  "a list of strings"),
@@ -74,16 +70,10 @@ KINDS = {
     "actions": (lambda v: isinstance(v, list) and all(x in QUARANTINE_ACTIONS for x in v),
                 "a list of: " + ", ".join(QUARANTINE_ACTIONS)),
     "release_after": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
-    "dtype": (lambda v: v in ("bf16", "fp16", "fp32"), "one of: bf16, fp16, fp32"),
     "fraction": (lambda v: _is_number(v) and 0 <= v <= 1, "a number from 0 to 1"),
-    "verify": (lambda v: v in ("inline", "after"), "inline or after"),
-    "verify_every": (lambda v: v == "auto" or (_is_int(v) and v >= 1),
-                     "an integer >= 1, or auto"),
     "check_list": (lambda v: isinstance(v, list) and v
                    and all(isinstance(x, str) and x in CHECKS for x in v),
                    "a non-empty list of: " + ", ".join(CHECKS)),
-    # YAML reads an unquoted `off` as false: README's `kernel_log: off` must mean off.
-    "kernel_log": (lambda v: v is False or _is_str(v), "auto, off, or a file of kernel log lines"),
 }
 
 SSH_KEYS = {"user": "str", "port": "port", "identity_file": "str", "known_hosts": "str",
@@ -143,7 +133,8 @@ class _Checker:
                 if self.mapping(value, path, line):
                     good[key] = self.env(value, path)
             else:
-                test, expected = KINDS[kind]
+                test, expected = (kind.test, kind.expected) if isinstance(kind, Kind) \
+                    else KINDS[kind]
                 if test(value):
                     good[key] = value
                 else:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from burnin.figures import key_figures
 from burnin.files import write_atomically
+from burnin.outcome import RESULTS, Outcome
 from burnin.text import safe_text
 
 # A figure's unit, the end of its name, -> the base unit's name and the factor to it.
@@ -31,7 +32,6 @@ BASE_UNITS = (
     ("_lanes", "_lanes", 1.0, "lanes"),
     ("_generation", "_generation", 1.0, "the PCIe generation's number"),
 )
-OUTCOMES = {"passed": "passed", "failure": "failed", "error": "error", "skipped": "skipped"}
 UUID_LABEL = "UUID"  # dcgm-exporter's name for it: `on(UUID)` joins the two
 
 
@@ -90,10 +90,11 @@ def render(cluster: str, run_id: str, finished: float,
     for node in sorted(verdicts):
         for check, (result, _) in sorted(verdicts[node].items()):
             base = [c, ("node", node), ("check", check)]
-            passed.append(f"burnin_check_passed{_labels(base)} {int(result == 'passed')}")
-            for word in OUTCOMES.values():
-                outcome.append(f"burnin_check_outcome{_labels([*base, ('outcome', word)])} "
-                               f"{int(OUTCOMES.get(result) == word)}")
+            passed.append(f"burnin_check_passed{_labels(base)} "
+                          f"{int(result == Outcome.PASSED)}")
+            for o in RESULTS:  # metrics.prom's label values are the outcomes' own words
+                outcome.append(f"burnin_check_outcome{_labels([*base, ('outcome', o.value)])} "
+                               f"{int(result == o)}")
     lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
                      "run, else 0 (failed, error or skipped).", passed)
     lines += _family("burnin_check_outcome", "The check's outcome on the node in the last "

@@ -7,6 +7,7 @@ the `node` fixture), so it never gets in the way of other test suites.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -16,17 +17,19 @@ from pathlib import Path
 import pytest
 
 from burnin import __version__
-from burnin.checks import CHECK_ORDER, CHECKS, DEFAULT_PROFILE, PROFILES, applicable
+from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES, applicable
 from burnin.files import write_atomically
 from burnin.gate import GateReport, settle, split_by_quarantine
 from burnin.inventory import InventoryError, load_inventory, select_nodes
 from burnin.ledger import Ledger, LedgerLost, ledger_path
 from burnin.nodes import Node
+from burnin.outcome import Outcome
 from burnin.preflight import NotReady, check_controller, mark_running
 from burnin.progress import Progress
 from burnin.rejudge import keep_inventory
 from burnin.reports import (
     CaseResult,
+    floors_of,
     point_latest,
     publish,
     render_junit,
@@ -195,6 +198,12 @@ class BurninState:
         test and ends incomplete (pytest_sessionfinish), blaming nobody. Marked on the
         report, which reaches the controller from an xdist worker too."""
         report = (yield).get_result()
+        if call.when == "call" and is_check(item) and self._run is not None:
+            # The floors its judge used travel with the report (from an xdist worker too)
+            # to summary.html, which draws these and no others.
+            verdict = self._run.judged(check_of(item), item.callspec.params["node"].name)
+            if verdict is not None and verdict.floors:
+                report.user_properties.append(("burnin_floors", json.dumps(verdict.floors)))
         if call.excinfo is None or not is_check(item) or call.excinfo.errisinstance(
                 (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception,
                  pytest.exit.Exception, KeyboardInterrupt)):
@@ -217,6 +226,8 @@ class BurninState:
         case = self.cases.setdefault(key, CaseResult(*key))
         case.add_phase(report.when, report.outcome, _text(report), report.capstdout,
                        report.duration)
+        if "burnin_floors" in props:
+            case.floors = json.loads(props["burnin_floors"])
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         stopped = session.exitstatus == pytest.ExitCode.INTERRUPTED or (
@@ -246,7 +257,7 @@ class BurninState:
         if self.fault:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
         self.report_problems = publish(run.run_dir, run.inventory.cluster, run.run_id,
-                                       verdicts_of(self.cases), chart_floors(run),
+                                       verdicts_of(self.cases), floors_of(self.cases),
                                        self._in_ledger(run), nodes=run.nodes + self.held)
 
     def _finish(self, run: Run, session: pytest.Session, interrupted: bool) -> None:
@@ -255,13 +266,13 @@ class BurninState:
         quarantined; it takes its place once the ledger holds the run. An interrupted run
         and a controller fault quarantine nobody, and their report says so."""
         # Every check asked for, also where no node ran it (all of them in quarantine).
-        checks = [c for c in CHECK_ORDER if c in (self.requested | {c for _, c in self.cases})]
+        checks = [c for c in CHECKS if c in (self.requested | {c for _, c in self.cases})]
         for node in self.held:
             entry = self.ledger.get(node.name)
             why = (f"in quarantine since run {entry.run_id}: {'; '.join(entry.reasons)}; "
                    "--revalidate re-tests it") if entry else "in quarantine"
             for check in checks:
-                self.cases[(node.name, check)] = CaseResult(node.name, check, "skipped",
+                self.cases[(node.name, check)] = CaseResult(node.name, check, Outcome.SKIPPED,
                                                             why[:4000], why)
         junit = run.run_dir / "junit.xml"
         if interrupted or self.fault:
@@ -327,7 +338,7 @@ class BurninState:
         requested = self.requested or {c for _, c in self.cases}
         return {**self._run_properties(run), "complete": "true",
                 "exit_status": str(int(status)),
-                "requested_checks": ",".join(c for c in CHECK_ORDER if c in requested)}
+                "requested_checks": ",".join(c for c in CHECKS if c in requested)}
 
     @staticmethod
     def _node_properties(run: Run, node: Node) -> dict[str, str]:
@@ -340,7 +351,7 @@ class BurninState:
         """pytest's FAILURES section pairs each failure with every report (quadratic: some
         14 s at 3,000 failing nodes, minutes at 10,000). Past FAILURE_LISTING failed
         tests, burnin's own summary and the short summary (-ra) list them instead."""
-        failed = sum(c.outcome in ("failed", "error") for c in self.cases.values())
+        failed = sum(Outcome(c.outcome).bad for c in self.cases.values())
         if failed > FAILURE_LISTING and self.config.option.tbstyle != "no":
             self.config.option.tbstyle = "no"
             self.failure_listing_cut = failed
@@ -393,13 +404,6 @@ class BurninState:
             tr.write_line(f"the run did not complete: controller fault: {self.fault}; nobody "
                           "was quarantined for it, and its report is not admissible", red=True)
         tr.write_line(f"report: {run.run_dir / 'junit.xml'}")
-
-
-def chart_floors(run: Run) -> dict:
-    """The floors drawn on summary.html's fleet charts (the inventory's, where given)."""
-    burn, storage = run.settings("burn"), run.settings("storage")
-    return {"burn": burn.get("min_tflops"), "storage_read": storage.get("min_read_gbps_per_gpu"),
-            "storage_write": storage.get("min_write_gbps_per_gpu")}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -481,7 +485,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     state = config.stash[STATE]
     if state.error:
         raise pytest.UsageError(state.error)  # before any node is touched
-    order = {c: i for i, c in enumerate(CHECK_ORDER)}
+    order = {c: i for i, c in enumerate(CHECKS)}
     run = state.run()
     placeholders = [i for i in items if "node" in getattr(i, "fixturenames", ())
                     and not isinstance(_node_param(i), Node)]

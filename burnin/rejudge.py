@@ -17,6 +17,7 @@ from pathlib import Path
 from burnin.admit import ReportError, read_junit
 from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
+from burnin.outcome import Outcome
 from burnin.probe import ProbeOutcome
 from burnin.reports import _first_line
 from burnin.run import Run
@@ -32,7 +33,7 @@ class RejudgeError(Exception):
 class Case:
     """One node's outcome of one check, as junit.xml states it."""
 
-    outcome: str        # passed, failure, error or skipped
+    outcome: Outcome
     message: str = ""
 
 
@@ -74,12 +75,12 @@ def judged(run: Run, check: str, node) -> Case:
     try:
         v = run.verdict(check, node)
     except Exception as e:  # what the run's test would have reported as an error
-        return Case("error", _first_line(f"{type(e).__name__}: {e}"))
+        return Case(Outcome.ERROR, _first_line(f"{type(e).__name__}: {e}"))
     if v.skipped:
-        return Case("skipped", _first_line(v.skipped))
+        return Case(Outcome.SKIPPED, _first_line(v.skipped))
     if v.failures:
-        return Case("failure", _first_line("\n".join(v.failures)))
-    return Case("passed")
+        return Case(Outcome.FAILED, _first_line("\n".join(v.failures)))
+    return Case(Outcome.PASSED)
 
 
 def rejudge(run_dir: Path, inventory_file: Path | None = None) -> tuple[int, list[Change]]:

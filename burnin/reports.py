@@ -6,23 +6,25 @@ check, named after the check; its shape is documented in README.md.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from burnin.files import write_atomically
+from burnin.outcome import Outcome
 
 if TYPE_CHECKING:
     from burnin.nodes import Node
 
-OUTCOMES = ("passed", "failed", "error", "skipped")
+FLOORS_KEPT = ".floors.json"  # {node: {figure family: floor}}, as the run's judges stated
 
 
 @dataclass
@@ -31,11 +33,12 @@ class CaseResult:
 
     node: str
     check: str
-    outcome: str = "passed"
+    outcome: Outcome = Outcome.PASSED
     message: str = ""
     output: str = ""
     stdout: str = ""
     duration_s: float = 0.0
+    floors: dict[str, float] = field(default_factory=dict)  # the judge's (Verdict.floors)
 
     def add_phase(self, when: str, outcome: str, text: str, stdout: str, duration: float):
         self.duration_s += duration
@@ -43,12 +46,13 @@ class CaseResult:
             self.stdout = stdout
         if outcome == "passed":
             return
-        if outcome == "skipped":
-            if self.outcome == "passed":
-                self.outcome, self.message, self.output = "skipped", _first_line(text), text
+        if outcome == "skipped":  # pytest's words, from here on ours
+            if self.outcome == Outcome.PASSED:
+                self.outcome, self.message, self.output = Outcome.SKIPPED, _first_line(text), text
             return
-        kind = "failed" if when == "call" else "error"
-        if self.outcome in ("passed", "skipped") or (kind == "failed" and self.outcome == "error"):
+        kind = Outcome.FAILED if when == "call" else Outcome.ERROR
+        if self.outcome in (Outcome.PASSED, Outcome.SKIPPED) or (
+                kind == Outcome.FAILED and self.outcome == Outcome.ERROR):
             self.outcome, self.message, self.output = kind, _first_line(text), text
 
 
@@ -86,11 +90,12 @@ def render_junit(cluster: str, run_id: str, nodes: list[tuple[str, str]],
         for case in by_node.get(name, []):
             tc = TestCase(case.check, classname=f"{cluster}.{name}",
                           elapsed_sec=round(case.duration_s, 3), stdout=case.stdout or None)
-            if case.outcome == "failed":
+            outcome = Outcome(case.outcome)
+            if outcome == Outcome.FAILED:
                 tc.add_failure_info(message=case.message, output=case.output)
-            elif case.outcome == "error":
+            elif outcome == Outcome.ERROR:
                 tc.add_error_info(message=case.message, output=case.output)
-            elif case.outcome == "skipped":
+            elif outcome == Outcome.SKIPPED:
                 tc.add_skipped_info(message=case.message, output=case.output)
             tcs.append(tc)
         props = {"cluster": cluster, "run_id": run_id, **(run_properties or {}),
@@ -139,8 +144,9 @@ def publish(run_dir: Path, cluster: str, run_id: str,
             floors: dict | None = None, quarantined: dict[str, bool] | None = None,
             *, nodes: Iterable[Node] | None = None) -> list[str]:
     """summary.html, metrics.prom and an evidence folder per failed node, from the run's
-    verdicts and its results.jsonl (and `quarantined`, {node: in the ledger at the end of
-    the run}, for metrics.prom). `nodes`: the inventory's nodes, whose labels group the
+    verdicts and its results.jsonl (and `floors`, {node: {figure family: floor}}, the
+    floors its judges used, which the page draws; `quarantined`, {node: in the ledger at
+    the end of the run}, for metrics.prom). `nodes`: the inventory's nodes, whose labels group the
     page's fleet grid (by rack) and whose addresses it shows; without them (`burnin
     report` on a run directory) the grid is one group. Earlier runs of the cluster beside
     this one under reports/ give the page its trend. Each part is made on its own: one
@@ -161,6 +167,14 @@ def publish(run_dir: Path, cluster: str, run_id: str,
             problems.append(f"{what} could not be made: {type(e).__name__}: {e}")
             return False
 
+    # The floors the judges stated are kept beside the run, so that `burnin report` (which
+    # has junit.xml's verdicts, not the judges') draws the same ones.
+    kept, given = run_dir / FLOORS_KEPT, floors
+    floors = {} if floors is None else floors
+    if given is not None:
+        attempt("the judges' floors", lambda: write_atomically(kept, json.dumps(floors)))
+    elif kept.exists():
+        attempt("the judges' floors", lambda: floors.update(json.loads(kept.read_text())))
     records: list[dict] = []
     if (run_dir / "results.jsonl").exists():
         attempt("results.jsonl", lambda: records.extend(read_records(run_dir / "results.jsonl")))
@@ -171,7 +185,7 @@ def publish(run_dir: Path, cluster: str, run_id: str,
             by_node.setdefault(r["node"], []).append(r)
     bundles = set()
     for node, v in verdicts.items():
-        if any(outcome in ("failure", "error") for outcome, _ in v.values()) and attempt(
+        if any(Outcome(outcome).bad for outcome, _ in v.values()) and attempt(
                 f"the evidence folder of {node}",
                 lambda node=node, v=v: evidence.write_bundle(run_dir, node, v,
                                                              by_node.get(node, []))):
@@ -212,10 +226,17 @@ def html_fallback(cluster: str, run_id: str, verdicts: dict, problems: list[str]
             f"<th>check</th><th>outcome</th><th>message</th></tr>{rows}</table>")
 
 
+def floors_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, float]]:
+    """{node: {figure family: floor}}: the floors each node's judges held it to."""
+    out: dict[str, dict[str, float]] = {}
+    for (node, _), case in cases.items():
+        out.setdefault(node, {}).update(case.floors)
+    return out
+
+
 def verdicts_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, tuple]]:
-    """{node: {check: (outcome, message)}} in junit's words (failure, error, skipped)."""
-    word = {"failed": "failure"}
+    """{node: {check: (Outcome, message)}}."""
     out: dict[str, dict[str, tuple]] = {}
     for (node, check), case in cases.items():
-        out.setdefault(node, {})[check] = (word.get(case.outcome, case.outcome), case.message)
+        out.setdefault(node, {})[check] = (Outcome(case.outcome), case.message)
     return out

@@ -183,6 +183,11 @@ class Run:
                 self._verdicts[check] = self._judge_all(check)
             return self._verdicts[check][node.name]
 
+    def judged(self, check: str, node: str) -> Verdict | None:
+        """The verdict already reached on `node` for `check`, or None: judges nothing."""
+        with self._lock:
+            return self._verdicts.get(check, {}).get(node)
+
     def _judge_all(self, check: str) -> dict[str, Verdict]:
         """Every node's verdict on `check`, once per run. Whatever one node's document does
         to the judge is that node's failure alone; a judge that raises for every node it

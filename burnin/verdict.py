@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from burnin.text import safe_text
 
@@ -23,12 +23,18 @@ class Verdict:
     # Why the node was not judged at all (another run holds it): neither passed nor
     # failed, so neither admitted nor quarantined.
     skipped: str = ""
+    # The floors the judge held this node's figures to, by the figure family they bound
+    # ("burn": TFLOPS per device, "storage read": GB/s per GPU, ...): summary.html draws
+    # these and nothing else, so the page shows what the judge used.
+    floors: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self):
         # Failure texts quote what nodes said; they are shown, stored and reported.
         object.__setattr__(self, "failures", tuple(clean(str(f)) for f in self.failures))
         object.__setattr__(self, "warnings", tuple(clean(str(w)) for w in self.warnings))
         object.__setattr__(self, "skipped", clean(str(self.skipped)))
+        object.__setattr__(self, "floors", {str(k): float(v) for k, v in self.floors.items()
+                                            if v is not None})
 
     @property
     def passed(self) -> bool:

@@ -60,7 +60,7 @@ def published(run_dir: Path) -> Path:
                storage_record("g1"), burn_record("g2", 420.0), sdc_record("g3", None)]
     (run_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     verdicts = {"g1": {"burn": ("passed", ""), "sdc": ("passed", "")},
-                "g2": {"burn": ("failure", "cuda:0: straggler")},
+                "g2": {"burn": ("failed", "cuda:0: straggler")},
                 "g3": {"burn": ("skipped", "in quarantine"), "sdc": ("passed", "")}}
     problems = publish(run_dir, "rack42", "run-7", verdicts, None,
                        {"g1": False, "g2": True, "g3": False})

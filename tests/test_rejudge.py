@@ -79,7 +79,7 @@ def test_a_changed_record_is_a_changed_verdict(pytester):
     results.write_text("".join(json.dumps(r) + "\n" for r in records))
     res = burnin("rejudge", str(run_dir))
     assert res.returncode == 1
-    assert res.stdout.splitlines()[0] == ("n1 burn: passed -> failure: probe error on cuda:0: "
+    assert res.stdout.splitlines()[0] == ("n1 burn: passed -> failed: probe error on cuda:0: "
                                           "an edited error")
 
 

@@ -65,7 +65,7 @@ def make_run(run_dir: Path, nodes: int, bad: str = "g0003") -> dict:
         slow = name == bad
         lines += [json.dumps(burn_record(name, 420.0 if slow else 700.0 + i % 7)),
                   json.dumps(sweep_record(name, 400.0 + i % 5))]
-        verdicts[name] = {"burn": ("failure", "cuda:0: straggler: 420.000 TFLOPS") if slow
+        verdicts[name] = {"burn": ("failed", "cuda:0: straggler: 420.000 TFLOPS") if slow
                           else ("passed", ""), "allreduce": ("passed", "")}
     (run_dir / "results.jsonl").write_text("\n".join(lines) + "\n")
     return verdicts
@@ -108,7 +108,7 @@ def test_report_renders_again_from_a_run_directory_and_compare_shows_moves(tmp_p
     make_run(b, 4, bad="g0002")
     publish(a, "c", "a", verdicts)
     from burnin.reports import CaseResult, write_junit
-    cases = {(n, c): CaseResult(n, c, "failed" if o == "failure" else o, m)
+    cases = {(n, c): CaseResult(n, c, o, m)
              for n, v in verdicts.items() for c, (o, m) in v.items()}
     write_junit(a / "junit.xml", "rack9", "a", [(n, n) for n in verdicts], cases)
     (a / "summary.html").unlink()

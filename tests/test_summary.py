@@ -5,6 +5,7 @@ records, and the page drawn by headless Chromium at 1, 11 and 1,000 nodes."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 import subprocess
@@ -25,9 +26,9 @@ from summarypage import (
     synthetic,
 )
 
+from burnin.checks import CHECKS
 from burnin.reports import publish
-from burnin.summary import NodeView, section
-from burnin.summary.sections import SECTIONS
+from burnin.summary import NodeView
 
 bench = synthetic()
 KINDS = ("thermal", "sdc", "storage", "malformed", "unreachable")
@@ -39,10 +40,10 @@ def fleet(tmp_path, nodes=11, earlier=0, samples=60, failing=5, kinds=KINDS):
     for k in range(earlier):
         past = reports / f"20261121T{k:02d}0000Z-e{k}"
         v, inv = bench.synthetic_run(past, nodes, samples, failing=0, seed=10 + k)
-        publish(past, "synthetic", past.name, v, bench.FLOORS, nodes=inv)
+        publish(past, "synthetic", past.name, v, bench.floors(v), nodes=inv)
     run = reports / "20261122T120000Z-now"
     verdicts, inventory = bench.synthetic_run(run, nodes, samples, failing=failing, kinds=kinds)
-    publish(run, "synthetic", run.name, verdicts, bench.FLOORS, nodes=inventory)
+    publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts), nodes=inventory)
     return run, verdicts
 
 
@@ -142,8 +143,8 @@ def test_a_check_the_page_does_not_know_gets_its_verdict_and_figures(tmp_path):
                                     "gbps": 1900.5 + g} for g in range(8)], "errors": []}}
     with open(run / "results.jsonl", "a") as f:
         f.write(json.dumps(memory) + "\n")
-    verdicts["gpu00002"]["memory"] = ("failure", "cuda:3: 1 pattern word read back wrong")
-    publish(run, "synthetic", run.name, verdicts, bench.FLOORS)
+    verdicts["gpu00002"]["memory"] = ("failed", "cuda:3: 1 pattern word read back wrong")
+    publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
     page = Summary(run / "summary.html")
     assert "#n-gpu00002-memory" in page.row_links["gpu00002"]
     assert "<h4>memory <span class='fail'>failed</span></h4>" in page.text
@@ -151,29 +152,33 @@ def test_a_check_the_page_does_not_know_gets_its_verdict_and_figures(tmp_path):
     assert "<th>wrong_words</th>" in part and "<td>1902</td>" in part and "patterns" in part
 
 
-def test_a_section_registered_for_a_new_check_draws_it(tmp_path, monkeypatch):
-    run, verdicts = fleet(tmp_path, nodes=2, failing=0)
+def links(view: NodeView, record: dict) -> list:
+    """A page part of this module's own, for a check to name (Check.page)."""
+    return [["note", f"{view.node}: {len(record['data']['devices'])} links", "pass"]]
 
-    def pcie(view: NodeView, record: dict) -> list:
-        return [["note", f"{view.node}: {len(record['data']['devices'])} links", "pass"]]
-    monkeypatch.setitem(SECTIONS, "pcie", SECTIONS.get("pcie"))
-    section("pcie")(pcie)
+
+def broken(view: NodeView, record: dict) -> list:
+    raise KeyError("tflops")
+
+
+def test_the_part_a_check_names_draws_it(tmp_path, monkeypatch):
+    run, verdicts = fleet(tmp_path, nodes=2, failing=0)
+    monkeypatch.setitem(CHECKS, "pcie", dataclasses.replace(CHECKS["pcie"],
+                                                            page=f"{__name__}:links"))
     with open(run / "results.jsonl", "a") as f:
         f.write(json.dumps({"node": "gpu00001", "check": "pcie", "ok": True, "data": {
             "devices": [{}, {}], "figures": {}, "errors": []}}) + "\n")
     verdicts["gpu00001"]["pcie"] = ("passed", "")
-    publish(run, "synthetic", run.name, verdicts, bench.FLOORS)
+    publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
     data = Summary(run / "summary.html").lazy()["gpu00001"]
     assert ["pcie", "passed", [["note", "gpu00001: 2 links", "pass"]]] in data["p"]
 
 
 def test_a_part_that_cannot_be_drawn_says_so_and_the_rest_is_drawn(tmp_path, monkeypatch):
     run, verdicts = fleet(tmp_path, nodes=2, failing=0)
-
-    def broken(view, record):
-        raise KeyError("tflops")
-    monkeypatch.setitem(SECTIONS, "burn", broken)
-    publish(run, "synthetic", run.name, verdicts, bench.FLOORS)
+    monkeypatch.setitem(CHECKS, "burn", dataclasses.replace(CHECKS["burn"],
+                                                            page=f"{__name__}:broken"))
+    publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
     data = Summary(run / "summary.html").lazy()["gpu00001"]
     parts = {check: blocks for check, _, blocks in data["p"]}
     assert parts["burn"] == [["note", "gpu00001 burn: could not draw this part: KeyError: "
@@ -208,7 +213,7 @@ def test_malformed_records_never_stop_the_page(tmp_path):
                 target = target[key]
             target[path[-1]] = junk
             (run / "results.jsonl").write_text("\n".join(map(json.dumps, records)) + "\n")
-            publish(run, "synthetic", run.name, verdicts, bench.FLOORS)
+            publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
             assert sorted(Summary(run / "summary.html").rows) == sorted(verdicts), path
 
 
@@ -299,8 +304,8 @@ def test_a_failing_fabric_node_shows_its_port_and_link_table(tmp_path):
                       "growth": {"3": {"crc_flit": 500}}}}]}}
     with open(run / "results.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
-    verdicts["gpu00002"]["fabric"] = ("failure", "mlx5_0 port 1: link_downed grew by 1")
-    publish(run, "synthetic", run.name, verdicts, bench.FLOORS)
+    verdicts["gpu00002"]["fabric"] = ("failed", "mlx5_0 port 1: link_downed grew by 1")
+    publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
     page = Summary(run / "summary.html")
     part = page.text.split("id='n-gpu00002-fabric'")[1].split("</div>")[0]
     for cell in ("<th>errors grown</th>", "<td>mlx5_0</td>", "link_downed +1",

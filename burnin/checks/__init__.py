@@ -20,7 +20,17 @@ from burnin.checks import (
     sdc,
     storage,
 )
-from burnin.checks.base import DEFAULT_PROFILE, PROFILES, Check, Figure, Fleet, Judging, Setting
+from burnin.checks.base import (
+    DEFAULT_PROFILE,
+    PROFILES,
+    Check,
+    Figure,
+    Fleet,
+    Judging,
+    Kind,
+    Measure,
+    Setting,
+)
 
 # Table order is run order: single-node checks first; group checks take only nodes that
 # passed them. After health, the short hardware checks (as DCGM's diagnostic orders them:
@@ -49,4 +59,5 @@ def resolve_settings(check: str, profile: str, *overrides: dict) -> dict:
 
 
 __all__ = ["CHECKS", "CHECK_ORDER", "DEFAULT_PROFILE", "FACTS", "PROFILES", "SINGLE_NODE",
-           "Check", "Figure", "Fleet", "Judging", "Setting", "applicable", "resolve_settings"]
+           "Check", "Figure", "Fleet", "Judging", "Kind", "Measure", "Setting", "applicable",
+           "resolve_settings"]

@@ -22,6 +22,7 @@ from burnin.checks.base import (
     Figure,
     Fleet,
     Judging,
+    Measure,
     Setting,
     count_problem,
     peer_bound,
@@ -135,7 +136,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         if busbw < bound:
             failures.append(f"{what}, below {words}, the median of the run's "
                             f"{peers['nodes']} nodes of this model and rank count")
-    return Verdict(node.name, "allreduce", tuple(failures))
+    return Verdict(node.name, "allreduce", tuple(failures),
+                   floors={} if floor is None else {"allreduce": floor})
 
 
 def figures(record: dict) -> list[Figure]:
@@ -181,5 +183,9 @@ SETTINGS = {
     "rendezvous_timeout_s": Setting("positive", 60),
 }
 
+# Shared with the inter-node all-reduce: the label `scope` (intra, inter) tells them apart.
+BUSBW = Measure("allreduce_busbw_gbps", "GB/s", "busbw {scope} GB/s", "busbw {scope}")
 CHECK = Check(name="allreduce", doc="GPUs inside a node talk at full speed", judge=judge,
-              schema=SCHEMA, summarize=intra_summary, figures=figures, settings=SETTINGS)
+              schema=SCHEMA, summarize=intra_summary, figures=figures, settings=SETTINGS,
+              page="burnin.summary.checks:allreduce", page_order=60, measures=(BUSBW,),
+              fleet_page="burnin.summary.fleet_checks:allreduce")

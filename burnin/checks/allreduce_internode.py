@@ -10,8 +10,8 @@ join: n3") is never evidence: in a two-node group either side could blame the ot
 
 from __future__ import annotations
 
+from burnin.checks.allreduce import BUSBW, SIZE
 from burnin.checks.allreduce import CHECK as INTRA
-from burnin.checks.allreduce import SIZE
 from burnin.checks.base import Check, Figure, Judging, timeout
 from burnin.checks.groups import Facts, GroupRun, group_figures, localise, observed, run_group
 from burnin.nodes import Node
@@ -146,6 +146,7 @@ SCHEMA = document(Obj(), Obj(group=Obj(members=COUNT, rank0=Str(256), busbw_gbps
                              pairs=List(PAIR, max=1 << 20), wrong_elements=COUNT,
                              ranks=List(COUNT, max=1024)))
 
-CHECK = Check(name=NAME, doc="nodes talk to each other at full speed; the slow one is named",
+CHECK = Check(page="burnin.summary.checks:internode", page_order=70, measures=(BUSBW,),
+              name=NAME, doc="nodes talk to each other at full speed; the slow one is named",
               judge=judge, schema=SCHEMA, figures=figures, execute=internode, probe="allreduce",
               settings={"timeout_s": timeout(300, 600, 1200)})

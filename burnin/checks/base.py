@@ -3,7 +3,10 @@ it. The run executes it, the suites judge with it, reports and metrics draw its 
 admission asks whether it applies to a node; nobody else branches on a check's name.
 
 A new check is one probe (probes/<name>.py), one module here defining `CHECK`, one suite
-file (suites/test_<name>.py) and one row in burnin/checks/__init__.py.
+file (suites/test_<name>.py) and one row in burnin/checks/__init__.py; plus, if it wants
+one, its part of a node's section on summary.html (Check.page, a function in
+burnin/summary/checks.py or anywhere else, named by reference so that nothing here
+imports the page). tests/test_new_check.py counts these places.
 """
 
 from __future__ import annotations
@@ -68,10 +71,20 @@ def peer_bound(center: float, spread: float | None, fraction: float, spreads: fl
 
 
 @dataclass(frozen=True)
-class Setting:
-    """One setting: its kind (an inventory validation kind) and default per profile."""
+class Kind:
+    """A value kind of a check's own (compute_mode, dcgm's level): the test a value must
+    pass in an inventory, and what the error message says was expected."""
 
-    kind: str
+    test: Callable[[object], bool]
+    expected: str
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting: its kind (a general inventory kind by name, burnin/inventory.py's
+    KINDS, or a check's own Kind) and default per profile."""
+
+    kind: str | Kind
     default: dict[str, object] | object = None
     doc: str = ""
 
@@ -79,6 +92,12 @@ class Setting:
         if isinstance(self.default, dict):
             return self.default[profile]
         return self.default
+
+
+# A GEMM's settings (sdc, burn): its element type and how often it verifies.
+DTYPE = Kind(lambda v: v in ("bf16", "fp16", "fp32"), "one of: bf16, fp16, fp32")
+VERIFY_EVERY = Kind(lambda v: v == "auto" or (isinstance(v, int) and not isinstance(v, bool)
+                                             and v >= 1), "an integer >= 1, or auto")
 
 
 def timeout(quick: float, standard: float, extended: float) -> Setting:
@@ -99,6 +118,55 @@ class Figure:
     def __post_init__(self):
         if self.better not in ("higher", "lower"):
             raise ValueError(f"Figure {self.metric}: better must be 'higher' or 'lower'")
+
+
+class _Labels(dict):
+    def __missing__(self, key: str) -> str:  # a label the figure lacks reads as nothing
+        return ""
+
+
+@dataclass(frozen=True)
+class Measure:
+    """What a kind of Figure (one metric name) is, as data: the unit people read it in,
+    the family a node's trend folds it into, its name in the "moved" table, which end of
+    a family is its worst device, and its fleet chart on summary.html (devices ranked
+    worst first). `family`, `label`, `chart` and `key` are format strings over the
+    figure's labels ("{check} TFLOPS {device}")."""
+
+    metric: str
+    unit: str                       # as printed: "TFLOPS", "GB/s", "°C"
+    family: str
+    label: str
+    worst: str = "low"              # "low": the slowest device; "high": the hottest
+    chart: str = ""                 # the fleet chart's title; '' = no fleet chart
+    # The fleet chart's key: its figures' medians on the page, and the floors it draws
+    # (Verdict.floors of the same name).
+    key: str = ""
+    per_model: bool = False         # one fleet chart per device model
+    zero: bool = True               # the chart's axis includes 0 (off for temperatures)
+    span: float = 0.0               # the least range the chart's axis shows
+
+    def __post_init__(self):
+        if self.worst not in ("low", "high"):
+            raise ValueError(f"Measure {self.metric}: worst must be 'low' or 'high'")
+
+    def family_of(self, labels: tuple) -> str:
+        return self.family.format_map(_Labels(labels))
+
+    def label_of(self, labels: tuple) -> str:
+        return self.label.format_map(_Labels(labels))
+
+    def key_of(self, labels: tuple) -> str:
+        return self.key.format_map(_Labels(labels))
+
+    def chart_of(self, labels: tuple) -> str:
+        return self.chart.format_map(_Labels(labels))
+
+
+def device_tflops(chart: str) -> Measure:
+    """A GEMM's speed per device (sdc, burn: the `check` label tells them apart)."""
+    return Measure("device_tflops", "TFLOPS", "{check} TFLOPS, slowest device",
+                   "{check} TFLOPS {device}", chart=chart, key="{check}", per_model=True)
 
 
 @dataclass(frozen=True)
@@ -190,6 +258,18 @@ class Check:
     # from the check's settings: its snapshot comes back to this check's probe as
     # `baseline`, so that it judges growth over the run (fabric: error counters).
     baseline: Callable[[dict], dict] | None = None
+    # Its part of a node's section on summary.html: "module:function", imported when the
+    # page is drawn (summary code sits above the checks; the checks never import it).
+    # '' = the generic part: its devices' figures in a table.
+    page: str = ""
+    # Its fleet-wide part, computed once a page ("module:function" of the Report, giving a
+    # summary.fleet.FleetPart): data its node parts share, lines on rank charts, charts.
+    fleet_page: str = ""
+    # Where its part stands in a node's section and in the grid's stripes (lower first);
+    # checks of equal order by name.
+    page_order: int = 1000
+    # What each metric name its `figures` return is: unit, trend family, label.
+    measures: tuple[Measure, ...] = ()
 
     @property
     def probe_name(self) -> str:

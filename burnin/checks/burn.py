@@ -8,14 +8,18 @@ import functools
 import statistics
 
 from burnin.checks.base import (
+    DTYPE,
     PEER_SPREADS,
     PEERS,
+    VERIFY_EVERY,
     Check,
     Figure,
     Fleet,
     Judging,
+    Measure,
     Setting,
     count_problem,
+    device_tflops,
     implausible,
     node_spread,
     peer_bound,
@@ -119,7 +123,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         warnings.append(f"fewer than {PEERS} nodes of this model reported: of two that "
                         "differ neither is the odd one out, so no comparison with peers; "
                         "judged against the model's floor alone")
-    return Verdict(node.name, "burn", tuple(failures), tuple(warnings))
+    return Verdict(node.name, "burn", tuple(failures), tuple(warnings),
+                   floors={} if floor is None else {"burn": floor})
 
 
 def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
@@ -306,16 +311,23 @@ def evidence(record: dict) -> dict[str, object]:
     return {"telemetry.json": series}
 
 
+TFLOPS = device_tflops("burn: sustained TFLOPS per device")
+HOTTEST = Measure("gpu_temperature_max_celsius", "°C", "hottest GPU °C", "hottest °C {device}",
+                  worst="high", chart="burn: hottest temperature per GPU", key="temp",
+                  per_model=True, zero=False, span=20)
 CHECK = Check(
-    name="burn", evidence=evidence, doc="the node holds full load", judge=judge, schema=SCHEMA,
+    name="burn", page="burnin.summary.checks:burn", page_order=20,
+    fleet_page="burnin.summary.fleet_checks:burn",
+    measures=(TFLOPS, HOTTEST), evidence=evidence, doc="the node holds full load",
+    judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, output_bound=output_bound,
     schema_bound=schema_bound, settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
         "duration_s": Setting("positive", {"quick": 60, "standard": 600, "extended": 3600}),
         "n": Setting("int", None, "matrix size; default 8192 on GPU, 1024 on CPU"),
-        "dtype": Setting("dtype", None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
+        "dtype": Setting(DTYPE, None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
         "sample_s": Setting("positive", 1.0, "telemetry and throughput interval"),
-        "verify_every": Setting("verify_every", "auto"),
+        "verify_every": Setting(VERIFY_EVERY, "auto"),
         "memory_fraction": Setting("positive", 0.5),
         "buffers": Setting("int", 4),
         "min_tflops": Setting("positive", None, "default: the gpu_model's floor"),

@@ -15,7 +15,7 @@ the probe still find no dcgmi, it says so and the node passes."""
 
 from __future__ import annotations
 
-from burnin.checks.base import Check, Judging, Setting, timeout
+from burnin.checks.base import Check, Judging, Kind, Setting, timeout
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import Bool, Int, List, Num, Obj, Str, document
@@ -114,11 +114,11 @@ SCHEMA = document(Obj(), Obj(
     results=List(RESULT, max=10_000)))
 
 CHECK = Check(
-    name="dcgm", doc="NVIDIA DCGM's diagnostic passes, where DCGM is installed",
+    name="dcgm", page_order=90, doc="NVIDIA DCGM's diagnostic passes, where DCGM is installed",
     judge=judge, schema=SCHEMA, evidence=evidence, gpu_only=True,
     tool=lambda settings: settings["dcgmi"], settings={
         "timeout_s": timeout(900, 1800, 7200),
-        "level": Setting("dcgm_level", {"quick": 1, "standard": 2, "extended": 3},
-                         "dcgmi diag -r level"),
+        "level": Setting(Kind(lambda v: v in (1, 2, 3, 4), "1, 2, 3 or 4"),
+                         {"quick": 1, "standard": 2, "extended": 3}, "dcgmi diag -r level"),
         "dcgmi": Setting("str", "dcgmi", "the dcgmi command: a name on PATH or a path"),
     })

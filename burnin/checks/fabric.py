@@ -259,7 +259,8 @@ SCHEMA = document(DEVICE, Obj(
     nvlink=Obj(required=("read",), read=Bool(), why=Str(4096)), elapsed_s=Num(0)))
 
 CHECK = Check(
-    name="fabric", doc="the node's fabric ports and NVLink links are up at their rate",
+    name="fabric", page="burnin.summary.checks:fabric", page_order=80,
+    doc="the node's fabric ports and NVLink links are up at their rate",
     judge=judge, schema=SCHEMA, summarize=fleet_summary, figures=figures, evidence=evidence,
     baseline=lambda settings: {"sysfs_root": settings["sysfs_root"]},
     settings={

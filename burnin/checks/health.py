@@ -16,8 +16,8 @@ host differs (burnin/checks/host.py: CPU count, memory, swap, EDAC memory errors
 
 from __future__ import annotations
 
-from burnin.checks.base import PEERS, Check, Fleet, Judging, Setting, timeout
-from burnin.checks.drift import device_drift, pinned_versions
+from burnin.checks.base import PEERS, Check, Fleet, Judging, Kind, Setting, timeout
+from burnin.checks.drift import COMPUTE_MODES, device_drift, pinned_versions
 from burnin.checks.fabric import SNAPSHOT
 from burnin.checks.host import GIB, clock_rules, host_rules, kernel_log_rules
 from burnin.nodes import Node
@@ -306,19 +306,25 @@ def evidence(record: dict) -> dict[str, object]:
                     for d in data.get("devices", [])]}}
 
 
+COMPUTE_MODE = Kind(lambda v: v in COMPUTE_MODES.values(),
+                    "one of: " + ", ".join(COMPUTE_MODES.values()))
+# YAML reads an unquoted `off` as false: README's `kernel_log: off` must mean off.
+KERNEL_LOG = Kind(lambda v: v is False or (isinstance(v, str) and v != ""),
+                  "auto, off, or a file of kernel log lines")
 CHECK = Check(
-    name="health", doc="the node is what the inventory says", judge=judge, schema=SCHEMA,
+    name="health", page="burnin.summary.checks:health", page_order=0,
+    doc="the node is what the inventory says", judge=judge, schema=SCHEMA,
     facts=True,
     settings={
         "timeout_s": timeout(60, 120, 300),
         "persistence_mode": Setting("bool", True, "every GPU in persistence mode"),
         "mig_mode": Setting("bool", False, "MIG mode every GPU must be in"),
-        "compute_mode": Setting("compute_mode", "default", "NVML compute mode of every GPU"),
+        "compute_mode": Setting(COMPUTE_MODE, "default", "NVML compute mode of every GPU"),
         "power_limit_w": Setting("positive", None,
                                  "every GPU's power limit; default: the GPU's default limit"),
         "custom_clocks": Setting("bool", False, "application or locked GPU clocks are "
                                  "set on purpose (otherwise they fail)"),
-        "kernel_log": Setting("kernel_log", "auto", "where XIDs and SXids since boot are "
+        "kernel_log": Setting(KERNEL_LOG, "auto", "where XIDs and SXids since boot are "
                               "read: auto (/dev/kmsg, else journalctl -k), off, or a file"),
         "cpus": Setting("int", None, "logical CPUs; default: most nodes of the model"),
         "memory_gib": Setting("positive", None, "memory; default: most nodes of the model"),

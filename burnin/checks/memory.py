@@ -132,7 +132,8 @@ DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
 SCHEMA = document(DEVICE, Obj(elapsed_s=Num(0), seed=COUNT))
 
 CHECK = Check(
-    name="memory", doc="every byte of GPU memory holds what was written", judge=judge,
+    name="memory", page_order=30,
+    doc="every byte of GPU memory holds what was written", judge=judge,
     schema=SCHEMA, figures=figures, evidence=evidence, settings={
         "timeout_s": timeout(600, 900, 2400),
         "memory_fraction": Setting("fraction", 0.9, "share of each GPU's free memory tested"),

@@ -143,7 +143,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                                 f"copying at once, below {fraction:g} x {together:.3f} GB/s, "
                                 f"the node's median GPU then{link(dev)}")
         failures += _aggregate_rules(data, direction, devices, settings, summary, fraction)
-    return Verdict(node.name, "pcie", tuple(failures))
+    floors = {"pcie": floor, "pcie aggregate": settings.get("min_aggregate_gbps")}
+    return Verdict(node.name, "pcie", tuple(failures), floors=floors)
 
 
 def _aggregate_rules(data: dict, direction: str, devices: list[dict], settings: dict,
@@ -221,7 +222,8 @@ SCHEMA = document(DEVICE, Obj(aggregate=Obj(h2d=AGGREGATE, d2h=AGGREGATE, null=T
                               gpus=COUNT, applies=Bool()))
 
 CHECK = Check(
-    name="pcie", doc="every GPU can be fed from the host", judge=judge, schema=SCHEMA,
+    name="pcie", page_order=40,
+    doc="every GPU can be fed from the host", judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, evidence=evidence, gpu_only=True, settings={
         "timeout_s": timeout(300, 600, 900),
         "block_mb": Setting("int", 256, "bytes per copy, pinned on the host"),

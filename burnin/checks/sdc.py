@@ -8,13 +8,16 @@ from __future__ import annotations
 from collections import Counter
 
 from burnin.checks.base import (
+    DTYPE,
     PEERS,
+    VERIFY_EVERY,
     Check,
     Figure,
     Fleet,
     Judging,
     Setting,
     count_problem,
+    device_tflops,
     implausible,
 )
 from burnin.nodes import Node
@@ -137,16 +140,18 @@ DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
 SCHEMA = document(DEVICE, Obj())
 
 CHECK = Check(
-    name="sdc", doc="arithmetic is right", judge=judge, schema=SCHEMA,
+    name="sdc", page="burnin.summary.checks:sdc", page_order=10,
+    measures=(device_tflops("sdc: known-answer GEMM TFLOPS per device"),),
+    doc="arithmetic is right", judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
         "duration_s": Setting("positive", {"quick": 20, "standard": 60, "extended": 300},
                               "known-answer phase, per device"),
         "n": Setting("int", None, "matrix size; default 8192 on GPU, 1024 on CPU"),
-        "dtype": Setting("dtype", None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
+        "dtype": Setting(DTYPE, None, "bf16|fp16|fp32; default bf16 on GPU, fp32 on CPU"),
         "max_products": Setting("int", None, "stop after this many products"),
         "random_repeats": Setting("int", 8),
-        "verify_every": Setting("verify_every", "auto",
+        "verify_every": Setting(VERIFY_EVERY, "auto",
                                 "verify every k-th product; auto keeps it near 3%"),
         "memory_fraction": Setting("positive", 0.5, "GPU memory for output buffers"),
         "buffers": Setting("int", 4, "output buffers on a CPU"),

@@ -6,7 +6,16 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from burnin.checks.base import Check, Figure, Judging, Setting, count_problem, timeout
+from burnin.checks.base import (
+    Check,
+    Figure,
+    Judging,
+    Kind,
+    Measure,
+    Setting,
+    count_problem,
+    timeout,
+)
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Scalar, Str, document
@@ -35,8 +44,11 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         warnings.append(f"storage at {fig.get('path')}: {fig.get('direct_reason')}")
     unit = "GPU" if fig.get("gpus") else "stream"
     fraction = settings.get("stream_fraction", 0.5)
+    floors = {}
     for phase in ("read", "write"):
         floor = settings.get(f"min_{phase}_gbps_per_gpu")
+        if floor is not None:
+            floors[f"storage {phase}"] = floor
         rates = [(d["stream"], d[phase]["gbps"]) for d in data["devices"] if d.get(phase)]
         if not rates:
             continue
@@ -49,7 +61,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             elif len(rates) > 1 and rate < fraction * median:
                 failures.append(f"{where}: {phase} {rate:.3f} GB/s, below {fraction:g} x "
                                 f"{median:.3f} GB/s, the node's median stream")
-    return Verdict(node.name, "storage", tuple(failures), tuple(warnings))
+    return Verdict(node.name, "storage", tuple(failures), tuple(warnings), floors=floors)
 
 
 def figures(record: dict) -> list[Figure]:
@@ -76,8 +88,12 @@ SCHEMA = document(DEVICE, Obj(path=Str(4096), gpus=Int(0, 1024), streams=Int(0, 
                               read=SUMMARY, integrity_errors=COUNT, filesystem=Obj(
                                   values=Scalar())))
 
+STORAGE_GBPS = Measure("storage_gbps", "GB/s", "storage {phase} GB/s, slowest stream",
+                       "storage {phase} stream {stream}", key="storage {phase}",
+                       chart="storage: {phase} GB/s per stream (one per GPU)")
 CHECK = Check(
-    name="storage", doc="every GPU can be fed", judge=judge, schema=SCHEMA, figures=figures,
+    name="storage", page="burnin.summary.checks:storage", page_order=50, measures=(STORAGE_GBPS,),
+    doc="every GPU can be fed", judge=judge, schema=SCHEMA, figures=figures,
     settings={
         "timeout_s": timeout(300, 900, 1800),
         "size_gb": Setting("positive", {"quick": 1, "standard": 4, "extended": 16},
@@ -86,7 +102,8 @@ CHECK = Check(
         "block_mb": Setting("int", 4),
         "iodepth": Setting("int", 4, "requests in flight per stream"),
         "streams": Setting("int", 4, "streams on a CPU-only node (one per GPU otherwise)"),
-        "verify": Setting("verify", "inline", "inline (timed) or after (untimed)"),
+        "verify": Setting(Kind(lambda v: v in ("inline", "after"), "inline or after"), "inline",
+                          "inline (timed) or after (untimed)"),
         "min_read_gbps_per_gpu": Setting("number", None, "floor for the slowest stream"),
         "min_write_gbps_per_gpu": Setting("number", None),
         "stream_fraction": Setting("fraction", 0.5,

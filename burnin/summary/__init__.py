@@ -12,11 +12,11 @@ lazy sections)."""
 
 from __future__ import annotations
 
-from burnin.summary.model import NodeInfo, Report, build
+from burnin.summary.model import NodeInfo, PageRun, build
 from burnin.summary.page import render as render_page
-from burnin.summary.sections import SECTIONS, NodeView, section
+from burnin.summary.sections import NodeView, part_of
 
-__all__ = ["SECTIONS", "NodeInfo", "NodeView", "Report", "build", "render", "section"]
+__all__ = ["NodeInfo", "NodeView", "PageRun", "build", "part_of", "render"]
 
 
 def render(cluster: str, run_id: str, verdicts: dict[str, dict[str, tuple[str, str]]],

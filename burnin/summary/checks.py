@@ -11,8 +11,8 @@ from operator import itemgetter
 
 from burnin.checks.burn import FAULT_REASONS
 from burnin.summary.charts import BAD, FLOOR, MEDIAN, PALETTE, Axis, Chart, fmt, fmt_bytes, pack
-from burnin.summary.model import floor_for, mapping, num, seq
-from burnin.summary.sections import NodeView, charts, facts, note, section, table, text
+from burnin.summary.model import floor_of, mapping, num, seq
+from burnin.summary.sections import NodeView, charts, facts, note, table, text
 
 # Clock event reasons worth marking (names as probes/telemetry.py records them): the
 # judge's faults in red, the power cap (the GPU working as configured) in amber.
@@ -108,7 +108,6 @@ def _step(t) -> float:
     return (xs[1] - xs[0]) if len(xs) > 1 and None not in xs[:2] and xs[1] > xs[0] else 1.0
 
 
-@section("burn")
 def burn(view: NodeView, record: dict) -> list:
     data = record["data"]
     devices = [d for d in seq(data.get("devices")) if isinstance(d, dict)]
@@ -152,8 +151,7 @@ def burn(view: NodeView, record: dict) -> list:
         clock.title = "CPU clock"
         power = Chart("load average (1 min)", time_axis, Axis("load", ""), 440, 210)
         power.line("load1", thin(cpu.get("t"), cpu.get("load1"), view.detail), PALETTE[1])
-    floor, floor_name = floor_for(view.report, "burn", model)
-    tflops.ref(floor, floor_name)
+    tflops.ref(floor_of(view.report, view.node, "burn"), "floor")
     tflops.ref(view.fleet.medians.get(("burn", model)), "fleet median", MEDIAN)
     temp.ref(_one([s for s in slowdowns if s is not None]), "slowdown", BAD)
     power.ref(_one([p for p in limits if p is not None]), "power limit", FLOOR)
@@ -198,7 +196,6 @@ def _burn_row(view: NodeView, dev: dict, s: dict, runs) -> list:
             [", ".join(xids), "fail"] if xids else dev.get("error", "")]
 
 
-@section("sdc")
 def sdc(view: NodeView, record: dict) -> list:
     rows, maps = [], []
     for dev in (d for d in seq(record["data"].get("devices")) if isinstance(d, dict)):
@@ -255,7 +252,6 @@ def error_map(device: str, n: float, events: list) -> dict:
             "i": pack(items)}
 
 
-@section("storage")
 def storage(view: NodeView, record: dict) -> list:
     data = record["data"]
     fig = mapping(data.get("figures"))
@@ -273,8 +269,7 @@ def storage(view: NodeView, record: dict) -> list:
                 chart.dot(pts[-1][0], v, f"stream {s.get('stream')} {phase}: {fmt(v)} GB/s",
                           colour)
         chart.line(phase, pts, colour)
-        floor, name = floor_for(view.report, f"storage_{phase}")
-        chart.ref(floor, f"{phase} {name}" if name else "", BAD)
+        chart.ref(floor_of(view.report, view.node, f"storage {phase}"), f"{phase} floor", BAD)
         chart.ref(view.fleet.medians.get((f"storage {phase}", "")), f"fleet {phase} median",
                   MEDIAN)
     # The GB/s are on the dots (hover); the table is for what went wrong with a stream.
@@ -294,7 +289,6 @@ def storage(view: NodeView, record: dict) -> list:
     return out
 
 
-@section("allreduce")
 def allreduce(view: NodeView, record: dict) -> list:
     fig = mapping(record["data"].get("figures"))
     world = int(num(fig.get("world")) or 0)
@@ -303,7 +297,8 @@ def allreduce(view: NodeView, record: dict) -> list:
     pts = [(b, v) for b, v in pts if b and v is not None]
     chart = Chart(f"busbw against message size ({world} ranks)", Axis("message size", log2=True),
                   Axis("GB/s", "GB/s"), 440, 210)
-    band = view.fleet.band.get(world, [])
+    part = view.fleet.parts.get("allreduce")
+    band = (part.data if part else {}).get(world, [])
     if any(count > 1 for *_, count in band):  # peers to compare with
         chart.band("fleet min-max", [(b, lo, hi) for b, lo, _, hi, _ in band], PALETTE[0])
         chart.line("fleet median", [(b, mid) for b, _, mid, _, _ in band], MEDIAN)
@@ -312,8 +307,7 @@ def allreduce(view: NodeView, record: dict) -> list:
     chart.legend.append(("this node", colour))  # not its name: every node's chart alike
     for b, v in pts:
         chart.dot(b, v, f"{fmt(v)} GB/s at {fmt_bytes(b)}", PALETTE[5])
-    floor, name = floor_for(view.report, "allreduce", view.fleet.model if world == 8 else "")
-    chart.ref(floor, name)
+    chart.ref(floor_of(view.report, view.node, "allreduce"), "floor")
     # Each size's busbw is on its dot (hover); the table is for sizes that summed wrong.
     rows = [[fmt_bytes(num(s.get("bytes")) or 0), s.get("busbw_gbps"), s.get("time_us"),
              [text(s.get("wrong_elements")), "fail"]] for s in sweep if s.get("wrong_elements")]
@@ -324,7 +318,6 @@ def allreduce(view: NodeView, record: dict) -> list:
     return out
 
 
-@section("allreduce_internode")
 def internode(view: NodeView, record: dict) -> list:
     fig = mapping(record["data"].get("figures"))
     group = mapping(fig.get("group"))
@@ -341,7 +334,6 @@ def internode(view: NodeView, record: dict) -> list:
         ([table(["pair", "busbw GB/s", "of the group's"], rows)] if rows else [])
 
 
-@section("health")
 def health(view: NodeView, record: dict) -> list:
     data = record["data"]
     ident, fig = mapping(data.get("node")), mapping(data.get("figures"))
@@ -400,7 +392,6 @@ def _grown(counts) -> str:
                      if num(v))
 
 
-@section("fabric")
 def fabric(view: NodeView, record: dict) -> list:
     """The port/link table: every HCA port with its state, rate and what grew over the
     run; every GPU's NVLink links, which are down, and which link counters grew."""

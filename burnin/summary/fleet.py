@@ -4,91 +4,111 @@ medians, the busbw band) are computed here once and handed to the node sections.
 
 from __future__ import annotations
 
+import importlib
 import math
 import statistics
 from dataclasses import dataclass, field
 from html import escape
+from string import Formatter
 
-from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt, fmt_bytes
+from burnin.checks import CHECKS, Measure
+from burnin.outcome import Outcome
+from burnin.summary.charts import BAD, MEDIAN, PALETTE, Axis, Chart, fmt
 from burnin.summary.model import (
-    OUTCOME_WORD,
-    Report,
+    PageRun,
     check_key,
     data_of,
-    floor_for,
+    floor_of,
+    floors_over,
     group_key,
-    mapping,
-    median,
     natural_key,
-    num,
     seq,
 )
 
 MAX_POINTS = 240     # dots a fleet chart draws: a 560-pixel chart shows no more
 LABELLED = 3         # the worst few devices named in place
-COLOUR = {"passed": "#2da44e", "failure": "#cf222e", "error": "#8250df",
-          "skipped": "#afb8c1", "": "#eaeef2"}
+COLOUR = {Outcome.PASSED: "#2da44e", Outcome.FAILED: "#cf222e", Outcome.ERROR: "#8250df",
+          Outcome.SKIPPED: "#afb8c1", Outcome.NOT_RUN: "#eaeef2"}
+
+
+@dataclass(frozen=True)
+class FleetPart:
+    """What a check adds to the fleet (Check.fleet_page, computed once a page): data its
+    node parts read (the all-reduce's busbw band), reference lines on a rank chart by its
+    key ({"temp": [(85.0, "slowdown", BAD)]}), and charts of its own, each
+    (what, function, *args) as charts() returns them."""
+
+    data: object = None
+    refs: dict[str, list[tuple[float | None, str, str]]] = field(default_factory=dict)
+    charts: list[tuple] = field(default_factory=list)
 
 
 @dataclass
-class Fleet:
+class FleetFigures:
     """Per-device figures of the run with who they belong to, and the fleet's yardsticks."""
 
     devices: dict[str, list[tuple[float, str, str, str]]] = field(default_factory=dict)
     models: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, device) -> model
     medians: dict[tuple[str, str], float] = field(default_factory=dict)
-    # ranks per node -> [(bytes, min, median, max, nodes)]: the busbw band at each size
-    band: dict[int, list[tuple[int, float, float, float, int]]] = field(default_factory=dict)
-    slowdown_c: float | None = None
     model: str = ""          # the fleet's most common device model
+    # check -> its fleet-wide part (Check.fleet_page): its data, lines and charts
+    parts: dict[str, FleetPart] = field(default_factory=dict)
+    # chart key -> (page order, the check that judges it, title, Measure): the rank charts
+    charts: dict[str, tuple[int, str, str, Measure]] = field(default_factory=dict)
 
 
-def fleet_of(report: Report) -> Fleet:
-    """One pass over the run: every device figure, keyed 'burn', 'sdc', 'temp',
-    'storage read', 'storage write', as (value, node, device, model)."""
-    fleet, slowdown = Fleet(), []
-    sweeps: dict[int, dict[int, list[float]]] = {}
+def fleet_of(report: PageRun) -> FleetFigures:
+    """One pass over the run: every device figure a check's Measure charts, keyed by its
+    Measure's key ('burn', 'sdc', 'temp', 'storage read', ...), as (value, node, device,
+    model)."""
+    fleet = FleetFigures()
+    # The device models: from the facts check and the checks charted per model.
+    named = [c.name for c in CHECKS.values() if c.facts or any(m.per_model for m in c.measures)]
     for node, recs in report.records.items():
-        for check in ("burn", "sdc", "health"):
+        for check in named:
             for dev in seq(data_of(recs.get(check)).get("devices")):
                 if isinstance(dev, dict) and isinstance(dev.get("name"), str):
                     fleet.models.setdefault((node, str(dev.get("device", dev.get("index")))),
                                             dev["name"])
-        for dev in seq(data_of(recs.get("burn")).get("devices")):
-            s = num(mapping(mapping(dev).get("telemetry")).get("temp_slowdown_c"))
-            if s is not None:
-                slowdown.append(s)
-        sweep = seq(mapping(data_of(recs.get("allreduce")).get("figures")).get("sweep"))
-        world = num(mapping(data_of(recs.get("allreduce")).get("figures")).get("world"))
-        for step in sweep:
-            b, v = num(mapping(step).get("bytes")), num(mapping(step).get("busbw_gbps"))
-            if b and v is not None:
-                sweeps.setdefault(int(world or 0), {}).setdefault(int(b), []).append(v)
-        for f in report.figures.get(node, []):
+        for check, f in report.checked.get(node, []):
+            spec = CHECKS.get(check)
+            m = next((m for m in spec.measures if m.metric == f.metric), None) if spec else None
+            if m is None or not m.chart:
+                continue
+            key = m.key_of(f.labels) or m.metric
             labels = dict(f.labels)
-            key = {"device_tflops": labels.get("check"), "gpu_temperature_max_celsius": "temp",
-                   "storage_gbps": f"storage {labels.get('phase')}"}.get(f.metric)
-            if key:
-                device = labels.get("device") or f"stream {labels.get('stream', '?')}"
-                model = fleet.models.get((node, device), "") if key in ("burn", "sdc",
-                                                                       "temp") else ""
-                fleet.devices.setdefault(key, []).append((f.value, node, device, model))
+            used = {name for _, name, _, _ in Formatter().parse(m.key) if name}
+            device = labels.get("device") or " ".join(
+                f"{k} {v}" for k, v in f.labels if k not in used) or "?"
+            model = fleet.models.get((node, device), "") if m.per_model else ""
+            fleet.devices.setdefault(key, []).append((f.value, node, device, model))
+            fleet.charts.setdefault(key, (spec.page_order, check, m.chart_of(f.labels), m))
     for key, items in fleet.devices.items():
         by_model: dict[str, list[float]] = {}
         for v, _, _, model in items:
             by_model.setdefault(model, []).append(v)
         for model, values in by_model.items():
             fleet.medians[(key, model)] = statistics.median(values)
-    fleet.slowdown_c = median(slowdown)
     names = list(fleet.models.values())
     fleet.model = max(sorted(set(names)), key=names.count) if names else ""
-    fleet.band = {w: [(b, min(v), statistics.median(v), max(v), len(v)) for b, v in sorted(
-        sizes.items())] for w, sizes in sweeps.items()}
+    for spec in CHECKS.values():
+        if spec.fleet_page:
+            try:
+                fleet.parts[spec.name] = resolve(spec.fleet_page)(report)
+            except Exception as e:  # a malformed record costs this part, not the page
+                report.problems.append(f"the {spec.name} fleet part could not be drawn: "
+                                       f"{type(e).__name__}: {e}")
     return fleet
 
 
+def resolve(ref: str):
+    """The function a Check names as "module:function", imported now."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 # The banner -------------------------------------------------------------------------------
-def banner(report: Report, moved: str) -> str:
+def banner(report: PageRun, moved: str) -> str:
     nodes = report.ordered
     bad = [n for n in nodes if report.failing(n)]
     checks = report.checks
@@ -98,8 +118,8 @@ def banner(report: Report, moved: str) -> str:
         passed = outcomes.count("passed")
         ran = sum(1 for o in outcomes if o)
         cls = "ok" if passed == ran and ran else "bad"
-        extra = ", ".join(f"{outcomes.count(o)} {OUTCOME_WORD[o]}" for o in
-                          ("failure", "error", "skipped") if outcomes.count(o))
+        extra = ", ".join(f"{outcomes.count(o)} {o.word}" for o in
+                          (Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED) if outcomes.count(o))
         chips.append(f"<span class='chip {cls}'>{escape(c)} {passed}/{ran}"
                      f"{' (' + extra + ')' if extra else ''}</span>")
     if not nodes:
@@ -123,17 +143,17 @@ def banner(report: Report, moved: str) -> str:
             + (f"<ul>{problems}</ul>" if problems else "") + "</div>")
 
 
-def first_problem(report: Report, node: str) -> str:
+def first_problem(report: PageRun, node: str) -> str:
     verdicts = report.verdicts.get(node, {})
     for check in sorted(verdicts, key=check_key):
         outcome, message = verdicts[check]
         if outcome != "passed":
-            return f"{check} {OUTCOME_WORD.get(outcome, outcome)}: {message or 'no message'}"
+            return f"{check} {Outcome(outcome).word}: {message or 'no message'}"
     return "passed every check"
 
 
 # The grid ---------------------------------------------------------------------------------
-def grid(report: Report) -> str:
+def grid(report: PageRun) -> str:
     """Every node a tile, one stripe per check; grouped by rack (or the label most nodes
     carry), groups and tiles with failures first. One element per node, coloured by a
     class per distinct outcome pattern, so that 10,000 tiles stay light."""
@@ -176,7 +196,7 @@ def grid(report: Report) -> str:
     css = "".join(f".{cls}{{background:linear-gradient({_stops(p)})}}"
                   for p, cls in patterns.items())
     legend = "".join(f"<span class='sw' style='background:{COLOUR[o]}'></span>{w} "
-                     for o, w in OUTCOME_WORD.items())
+                     for o, w in ((o, o.word) for o in Outcome))
     stripes = " / ".join(escape(c) for c in checks)
     return (f"<style>.tiles a{{height:{height}px;width:{width}px}}{css}</style><section id='grid'>"
             f"<h2>Fleet: every node, one stripe per check</h2><p class='legend'>"
@@ -192,47 +212,32 @@ def _stops(pattern: tuple) -> str:
 
 
 # Fleet charts -----------------------------------------------------------------------------
-FAMILIES = (  # key, title, axis, floor key, worst end (the check that judges it: CHECK_OF)
-    ("burn", "burn: sustained TFLOPS per device", Axis("TFLOPS", "TFLOPS"), "burn", "low"),
-    ("sdc", "sdc: known-answer GEMM TFLOPS per device", Axis("TFLOPS", "TFLOPS"), "sdc", "low"),
-    ("temp", "burn: hottest temperature per GPU", Axis("°C", "°C", zero=False, span=20), "",
-     "high"),
-    ("storage read", "storage: read GB/s per stream (one per GPU)", Axis("GB/s", "GB/s"),
-     "storage_read", "low"),
-    ("storage write", "storage: write GB/s per stream (one per GPU)", Axis("GB/s", "GB/s"),
-     "storage_write", "low"),
-)
-
-
-CHECK_OF = {"burn": "burn", "sdc": "sdc", "temp": "burn", "storage read": "storage",
-            "storage write": "storage"}
-
-
-def charts(report: Report, fleet: Fleet) -> list[str]:
+def charts(report: PageRun, fleet: FleetFigures) -> list[str]:
+    """A rank chart per figure a check's Measure gives one (per device model where it
+    says so), in page order; then the charts of the checks' fleet parts."""
     out = []
-    for key, title, axis, floor_key, worst in FAMILIES:
+    for key, (_, check, title, m) in sorted(fleet.charts.items(),
+                                            key=lambda kv: (kv[1][:2], kv[0])):
         items = fleet.devices.get(key, [])
-        models = sorted({m for *_, m in items}) if key in ("burn", "sdc", "temp") else [""]
+        axis = Axis(m.unit or m.metric, m.unit, zero=m.zero, span=m.span)
+        models = sorted({i[3] for i in items}) if m.per_model else [""]
         for model in models:
             mine = [i for i in items if i[3] == model] if model or len(models) > 1 else items
             name = f"{title}, {model}" if model and model != "cpu" else title
             out.append((f"fleet {key}", rank_chart, report, fleet, name, axis, mine, key,
-                        floor_key, worst))
-    for world in sorted(fleet.band):
-        out.append(("fleet busbw", busbw_chart, report, fleet, world))
+                        check, m.worst))
+    for part in fleet.parts.values():
+        out += part.charts
     return out
 
 
-def rank_chart(report: Report, fleet: Fleet, title: str, axis: Axis, items: list,
-               key: str, floor_key: str, worst: str) -> str:
+def rank_chart(report: PageRun, fleet: FleetFigures, title: str, axis: Axis, items: list,
+               key: str, check: str, worst: str) -> str:
     """Devices ranked worst first: what people draw to find the straggler. Hover names
     every dot; the worst few are labelled in place."""
     if not items:
         return ""
     ordered = sorted(items, key=lambda i: (i[0] if worst == "low" else -i[0], natural_key(i[1])))
-    model = ordered[0][3]
-    floor, floor_name = floor_for(report, floor_key, model) if floor_key else (None, "")
-    check = CHECK_OF.get(key, key)
 
     def failed(node: str) -> bool:  # this check, not another: a slow disk is not a slow GPU
         return report.verdicts.get(node, {}).get(check, ("passed", ""))[0] != "passed"
@@ -247,65 +252,18 @@ def rank_chart(report: Report, fleet: Fleet, title: str, axis: Axis, items: list
     chart = Chart(title, Axis(f"devices, {direction} first", integer=True), axis)
     for i in sorted(keep)[:MAX_POINTS + 60]:
         v, node, device, _ = ordered[i]
+        floor = floor_of(report, node, key)
         bad = failed(node) or (floor is not None and v < floor)
         chart.dot(i + 1, v, f"{node} {device}: {fmt(v)} {axis.unit}", BAD if bad else PALETTE[0])
     for i, (v, node, device, _) in enumerate(ordered[:LABELLED]):
         chart.label(i + 1, v, f"{node} {device}")
-    chart.ref(floor, floor_name)
+    for floor, name in floors_over(report, key, [i[1] for i in ordered]):
+        chart.ref(floor, name)
     chart.ref(statistics.median(i[0] for i in ordered), "median", MEDIAN)
-    if key == "temp":
-        chart.ref(fleet.slowdown_c, "slowdown", BAD)
+    for part in fleet.parts.values():
+        for value, name, colour in part.refs.get(key, []):
+            chart.ref(value, name, colour)
     if len(keep) < len(ordered):
         chart.note = (f"{len(keep)} of {len(ordered)} drawn: the {direction} 10, {check} "
                       "failures, evenly spaced ranks")
     return chart.svg()
-
-
-def busbw_chart(report: Report, fleet: Fleet, world: int) -> str:
-    """The fleet's busbw band against message size, the nodes that failed drawn over it."""
-    band = fleet.band[world]
-    chart = Chart(f"allreduce: busbw against message size ({world} ranks per node)",
-                  Axis("message size", log2=True), Axis("GB/s", "GB/s"))
-    chart.band("fleet min-max", [(b, lo, hi) for b, lo, _, hi, _ in band], PALETTE[0])
-    chart.line("fleet min", [(b, lo) for b, lo, *_ in band], PALETTE[0], 0.8, legend=False)
-    chart.line("fleet max", [(b, hi) for b, _, _, hi, _ in band], PALETTE[0], 0.8, legend=False)
-    chart.line("fleet median", [(b, mid) for b, _, mid, _, _ in band], MEDIAN)
-    # The nodes that failed the check drawn over the band, the slowest few at the
-    # judged size named (the band's edge is somebody: which one).
-    sweeps = {}
-    for node, recs in report.records.items():
-        fig = mapping(data_of(recs.get("allreduce")).get("figures"))
-        if int(num(fig.get("world")) or 0) == world:
-            pts = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
-                   for s in seq(fig.get("sweep"))]
-            pts = [(b, v) for b, v in pts if b and v is not None]
-            if pts:
-                sweeps[node] = pts
-    failed = [n for n in sweeps
-              if report.verdicts.get(n, {}).get("allreduce", ("passed", ""))[0] != "passed"]
-    for node in sorted(failed, key=natural_key)[:5]:
-        chart.line(node, sweeps[node], BAD, 1.5, legend=False)
-    slowest = sorted(sweeps, key=lambda n: (sweeps[n][-1][1], natural_key(n)))[:LABELLED]
-    for node in slowest:
-        b, v = sweeps[node][-1]
-        chart.dot(b, v, f"{node}: {fmt(v)} GB/s at {fmt_bytes(b)}",
-                  BAD if node in failed else PALETTE[5])
-        chart.label(b, v, node)
-    inter = _internode_sweep(report)
-    if inter:
-        chart.line("inter-node group", inter, PALETTE[2])
-    floor, name = floor_for(report, "allreduce", fleet.model if world == 8 else "")
-    chart.ref(floor, f"{name} at {fmt_bytes(band[-1][0])}" if name else "")
-    return chart.svg()
-
-
-def _internode_sweep(report: Report) -> list[tuple[float, float]]:
-    for recs in report.records.values():
-        group = mapping(mapping(data_of(recs.get("allreduce_internode")).get("figures"))
-                        .get("group"))
-        pts = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
-               for s in seq(group.get("sweep"))]
-        pts = [(b, v) for b, v in pts if b and v is not None]
-        if pts:
-            return pts
-    return []

@@ -11,15 +11,10 @@ import statistics
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from burnin.checks import CHECKS
 from burnin.figures import Figure, key_figures
-from burnin.reference import GPU_MODELS
+from burnin.outcome import Outcome
 
-# The order checks read in, from what the node is to what it does with others; checks
-# the page does not know (memory, pcie, fabric, ...) follow in alphabetical order.
-CHECK_ORDER = ("health", "sdc", "burn", "memory", "pcie", "storage", "allreduce",
-               "allreduce_internode", "fabric")
-OUTCOME_WORD = {"passed": "passed", "failure": "failed", "error": "error",
-                "skipped": "skipped", "": "not run"}
 # Which label groups the fleet grid: the first of these a node carries, else the label
 # most nodes carry.
 GROUP_KEYS = ("rack", "row", "pod", "zone", "switch", "chassis")
@@ -35,18 +30,19 @@ class NodeInfo:
 
 
 @dataclass
-class Report:
-    """Everything one page is drawn from."""
+class PageRun:
+    """The run as one summary.html draws it: verdicts, records, floors, figures, trend."""
 
     cluster: str
     run_id: str
     verdicts: dict[str, dict[str, tuple[str, str]]]
     records: dict[str, dict[str, dict]]          # node -> check -> results.jsonl record
-    floors: dict
+    floors: dict[str, dict[str, float]]          # node -> figure family -> its judge's floor
     nodes: dict[str, NodeInfo]
     evidence: set[str]                           # nodes with a nodes/<node>/ folder
     trend: object | None = None                  # trend.Trend, when earlier runs exist
     figures: dict[str, list[Figure]] = field(default_factory=dict)
+    checked: dict[str, list[tuple[str, Figure]]] = field(default_factory=dict)  # (check, fig)
     problems: list[str] = field(default_factory=list)
     unreadable: set[int] = field(default_factory=set)  # id() of records with junk figures
 
@@ -57,7 +53,7 @@ class Report:
         return sorted(found, key=check_key)
 
     def failing(self, node: str) -> bool:
-        return any(o != "passed" for o, _ in self.verdicts.get(node, {}).values())
+        return any(o != Outcome.PASSED for o, _ in self.verdicts.get(node, {}).values())
 
     @cached_property
     def ordered(self) -> list[str]:
@@ -70,9 +66,10 @@ class Report:
 
 
 def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors: dict | None,
-          nodes: dict[str, NodeInfo] | None, evidence: set[str], trend=None) -> Report:
+          nodes: dict[str, NodeInfo] | None, evidence: set[str], trend=None) -> PageRun:
     by_node: dict[str, dict[str, dict]] = {}
     figures: dict[str, list[Figure]] = {}
+    checked: dict[str, list[tuple[str, Figure]]] = {}
     problems: list[str] = []
     unreadable: set[int] = set()
     for r in records:
@@ -92,8 +89,9 @@ def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors
             problems.append(f"{r['node']} {r['check']}: figures that are not numbers, left "
                             "out of the charts (and the record out of metrics.prom)")
         figures.setdefault(r["node"], []).extend(figs)
-    return Report(cluster, run_id, verdicts, by_node, dict(floors or {}), dict(nodes or {}),
-                  evidence, trend, figures, problems, unreadable)
+        checked.setdefault(r["node"], []).extend((r["check"], f) for f in figs)
+    return PageRun(cluster, run_id, verdicts, by_node, dict(floors or {}), dict(nodes or {}),
+                  evidence, trend, figures, checked, problems, unreadable)
 
 
 def safe_figures(record: dict) -> list[Figure] | None:
@@ -133,7 +131,10 @@ def natural_key(name: str) -> tuple:
 
 
 def check_key(check: str) -> tuple:
-    return (CHECK_ORDER.index(check), "") if check in CHECK_ORDER else (len(CHECK_ORDER), check)
+    """Where a check stands on the page: its Check.page_order, then its name; a check
+    burnin does not know (an old results.jsonl) after every known one."""
+    spec = CHECKS.get(check)
+    return (0, spec.page_order, check) if spec is not None else (1, 0, check)
 
 
 def group_key(nodes: dict[str, NodeInfo]) -> str | None:
@@ -152,24 +153,24 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def reference_floor(check: str, model_name: str) -> float | None:
-    """The shipped floor of the GPU model whose NVML name this is: burn TFLOPS, or the
-    all-reduce busbw of a full 8-GPU node (the caller knows the ranks), as the judges
-    use them when the inventory sets none."""
-    for model in GPU_MODELS.values():
-        if model_name.strip() in model.nvml_names:
-            return {"burn": model.burn_tflops,
-                    "allreduce": model.allreduce_intra_gbps}.get(check)
-    return None
+def floor_of(report: PageRun, node: str, family: str) -> float | None:
+    """The floor the node's judge held its `family` figures to (Verdict.floors), or None."""
+    return num(mapping(report.floors.get(node)).get(family))
 
 
-def floor_for(report: Report, check: str, model_name: str = "") -> tuple[float | None, str]:
-    """(floor, where it comes from): the run's setting, else the model's reference."""
-    given = num(report.floors.get(check))
-    if given is not None:
-        return given, "floor"
-    ref = reference_floor(check, model_name) if model_name else None
-    return (ref, "floor (model reference)") if ref is not None else (None, "")
+def floors_over(report: PageRun, family: str, nodes) -> list[tuple[float, str]]:
+    """(floor, its name) for each distinct floor the judges held these nodes' `family`
+    figures to: one line where they share it, else one per floor, named by its nodes (a
+    node group's own floor beside the inventory's)."""
+    by_value: dict[float, list[str]] = {}
+    for node in sorted(set(nodes), key=natural_key):
+        v = floor_of(report, node, family)
+        if v is not None:
+            by_value.setdefault(v, []).append(node)
+    if len(by_value) == 1:
+        return [(next(iter(by_value)), "floor")]
+    return [(v, f"floor of {ns[0]}" if len(ns) == 1 else f"floor of {len(ns)} nodes")
+            for v, ns in sorted(by_value.items())]
 
 
 def guarded(what: str, fn, *args) -> str:

@@ -16,10 +16,10 @@ import json
 import time
 from html import escape
 
-from burnin.summary import checks as _checks  # noqa: F401  (registers the built-in sections)
+from burnin.outcome import Outcome
 from burnin.summary import fleet as fleet_mod
 from burnin.summary import trend as trend_mod
-from burnin.summary.model import OUTCOME_WORD, Report, group_key, guarded
+from burnin.summary.model import PageRun, group_key, guarded
 from burnin.summary.script import HTML_SAFE, SCRIPT
 from burnin.summary.sections import NodeView, node_data, section_html
 
@@ -30,8 +30,9 @@ DRAW_FAILING = 12         # beyond, the failing ones up to this many; the rest o
 DETAIL = 150              # telemetry points per line for a failing node or a small fleet
 FLEET_DETAIL = 16_000     # ... shared out among the passing nodes of a big fleet (16 at least)
 TABLE_OPEN = 2_000        # beyond this many nodes the table starts folded
-MARK = {"passed": ("", "✓"), "failure": (" class=fail", "✗"), "error": (" class=fail", "!"),
-        "skipped": (" class=skip", "–")}  # a passed cell is green by default: 1,000s of rows
+MARK = {Outcome.PASSED: ("", "✓"), Outcome.FAILED: (" class=fail", "✗"),
+        Outcome.ERROR: (" class=fail", "!"),
+        Outcome.SKIPPED: (" class=skip", "–")}  # a passed cell is green by default: 1,000s of rows
 NOT_RUN = (" class=skip", "")
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:20px 24px;color:#1f2328}
@@ -67,13 +68,13 @@ gap:1px 12px;margin:4px 0;font-size:13px}.facts dt{color:#57606a}.facts dd{margi
 section.node:target{box-shadow:0 0 0 3px #54aeff}"""
 
 
-def render(report: Report) -> str:
-    """The whole page, from the run as summary.Report holds it."""
+def render(report: PageRun) -> str:
+    """The whole page, from the run as summary.PageRun holds it."""
     nodes = report.ordered
     try:
         fleet = fleet_mod.fleet_of(report)
     except Exception as e:  # the fleet's yardsticks are missing; the nodes are still drawn
-        fleet = fleet_mod.Fleet()
+        fleet = fleet_mod.FleetFigures()
         report.problems.append(f"fleet figures not drawn: {type(e).__name__}: {e}")
     detail = max(16, min(DETAIL, FLEET_DETAIL // max(len(nodes), 1)))
     data = {n: node_data(NodeView(report, fleet, n, DETAIL if report.failing(n) else detail),
@@ -154,7 +155,7 @@ def _packed(element_id: str, value) -> str:
             f"{base64.b85encode(blob).decode().translate(HTML_SAFE)}</script>")
 
 
-def _table(report: Report, nodes: list[str]) -> str:
+def _table(report: PageRun, nodes: list[str]) -> str:
     checks = report.checks
     key = group_key(report.nodes)
     rows = []
@@ -183,7 +184,7 @@ def _table(report: Report, nodes: list[str]) -> str:
             + "<th>failing figure</th>" + ("<th>moved</th>" if report.trend else "")
             + "<th>evidence</th>")
     folded = len(nodes) > TABLE_OPEN
-    words = ", ".join(f"{m} {w}" for m, w in ((MARK[o][1], OUTCOME_WORD[o]) for o in MARK))
+    words = ", ".join(f"{m} {o.word}" for o, (_, m) in MARK.items())
     return (f"<details id='table'{'' if folded else ' open'}><summary><h2>Verdict per node"
             f"{' (folded: a fleet this big reads from the grid)' if folded else ''}</h2>"
             f"</summary><p class='legend'>{words}; click a column to sort.</p>"

@@ -6,6 +6,9 @@ the page."""
 
 from __future__ import annotations
 
+import json
+
+from burnin.outcome import Outcome
 from burnin.summary.charts import ALPHABET, BAD, PALETTE
 
 # Compressed sections are base85 (a quarter over the bytes, base64 a third), with the
@@ -51,7 +54,7 @@ stroke="${esc(it[3])}" stroke-width="${it[4]}">${T(it[5])}</polyline>`);
    esc(it[4])}">${T(it[5])}</circle>`);
   else if(a=='path')o.push(`<path d="${esc(it[1])}" class="${esc(it[2])}"/>`)}
  return o.join('')+'</svg>'}
-const WORD={passed:'passed',failure:'failed',error:'error',skipped:'skipped','':'not run'};
+const WORD=%WORDS%;
 const cls=o=>({passed:'pass',skipped:'skip','':'skip'})[o]??'fail';
 const cell=c=>Array.isArray(c)?`<td class="${esc(c[1])}">${esc(c[0])}</td>`:`<td>${esc(c)}</td>`;
 function block(b){switch(b[0]){
@@ -122,4 +125,5 @@ addEventListener('hashchange',show);
 .catch(e=>{box.insertAdjacentHTML('beforeend',`<p class="warn">sections not drawn: ${esc(e)}</p>`);
  document.body.dataset.ready='1'})})()""".replace(
     "%ALPHABET%", ALPHABET.replace("'", "\\'")).replace("%B85%", B85_ALPHABET).replace(
-    "%BAD%", BAD).replace("%BLUE%", PALETTE[0]).replace("%GREY%", PALETTE[7])
+    "%BAD%", BAD).replace("%BLUE%", PALETTE[0]).replace("%GREY%", PALETTE[7]).replace(
+    "%WORDS%", json.dumps({o.value: o.word for o in Outcome}))

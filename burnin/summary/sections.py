@@ -11,14 +11,15 @@ thousands of sections travel compressed and are drawn when opened):
     ["pre", text]                           (folded: a probe's stderr)
     ["sparks", [[name, [value per run, oldest first], moved], ...]]
 
-A check adds its own part with one decorated function (see burnin/summary/checks.py):
+A check names its own part on its Check, as a reference imported when a page is drawn
+(see burnin/summary/checks.py), so that the checks never import the page:
 
-    @section("memory")
-    def memory(view: NodeView, record: dict) -> list:
+    CHECK = Check(name="memory", ..., page="burnin.summary.checks:memory")
+    def memory(view: NodeView, record: dict) -> list:    # in burnin/summary/checks.py
         return [facts([...]), table([...], rows), charts(chart)]
 
-A check with no registered function (a new one, or one from another team) still gets
-its verdict and a table of its devices' figures. Each part is drawn on its own: a
+A check that names none (a new one, or one from another team) still gets its verdict
+and a table of its devices' figures. Each part is drawn on its own: a
 malformed record costs that part, which says what it could not draw."""
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
 
+from burnin.checks import CHECKS
+from burnin.outcome import Outcome
 from burnin.summary.charts import Chart, fmt, sparkline, svg, unpack
-from burnin.summary.fleet import Fleet
-from burnin.summary.model import Report, data_of, mapping, num, seq
+from burnin.summary.fleet import FleetFigures, resolve
+from burnin.summary.model import PageRun, data_of, mapping, num, seq
 
 MAX_ROWS = 64        # rows of a table: a node has at most this many devices
 MAX_ENV = 16         # env variables in a node's heading (results.jsonl holds them all)
@@ -39,8 +42,8 @@ MAX_ENV = 16         # env variables in a node's heading (results.jsonl holds th
 class NodeView:
     """One node as its section sees it, with the fleet to compare against."""
 
-    report: Report
-    fleet: Fleet
+    report: PageRun
+    fleet: FleetFigures
     node: str
     detail: int          # points per telemetry line: fewer for a passing node of a big fleet
 
@@ -52,21 +55,19 @@ class NodeView:
 
 
 Section = Callable[[NodeView, dict], list]
-SECTIONS: dict[str, Section] = {}
 
 
-def section(*checks: str) -> Callable[[Section], Section]:
-    """Register the function that draws these checks' part of a node's section. It gets
-    the node's view and the check's record (a probe that measured: record['data'] is its
-    document) and returns a list of blocks."""
-    def register(fn: Section) -> Section:
-        for check in checks:
-            SECTIONS[check] = fn
-        return fn
-    return register
+def part_of(check: str) -> Section:
+    """The function that draws the check's part of a node's section (Check.page,
+    "module:function"), or the generic one. It gets the node's view and the check's record
+    (a probe that measured: record['data'] is its document) and returns a list of blocks.
+    A reference that does not resolve raises here, inside the part's guard: that part
+    says so, and the rest of the page is drawn."""
+    spec = CHECKS.get(check)
+    return resolve(spec.page) if spec is not None and spec.page else generic
 
 
-def node_env(report: Report, node: str) -> list[list[str]]:
+def node_env(report: PageRun, node: str) -> list[list[str]]:
     """The environment the node's probes ran under (the inventory's `env:`, as a probe
     recorded it), from its first record that has one: [[name, value], ...], bounded."""
     for check in report.checks:
@@ -117,7 +118,7 @@ def _part(view: NodeView, check: str) -> list:
         return [note("The record holds no probe document.", "warn")]
     errors = [note(f"probe error: {str(e)[:300]}", "warn")
               for e in seq(record["data"].get("errors"))[:10]]
-    return errors + SECTIONS.get(check, generic)(view, record)
+    return errors + part_of(check)(view, record)
 
 
 # Blocks ------------------------------------------------------------------------------------
@@ -180,12 +181,9 @@ def generic(view: NodeView, record: dict) -> list:
 
 # The same blocks as HTML, for the sections written into the page as they are (failing
 # nodes, so that they read without JavaScript); script.py draws the rest identically.
-WORD = {"passed": "passed", "failure": "failed", "error": "error", "skipped": "skipped",
-        "": "not run"}
-
-
 def _cls(outcome: str) -> str:
-    return {"passed": "pass", "skipped": "skip", "": "skip"}.get(outcome, "fail")
+    o = Outcome(outcome)
+    return "fail" if o.bad else "pass" if o == Outcome.PASSED else "skip"
 
 
 def _cell(c) -> str:
@@ -240,11 +238,12 @@ def section_html(d: dict) -> str:
         head.append(f" <a href='nodes/{escape(d['n'])}/'>evidence folder</a>")
     head.append(" <a class='up' href='#grid'>back to the grid</a></h3>")
     rows = "".join(f"<tr><td><a href='#{sid}-{escape(c)}'>{escape(c)}</a></td><td class="
-                   f"'{_cls(o)}'>{WORD.get(o, escape(o))}</td><td class='msg'>{escape(m)}</td></tr>"
+                   f"'{_cls(o)}'>{escape(Outcome(o).word)}</td><td class='msg'>{escape(m)}</td>"
+                   "</tr>"
                    for c, o, m in d["v"])
     trend = "".join(map(block_html, d["t"]))
     parts = "".join(f"<div class='chk' id='{sid}-{escape(c)}'><h4>{escape(c)} <span class="
-                    f"'{_cls(o)}'>{WORD.get(o, escape(o))}</span></h4>"
+                    f"'{_cls(o)}'>{escape(Outcome(o).word)}</span></h4>"
                     f"{''.join(map(block_html, blocks))}</div>" for c, o, blocks in d["p"])
     return (f"{''.join(head)}<table class='verdicts'><tbody>{rows}</tbody></table>"
             + (f"<div class='trend'>{trend}</div>" if trend else "")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from burnin.figures import Figure
+from burnin.figures import Figure, measure
 from burnin.metrics import BASE_UNITS, UUID_LABEL
 from burnin.summary.charts import fmt
 from burnin.summary.model import natural_key, safe_figures
@@ -23,8 +23,6 @@ RUNS = 6              # this run and up to five before it
 THRESHOLD = 0.1       # burnin compare's default
 MAX_MOVERS = 30       # rows of the fleet's "moved" table
 STAMP = re.compile(r"^(\d{8}T\d{6}Z)")
-UNITS = {"device_tflops": "TFLOPS", "gpu_temperature_max_celsius": "°C",
-         "storage_gbps": "GB/s", "allreduce_busbw_gbps": "GB/s"}
 
 Key = tuple[str, tuple]          # (metric, labels) of a Figure
 
@@ -175,12 +173,10 @@ def load(run_dir: Path, cluster: str, current: dict[str, list[Figure]]) -> Trend
 
 def figure_name(key: Key) -> str:
     metric, labels = key
-    lab = dict(labels)
-    what = {"device_tflops": f"{lab.get('check', '')} TFLOPS {lab.get('device', '')}",
-            "gpu_temperature_max_celsius": f"hottest °C {lab.get('device', '')}",
-            "storage_gbps": f"storage {lab.get('phase', '')} stream {lab.get('stream', '')}",
-            "allreduce_busbw_gbps": f"busbw {lab.get('scope', '')}"}.get(metric)
-    return what or f"{metric} " + " ".join(f"{k}={v}" for k, v in labels)
+    m = measure(metric)
+    if m is not None:
+        return m.label_of(labels)
+    return f"{metric} " + " ".join(f"{k}={v}" for k, v in labels)
 
 
 def summary_line(trend: Trend | None, nodes: list[str]) -> str:
@@ -215,27 +211,28 @@ def movers(trend: Trend | None, nodes: list[str]) -> str:
             f"<th>this run</th><th>change</th></tr></thead><tbody>{body}</tbody></table>{more}")
 
 
-def family(key: Key) -> str:
+def family(key: Key) -> tuple[str, str]:
+    """(the family a figure folds into on a node's trend, its worst end: low or high)."""
     metric, labels = key
-    lab = dict(labels)
-    return {"device_tflops": f"{lab.get('check', '')} TFLOPS, slowest device",
-            "gpu_temperature_max_celsius": "hottest GPU °C",
-            "storage_gbps": f"storage {lab.get('phase', '')} GB/s, slowest stream",
-            "allreduce_busbw_gbps": f"busbw {lab.get('scope', '')} GB/s"}.get(metric, metric)
+    m = measure(metric)
+    return (m.family_of(labels), m.worst) if m is not None else (metric, "low")
 
 
 def families(values: dict[Key, list[float | None]]) -> dict[str, list[float | None]]:
     """A node's figures folded per family (burn TFLOPS, hottest °C, storage read, ...):
     per run the worst device's value, the slowest or the hottest."""
     out: dict[str, list[list[float]]] = {}
+    worst: dict[str, str] = {}
     runs = len(next(iter(values.values()), []))
     for key, series in values.items():
-        per_run = out.setdefault(family(key), [[] for _ in range(runs)])
+        name, end = family(key)
+        worst[name] = end
+        per_run = out.setdefault(name, [[] for _ in range(runs)])
         for i, v in enumerate(series):
             if v is not None:
                 per_run[i].append(v)
-    pick = {True: max, False: min}
-    return {name: [pick["°C" in name](vs) if vs else None for vs in per_run]
+    pick = {"high": max, "low": min}
+    return {name: [pick[worst[name]](vs) if vs else None for vs in per_run]
             for name, per_run in sorted(out.items())}
 
 
@@ -245,7 +242,7 @@ def node_trend(view) -> list:
     if trend is None or view.node not in trend.values:
         return []
     moved = trend.moved(view.node)
-    hot = {family(k) for k, *_ in moved}  # families with a moved figure: their point red
+    hot = {family(k)[0] for k, *_ in moved}  # families with a moved figure: their point red
     sparks = [[name, [None if v is None else float(fmt(v).replace("\u2009", "")) for v in series],
                int(name in hot)] for name, series in families(trend.values[view.node]).items()]
     out: list = [["note", f"Over the last {len(trend.runs)} runs of this cluster, oldest first "

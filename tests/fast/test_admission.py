@@ -118,14 +118,15 @@ def test_the_inventorys_admission_require_recorded_in_the_report_wins(tmp_path):
 # --- reading a report -------------------------------------------------------------
 
 def test_read_junit_keeps_every_testcase_and_its_outcome(tmp_path):
+    """Each <failure>, <error> and <skipped> element read as its Outcome (burnin/outcome.py)."""
     r = report(tmp_path,
                suite("n1", ok("health"), bad("sdc", "failure", "GPU 3 wrong"),
                      bad("burn", "error", None, "  a traceback\n "),
                      bad("storage", "skipped", "  busy  "), bad("pcie", "failure", "")),
                suite("n2", ok("health")))
-    assert r.cases == {"n1": [("health", "passed", ""), ("sdc", "failure", "GPU 3 wrong"),
+    assert r.cases == {"n1": [("health", "passed", ""), ("sdc", "failed", "GPU 3 wrong"),
                               ("burn", "error", "a traceback"), ("storage", "skipped", "busy"),
-                              ("pcie", "failure", "")],
+                              ("pcie", "failed", "")],
                        "n2": [("health", "passed", "")]}
     assert r.properties["n1"] == PROPS and r.properties["n2"] == PROPS
 
@@ -155,7 +156,7 @@ def test_a_property_without_a_value_is_empty(tmp_path):
 def test_duplicate_testsuites_of_a_node_add_up(tmp_path):
     r = report(tmp_path, suite("n1", ok("health")), suite("n1", bad("health", "failure")),
                suite("n2", ok("health"), gpus="4"))
-    assert r.cases["n1"] == [("health", "passed", ""), ("health", "failure", "why")]
+    assert r.cases["n1"] == [("health", "passed", ""), ("health", "failed", "why")]
     assert r.properties["n1"] == PROPS, "the first testsuite's properties"
 
 

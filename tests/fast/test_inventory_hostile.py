@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from burnin.checks import CHECKS, Kind
 from burnin.inventory import InventoryError, load_inventory
 
 
@@ -26,3 +27,25 @@ def test_a_hostile_inventory_is_an_inventory_error(tmp_path, text, error):
     with pytest.raises(InventoryError) as e:
         load_inventory(path)
     assert str(e.value).startswith(f"{tmp_path}/{error}"), str(e.value)
+
+
+OWN_KINDS = [(check.name, key, s.kind.expected) for check in CHECKS.values()
+             for key, s in check.settings.items() if isinstance(s.kind, Kind)]
+
+
+def test_the_checks_declare_their_own_kinds():
+    assert {(c, k) for c, k, _ in OWN_KINDS} >= {
+        ("health", "compute_mode"), ("health", "kernel_log"), ("dcgm", "level"),
+        ("sdc", "dtype"), ("burn", "verify_every"), ("storage", "verify")}
+
+
+@pytest.mark.parametrize(("check", "key", "expected"), OWN_KINDS)
+def test_a_checks_own_kind_refuses_a_bad_value(tmp_path, check, key, expected):
+    """A kind a check declares (Setting(Kind(...))) is what the inventory checks: a value
+    outside it stops the run with the line, the key and what the check expects."""
+    path = tmp_path / "inv.yaml"
+    path.write_text("version: 1\ncluster: c\nnodes:\n  - name: n1\n"
+                    f"checks:\n  {check}:\n    {key}: -1\n")
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    assert f"expected {expected}, got" in str(info.value) and key in str(info.value)

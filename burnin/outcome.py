@@ -1,0 +1,44 @@
+"""A check's outcome on a node: the one vocabulary of junit.xml, metrics.prom,
+summary.html, admission and the gate. Each output prints its own word from here: JUnit's
+element (<failure>, <error>, <skipped>), metrics.prom's `outcome` label, the page's."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Outcome(str, Enum):
+    PASSED = "passed"
+    FAILED = "failed"        # the judge failed the node (JUnit: <failure>)
+    ERROR = "error"          # its test could not run to a verdict (JUnit: <error>)
+    SKIPPED = "skipped"      # not judged: another run holds the node, or in quarantine
+    NOT_RUN = ""             # no testcase for it (the page's "not run")
+
+    def __str__(self) -> str:  # the word itself, in f-strings and joins alike
+        return self.value
+
+    @property
+    def junit(self) -> str | None:
+        """The JUnit element that marks it: failure, error, skipped; None for passed."""
+        return JUNIT.get(self)
+
+    @property
+    def word(self) -> str:
+        """How people read it: the value, and 'not run' for a check that did not run."""
+        return self.value or "not run"
+
+    @property
+    def bad(self) -> bool:
+        """Failed or errored: the node's own failure, which quarantine and evidence follow."""
+        return self in (Outcome.FAILED, Outcome.ERROR)
+
+    @classmethod
+    def of_junit(cls, tag: str) -> Outcome:
+        """The outcome a JUnit testcase's element (or its absence: '') marks."""
+        return {v: k for k, v in JUNIT.items()}.get(tag, cls.PASSED)
+
+
+JUNIT = {Outcome.FAILED: "failure", Outcome.ERROR: "error", Outcome.SKIPPED: "skipped"}
+JUNIT_TAGS = tuple(JUNIT.values())
+# What a testcase can say, in order: metrics.prom's one-hot burnin_check_outcome.
+RESULTS = (Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
