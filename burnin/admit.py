@@ -115,11 +115,13 @@ def _trusted(path: Path, node: str, props: dict[str, str]) -> None:
 def decide(report: Report, required: list[str] | None = None,
            inventory_nodes: list[str] | None = None,
            inventory_require: list[str] | None = None,
-           quarantined: dict[str, str] | None = None) -> list[Decision]:
+           quarantined: dict[str, str] | None = None,
+           min_speed: float | None = None) -> list[Decision]:
     """One decision per node of the report (and of the inventory, when given). Required:
     `required` when given (--require), else the inventory's admission.require, else what
     the report says applies to each node (Report.required). A node in `quarantined`
-    ({node: why}, from the ledger) is refused whatever the report says of it."""
+    ({node: why}, from the ledger) is refused whatever the report says of it; with
+    `min_speed`, so is one slower than that against its fleet, or of unknown speed."""
     nodes = report.cases
     names = list(nodes)
     if inventory_nodes is not None:
@@ -135,6 +137,8 @@ def decide(report: Report, required: list[str] | None = None,
         reasons = []
         if quarantined and name in quarantined:
             reasons.append(f"in quarantine: {quarantined[name]}")
+        if min_speed is not None:
+            reasons += too_slow(report.properties.get(name, {}), min_speed)
         checks = required or inventory_require or report.required(name)
         for check in checks:
             found = [(o, m) for c, o, m in nodes[name] if c == check]
@@ -149,6 +153,21 @@ def decide(report: Report, required: list[str] | None = None,
                                (f": {message[:300]}" if message else ""))
         decisions.append(Decision(name, not reasons, tuple(reasons)))
     return decisions
+
+
+def too_slow(props: dict[str, str], min_speed: float) -> list[str]:
+    """--min-speed: why a node's relative speed (junit.xml's `relative_speed`, burnin/
+    goodput.py) keeps it out: below the bound, or not stated (fail closed: a report of a
+    run without a speed-bearing check says nothing of the node's speed)."""
+    try:
+        speed = float(props.get("relative_speed", ""))
+    except ValueError:
+        return [f"relative speed: not in the report, which --min-speed {min_speed:g} needs "
+                "(no check that measures a speed ran on the node)"]
+    if not speed >= min_speed:  # NaN is no speed either
+        return [f"relative speed {speed:.3f}, below --min-speed {min_speed:g} (set by "
+                f"{props.get('speed_set_by', '?')})"]
+    return []
 
 
 def write_admitted(path: Path, decisions: list[Decision]) -> None:

@@ -117,7 +117,8 @@ def _admit(args) -> int:
         print(f"burnin admit: cannot read the quarantine ledger: {e}; no node is admitted",
               file=sys.stderr)
         return 2
-    decisions = decide(report, required, inventory_nodes, inventory_require, quarantined)
+    decisions = decide(report, required, inventory_nodes, inventory_require, quarantined,
+                       args.min_speed)
     admitted = [d.node for d in decisions if d.admitted]
     rejected = {d.node: list(d.reasons) for d in decisions if not d.admitted}
     out_file = Path(args.admitted_file) if args.admitted_file else path.parent / "admitted.txt"
@@ -238,6 +239,16 @@ def _rejudge(args) -> int:
     return 1 if changes else 0
 
 
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a relative speed above 0, at most 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="burnin", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -263,6 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="checks every node must pass (default: every check of the suite "
                             "that applies to the node, or the inventory's admission.require)")
     admit.add_argument("--json", action="store_true", help="machine-readable output")
+    admit.add_argument("--min-speed", type=_speed, metavar="S",
+                       help="also reject nodes slower than S (0 to 1) against their fleet "
+                            "(junit.xml's relative_speed; off by default)")
     admit.add_argument("--admitted-file", metavar="PATH",
                        help="where to write the admitted nodes (default: beside the report)")
     admit.set_defaults(func=_admit)

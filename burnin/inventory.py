@@ -60,6 +60,7 @@ KINDS = {
     "gpus": (lambda v: v == "auto" or (_is_int(v) and v >= 0), "an integer >= 0, or auto"),
     "gpu_model": (lambda v: _is_str(v), "a model name"),  # checked against the models below
     "device_count": (lambda v: _is_int(v) and 1 <= v <= 64, "an integer from 1 to 64"),
+    "job_nodes": (lambda v: _is_int(v) and v >= 1, "an integer >= 1 (nodes in a job)"),
     "hca_count": (lambda v: _is_int(v) and 0 <= v <= 256, "an integer from 0 to 256"),
     "str_list": (lambda v: isinstance(v, list) and all(_is_str(x) for x in v),
                  "a list of strings"),
@@ -91,10 +92,11 @@ NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "map
 QUARANTINE_KEYS = {"ledger": "str", "actions": "actions", "release_after": "release_after",
                    "command": "str_list"}
 ADMISSION_KEYS = {"require": "check_list"}
+GOODPUT_KEYS = {"job_nodes": "job_nodes"}
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
-            "gpu_models": "mapping"}
+            "gpu_models": "mapping", "goodput": "mapping"}
 # A node's name becomes a file name in reports and a Slurm argument: hostname characters.
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
@@ -203,11 +205,14 @@ def load_inventory(path: str | Path) -> Inventory:
     if "admission" in top and c.mapping(top["admission"], "admission",
                                         doc.key_lines["admission"]):
         require = c.keys(top["admission"], ADMISSION_KEYS, "admission").get("require")
+    job_nodes = None
+    if "goodput" in top and c.mapping(top["goodput"], "goodput", doc.key_lines["goodput"]):
+        job_nodes = c.keys(top["goodput"], GOODPUT_KEYS, "goodput").get("job_nodes")
     if c.errors:
         raise InventoryError(c.errors)
     return Inventory(path=shown, cluster=top.get("cluster", path.stem), nodes=tuple(nodes),
                      checks=checks, quarantine=quarantine, gpu_models=models,
-                     require=tuple(require) if require else None)
+                     require=tuple(require) if require else None, job_nodes=job_nodes)
 
 
 def _gpu_models(c: _Checker, doc: Mapping, top: dict) -> dict:

@@ -77,7 +77,8 @@ def _uuids(record: dict) -> dict[str, str]:
 
 def render(cluster: str, run_id: str, finished: float,
            verdicts: dict[str, dict[str, tuple[str, str]]], records: list[dict],
-           quarantined: dict[str, bool] | None = None) -> str:
+           quarantined: dict[str, bool] | None = None,
+           speeds: dict[str, tuple[float, str]] | None = None) -> str:
     """The text of metrics.prom. `verdicts`: {node: {check: (junit outcome, message)}};
     `quarantined`: {node: in the ledger at the end of the run}, None when not known
     (`burnin report` renders a past run again)."""
@@ -120,6 +121,13 @@ def render(cluster: str, run_id: str, finished: float,
                                 )[1].setdefault(series, f"{series} {f.value * factor:.12g}")
     for name, (help_text, samples) in sorted(families.items()):
         lines += _family(f"burnin_{name}", help_text, list(samples.values()))
+    if speeds:  # {node: (relative speed, the check that sets it)}, from junit.xml
+        lines += _family(
+            "burnin_node_relative_speed", "The node's slowest speed-bearing figure (TFLOPS, "
+            "busbw, storage or PCIe GB/s) over the fleet's median of it: a synchronous job of "
+            "N nodes that takes the node in loses N x (1 - this) node-hours an hour.",
+            [f"burnin_node_relative_speed{_labels([c, ('node', n), ('check', check)])} "
+             f"{speed:.6g}" for n, (speed, check) in sorted(speeds.items())])
     return "\n".join(lines) + "\n"
 
 

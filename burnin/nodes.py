@@ -83,6 +83,7 @@ class Inventory:
     quarantine: QuarantineSettings
     gpu_models: dict[str, GpuModel] = field(default_factory=dict)
     require: tuple[str, ...] | None = None  # admission.require; None: every check that applies
+    job_nodes: int | None = None  # goodput.job_nodes: the job size nodes are priced for
     version: int = 1
 
     def node(self, name: str) -> Node:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from burnin import __version__
+from burnin import __version__, goodput
 from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES, applicable
 from burnin.files import write_atomically
 from burnin.gate import GateReport, settle, split_by_quarantine
@@ -77,6 +77,8 @@ class BurninState:
         self.ledger: Ledger | None = None
         self.held: list[Node] = []  # left out of this run: in quarantine
         self.gate: GateReport | None = None
+        self.speeds: dict[str, goodput.Speed] = {}  # nodes' relative speeds (goodput.py)
+        self.job_nodes = 0
         self.requested: set[str] = set()  # the checks this session was asked to run
         self.report_problems: list[str] = []  # parts of the report that could not be made
         self.failure_listing_cut = 0  # failed tests whose pytest listing was left out
@@ -278,6 +280,10 @@ class BurninState:
         if interrupted or self.fault:
             self._write_incomplete(run, session, interrupted)
             return
+        try:  # what admitting each node costs a job: its properties in junit.xml
+            self.speeds, self.job_nodes = goodput.of_run(run)
+        except Exception as e:  # a part of the report, not a verdict: the run goes on
+            self.report_problems.append(f"relative speeds not computed: {e}")
         pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
         write_atomically(pending, self._junit(run, self._report_properties(
             run, session.exitstatus)), durable=True)
@@ -340,12 +346,13 @@ class BurninState:
                 "exit_status": str(int(status)),
                 "requested_checks": ",".join(c for c in CHECKS if c in requested)}
 
-    @staticmethod
-    def _node_properties(run: Run, node: Node) -> dict[str, str]:
+    def _node_properties(self, run: Run, node: Node) -> dict[str, str]:
         gpus, equipped = run.known_gpus(node), run.known_equipped(node)
+        speed = self.speeds.get(node.name)
         return {"gpus": "unknown" if gpus is None else str(gpus),
                 "equipped_checks": "unknown" if equipped is None else ",".join(sorted(equipped)),
-                "applicable_checks": ",".join(applicable(gpus, len(run.nodes), equipped))}
+                "applicable_checks": ",".join(applicable(gpus, len(run.nodes), equipped)),
+                **(speed.properties(self.job_nodes) if speed else {})}
 
     def _bound_failure_listing(self) -> None:
         """pytest's FAILURES section pairs each failure with every report (quadratic: some

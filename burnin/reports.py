@@ -193,8 +193,12 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     info = {n.name: summary.NodeInfo(n.name, n.address, dict(n.labels)) for n in nodes or ()}
     unreadable: set[int] = set()
 
+    speeds: dict[str, tuple[float, str]] = {}
+    attempt("the relative speeds", lambda: speeds.update(junit_speeds(run_dir / "junit.xml")))
+
     def draw() -> None:
         report = summary.build(cluster, run_id, verdicts, records, floors, info, bundles)
+        report.speeds = speeds
         unreadable.update(report.unreadable)
         report.problems += problems
         try:
@@ -209,8 +213,24 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     readable = [r for r in records if id(r) not in unreadable]
     attempt("metrics.prom", lambda: metrics.write(
         run_dir / "metrics.prom", metrics.render(cluster, run_id, time.time(), verdicts,
-                                                 readable, quarantined)))
+                                                 readable, quarantined, speeds)))
     return problems
+
+
+def junit_speeds(path: Path) -> dict[str, tuple[float, str]]:
+    """{node: (relative speed, the check that sets it)} as junit.xml states them (burnin/
+    goodput.py); none for a report without them."""
+    from burnin.admit import read_junit
+    if not path.exists():
+        return {}
+    out = {}
+    for node, props in read_junit(path, strict=False).properties.items():
+        try:
+            speed = float(props.get("relative_speed", ""))
+        except ValueError:
+            continue
+        out[node] = (speed, props.get("speed_set_by", "").split(":")[0])
+    return out
 
 
 def html_fallback(cluster: str, run_id: str, verdicts: dict, problems: list[str]) -> str:

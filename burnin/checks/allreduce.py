@@ -184,7 +184,8 @@ SETTINGS = {
 }
 
 # Shared with the inter-node all-reduce: the label `scope` (intra, inter) tells them apart.
-BUSBW = Measure("allreduce_busbw_gbps", "GB/s", "busbw {scope} GB/s", "busbw {scope}")
+BUSBW = Measure("allreduce_busbw_gbps", "GB/s", "busbw {scope} GB/s", "busbw {scope}",
+                speed=True)
 CHECK = Check(name="allreduce", doc="GPUs inside a node talk at full speed", judge=judge,
               schema=SCHEMA, summarize=intra_summary, figures=figures, settings=SETTINGS,
               page="burnin.summary.checks:allreduce", page_order=60, measures=(BUSBW,),

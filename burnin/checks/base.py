@@ -145,6 +145,9 @@ class Measure:
     per_model: bool = False         # one fleet chart per device model
     zero: bool = True               # the chart's axis includes 0 (off for temperatures)
     span: float = 0.0               # the least range the chart's axis shows
+    # A speed a synchronous job runs at (TFLOPS, GB/s): the node's relative speed, and
+    # its goodput price, is its slowest such figure against the fleet (burnin/goodput.py).
+    speed: bool = False
 
     def __post_init__(self):
         if self.worst not in ("low", "high"):
@@ -163,10 +166,11 @@ class Measure:
         return self.chart.format_map(_Labels(labels))
 
 
-def device_tflops(chart: str) -> Measure:
+def device_tflops(chart: str, speed: bool = False) -> Measure:
     """A GEMM's speed per device (sdc, burn: the `check` label tells them apart)."""
     return Measure("device_tflops", "TFLOPS", "{check} TFLOPS, slowest device",
-                   "{check} TFLOPS {device}", chart=chart, key="{check}", per_model=True)
+                   "{check} TFLOPS {device}", chart=chart, key="{check}", per_model=True,
+                   speed=speed)
 
 
 @dataclass(frozen=True)

@@ -311,7 +311,7 @@ def evidence(record: dict) -> dict[str, object]:
     return {"telemetry.json": series}
 
 
-TFLOPS = device_tflops("burn: sustained TFLOPS per device")
+TFLOPS = device_tflops("burn: sustained TFLOPS per device", speed=True)
 HOTTEST = Measure("gpu_temperature_max_celsius", "°C", "hottest GPU °C", "hottest °C {device}",
                   worst="high", chart="burn: hottest temperature per GPU", key="temp",
                   per_model=True, zero=False, span=20)

@@ -17,6 +17,7 @@ from burnin.checks.base import (
     Figure,
     Fleet,
     Judging,
+    Measure,
     Setting,
     count_problem,
     node_spread,
@@ -221,8 +222,10 @@ AGGREGATE = Obj(required=("gbps", "gpus"), bytes=COUNT, seconds=Num(0),
 SCHEMA = document(DEVICE, Obj(aggregate=Obj(h2d=AGGREGATE, d2h=AGGREGATE, null=True),
                               gpus=COUNT, applies=Bool()))
 
+COPY_GBPS = Measure("pcie_gbps", "GB/s", "PCIe {direction} GB/s {mode}, slowest GPU",
+                    "PCIe {direction} {mode} {device}", speed=True)
 CHECK = Check(
-    name="pcie", page_order=40,
+    name="pcie", page_order=40, measures=(COPY_GBPS,),
     doc="every GPU can be fed from the host", judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, evidence=evidence, gpu_only=True, settings={
         "timeout_s": timeout(300, 600, 900),

@@ -90,7 +90,7 @@ SCHEMA = document(DEVICE, Obj(path=Str(4096), gpus=Int(0, 1024), streams=Int(0, 
 
 STORAGE_GBPS = Measure("storage_gbps", "GB/s", "storage {phase} GB/s, slowest stream",
                        "storage {phase} stream {stream}", key="storage {phase}",
-                       chart="storage: {phase} GB/s per stream (one per GPU)")
+                       chart="storage: {phase} GB/s per stream (one per GPU)", speed=True)
 CHECK = Check(
     name="storage", page="burnin.summary.checks:storage", page_order=50, measures=(STORAGE_GBPS,),
     doc="every GPU can be fed", judge=judge, schema=SCHEMA, figures=figures,

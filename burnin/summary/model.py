@@ -45,6 +45,7 @@ class PageRun:
     checked: dict[str, list[tuple[str, Figure]]] = field(default_factory=dict)  # (check, fig)
     problems: list[str] = field(default_factory=list)
     unreadable: set[int] = field(default_factory=set)  # id() of records with junk figures
+    speeds: dict[str, tuple[float, str]] = field(default_factory=dict)  # junit.xml's
 
     @cached_property
     def checks(self) -> list[str]:

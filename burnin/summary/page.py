@@ -155,6 +155,12 @@ def _packed(element_id: str, value) -> str:
             f"{base64.b85encode(blob).decode().translate(HTML_SAFE)}</script>")
 
 
+def _speed_cell(speed: tuple[float, str] | None) -> str:
+    if speed is None:
+        return "<td></td>"
+    return f"<td class=r title='set by {escape(speed[1])}'>{speed[0]:.3f}</td>"
+
+
 def _table(report: PageRun, nodes: list[str]) -> str:
     checks = report.checks
     key = group_key(report.nodes)
@@ -177,11 +183,16 @@ def _table(report: PageRun, nodes: list[str]) -> str:
                     + (f"<td class=dim>{escape(report.info(n).labels.get(key, ''))}</td>"
                        if key else "")
                     + cells + message
+                    + (_speed_cell(report.speeds.get(n)) if report.speeds else "")
                     + (f"<td class=r>{moved or ''}</td>" if report.trend else "")
                     + f"<td>{link}</td></tr>")
     head = ("<th>node</th>" + (f"<th>{escape(key)}</th>" if key else "")
             + "".join(f"<th title='{escape(c)}'>{escape(c)}</th>" for c in checks)
-            + "<th>failing figure</th>" + ("<th>moved</th>" if report.trend else "")
+            + "<th>failing figure</th>"
+            + ("<th title='slowest speed-bearing figure over the fleet median: what a "
+               "synchronous job would run at with this node'>speed</th>"
+               if report.speeds else "")
+            + ("<th>moved</th>" if report.trend else "")
             + "<th>evidence</th>")
     folded = len(nodes) > TABLE_OPEN
     words = ", ".join(f"{m} {o.word}" for o, (_, m) in MARK.items())

@@ -1,0 +1,86 @@
+"""Goodput (burnin/goodput.py): a node's relative speed is its slowest speed-bearing
+figure over the fleet's median of it, and its price for a job of N nodes is
+N x (1 - speed); `burnin admit --min-speed` keeps out what is slower, or unknown."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from burnin.admit import Report, decide, too_slow
+from burnin.checks import Figure
+from burnin.goodput import Speed, break_even, speeds
+from burnin.outcome import Outcome
+
+
+def tflops(device: str, value: float) -> tuple[str, Figure]:
+    return ("burn", Figure("device_tflops", (("check", "burn"), ("device", device)), value, ""))
+
+
+def stream(n: int, phase: str, value: float) -> tuple[str, Figure]:
+    return ("storage", Figure("storage_gbps", (("stream", str(n)), ("phase", phase)), value, ""))
+
+
+def test_the_slowest_speed_bearing_figure_against_the_fleets_median_sets_the_speed():
+    figs = {"n1": [tflops("cuda:0", 700.0), tflops("cuda:1", 690.0), stream(0, "read", 4.0)],
+            "n2": [tflops("cuda:0", 700.0), tflops("cuda:1", 710.0), stream(0, "read", 2.0)],
+            "n3": [tflops("cuda:0", 630.0), tflops("cuda:1", 700.0), stream(0, "read", 4.0)],
+            # a temperature is no speed, and a sdc TFLOPS is not burn's
+            "n4": [("burn", Figure("gpu_temperature_max_celsius", (("device", "cuda:0"),),
+                                   90.0, "")),
+                   ("sdc", Figure("device_tflops", (("check", "sdc"), ("device", "cuda:0")),
+                                  1.0, ""))]}
+    got = speeds(figs)
+    assert set(got) == {"n1", "n2", "n3"}
+    # node medians 695, 705, 665: the fleet's 695; n3's slowest device 630
+    assert got["n3"] == Speed(pytest.approx(630 / 695), "burn", "burn TFLOPS cuda:0", 630.0,
+                              695.0)
+    # n2's storage stream at half the median is slower than any of its TFLOPS
+    assert got["n2"].check == "storage" and got["n2"].speed == pytest.approx(0.5)
+    assert got["n2"].figure == "storage read stream 0"
+    assert got["n1"].speed == pytest.approx(690 / 695)
+
+
+def test_nodes_are_compared_with_their_own_model_only():
+    figs = {"a1": [tflops("cuda:0", 300.0)], "a2": [tflops("cuda:0", 300.0)],
+            "h1": [tflops("cuda:0", 700.0)], "h2": [tflops("cuda:0", 630.0)]}
+    got = speeds(figs, {"a1": "A100", "a2": "A100", "h1": "H100", "h2": "H100"})
+    assert got["a1"].speed == 1.0 and got["a2"].speed == 1.0
+    assert got["h2"].speed == pytest.approx(630 / 665)
+
+
+def test_figures_that_are_no_speed_set_none():
+    figs = {"n1": [tflops("cuda:0", math.nan)], "n2": [tflops("cuda:0", math.inf)],
+            "n3": [tflops("cuda:0", -1.0)], "n4": [tflops("cuda:0", 0.0)]}
+    assert speeds(figs) == {}  # the only real figure, 0, is no median to divide by
+
+
+def test_the_price_of_a_node_for_a_job_and_where_it_pays_for_itself():
+    s = Speed(0.97, "burn", "burn TFLOPS cuda:3", 679.0, 700.0)
+    assert s.cost(64) == pytest.approx(64 * 0.03)  # 1.92 node-hours per job-hour
+    assert break_even(64) == pytest.approx(1 - 1 / 64)
+    assert not s.pays(64) and s.pays(16)  # 0.97 < 0.984; 0.97 > 0.9375
+    assert Speed(1.02, "burn", "x", 1.0, 1.0).cost(8) == 0.0
+    props = s.properties(64)
+    assert props["relative_speed"] == "0.9700" and props["goodput_job_nodes"] == "64"
+    assert props["goodput_cost_node_hours_per_hour"] == "1.9200"
+    assert props["goodput_pays_for_itself"] == "false"
+    assert props["speed_set_by"] == "burn: burn TFLOPS cuda:3 679 against the fleet's median 700"
+
+
+def test_min_speed_keeps_out_a_slower_node_and_one_of_unknown_speed():
+    report = Report(cases={n: [("health", Outcome.PASSED, "")] for n in ("fast", "slow", "none",
+                                                                         "nan")},
+                    properties={"fast": {"relative_speed": "0.9900"},
+                                "slow": {"relative_speed": "0.9500",
+                                         "speed_set_by": "burn: burn TFLOPS cuda:3 ..."},
+                                "none": {}, "nan": {"relative_speed": "nan"}})
+    decisions = {d.node: d for d in decide(report, ["health"], min_speed=0.97)}
+    assert decisions["fast"].admitted
+    assert decisions["slow"].reasons == (
+        "relative speed 0.950, below --min-speed 0.97 (set by burn: burn TFLOPS cuda:3 ...)",)
+    assert not decisions["none"].admitted and "not in the report" in decisions["none"].reasons[0]
+    assert not decisions["nan"].admitted
+    assert all(d.admitted for d in decide(report, ["health"]))  # off by default
+    assert too_slow({"relative_speed": "0.97"}, 0.97) == []  # the bound itself passes

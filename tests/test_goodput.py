@@ -1,0 +1,77 @@
+"""A node slower than its peers is priced for a synchronous job, end to end: junit.xml's
+properties, metrics.prom, summary.html's verdict table, `burnin admit --min-speed` and
+`burnin rejudge`. The nodes replay the real probes' recorded documents (tests/replay.py);
+n3's burn document is slowed to 0.92 of its peers' below the controller."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+
+from replay import replay_python
+from suiterun import run_suite, script
+
+SLOW = 0.92
+FILTER = """import json, sys
+doc = json.loads(sys.stdin.read())
+if doc.get("probe") == "burn":
+    for d in doc["devices"]:
+        d["tflops"] *= {slow}
+print(json.dumps(doc))
+"""
+
+
+def burnin(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_slower_node_is_priced_for_a_job_and_min_speed_keeps_it_out(pytester):
+    replay = replay_python(pytester.path / "replay")
+    filt = pytester.path / "slow.py"
+    filt.write_text(FILTER.format(slow=SLOW))
+    script(pytester.path / "py3", f"{replay} \"$@\" | {sys.executable} {filt}\n")
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(textwrap.dedent(f"""\
+        version: 1
+        defaults: {{transport: local, gpus: 0, python: {replay}}}
+        nodes:
+          - name: n[1-2]
+          - name: n3
+            python: {pytester.path / 'py3'}
+        quarantine:
+          ledger: {pytester.path / 'ledger.db'}
+        goodput: {{job_nodes: 64}}
+        """))
+    result, reports = run_suite(pytester, inv, "-k", "health or burn")
+    result.assert_outcomes(passed=6)  # 0.92 is no straggler under peer_fraction 0.9
+    run_dir = (reports / "latest").resolve()
+    props = {s.get("name"): {p.get("name"): p.get("value") for p in s.iter("property")}
+             for s in ET.parse(run_dir / "junit.xml").getroot().iter("testsuite")}
+    assert props["n1"]["relative_speed"] == "1.0000"
+    assert float(props["n3"]["relative_speed"]) == SLOW
+    assert props["n3"]["speed_set_by"].startswith("burn: burn TFLOPS cpu")
+    assert props["n3"]["goodput_job_nodes"] == "64"
+    assert float(props["n3"]["goodput_cost_node_hours_per_hour"]) == round(64 * (1 - SLOW), 4)
+    assert props["n3"]["goodput_pays_for_itself"] == "false"  # 0.92 < 1 - 1/64
+
+    prom = (run_dir / "metrics.prom").read_text()
+    assert f'burnin_node_relative_speed{{cluster="inv",node="n3",check="burn"}} {SLOW:g}' \
+        in prom, [ln for ln in prom.splitlines() if "relative_speed" in ln]
+    page = (run_dir / "summary.html").read_text()
+    assert f"<td class=r title='set by burn'>{SLOW:.3f}</td>" in page
+
+    slow = burnin("admit", str(run_dir / "junit.xml"), "--require", "health,burn",
+                  "--min-speed", "0.95")
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    assert "admitted (2): n1, n2" in slow.stdout
+    assert f"n3: relative speed {SLOW:.3f}, below --min-speed 0.95" in slow.stdout
+    off = burnin("admit", str(run_dir / "junit.xml"), "--require", "health,burn")
+    assert off.returncode == 0, off.stdout
+    bad = burnin("admit", str(run_dir / "junit.xml"), "--min-speed", "1.5")
+    assert bad.returncode == 2 and "a relative speed above 0, at most 1" in bad.stderr
+
+    again = burnin("rejudge", str(run_dir))
+    assert again.returncode == 0, again.stdout + again.stderr
