@@ -15,6 +15,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from burnin import environment, yamlsource
 from burnin.checks import CHECKS
 from burnin.checks.drift import COMPUTE_MODES
+from burnin.ledger_backends import LedgerUrlError, parse_location
 from burnin.nodes import (
     Inventory,
     Node,
@@ -98,7 +99,7 @@ DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gp
                 **{k: k for k in NESTED}}
 NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
              **DEFAULT_KEYS}
-QUARANTINE_KEYS = {"ledger": "str", "actions": "actions", "release_after": "release_after",
+QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "release_after",
                    "command": "str_list"}
 ADMISSION_KEYS = {"require": "check_list"}
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
@@ -139,6 +140,14 @@ class _Checker:
                     good[key] = self.keys(value, NESTED[kind], path)
             elif kind in ("mapping", "list"):
                 good[key] = value
+            elif kind == "ledger":  # its own message, which never repeats a password
+                try:
+                    if not isinstance(value, str):
+                        raise LedgerUrlError(f"expected a path or a URL, got {_describe(value)}")
+                    parse_location(value)
+                    good[key] = value
+                except LedgerUrlError as e:
+                    self.error(line, path, str(e))
             elif kind == "env":
                 if self.mapping(value, path, line):
                     good[key] = self.env(value, path)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from burnin.ledger import BUSY_TIMEOUT_S, Entry, Ledger, LedgerLost, ledger_path
+from burnin.ledger import BUSY_TIMEOUT_S, Entry, Ledger, LedgerError, LedgerLost, ledger_path
 
 
 @pytest.fixture
@@ -105,8 +105,8 @@ def test_a_ledger_from_before_by_hand_is_migrated_and_keeps_its_entries(tmp_path
 @pytest.fixture
 def locked(monkeypatch):
     """locked(path): another writer holds the ledger's write lock, and nobody waits."""
-    import burnin.ledger
-    monkeypatch.setattr(burnin.ledger, "BUSY_TIMEOUT_S", 0)
+    import burnin.ledger_backends
+    monkeypatch.setattr(burnin.ledger_backends, "BUSY_TIMEOUT_S", 0)
     held = []
 
     def lock(path):
@@ -136,7 +136,7 @@ def test_an_up_to_date_ledger_opens_without_writing(tmp_path, locked):
     locked(path)
     reader = Ledger(path)  # burnin admit, while a run writes
     assert reader.quarantined() == {"n1"}
-    with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+    with pytest.raises(LedgerError, match=f"the quarantine ledger {path}: database is locked"):
         reader.check_writable()
 
 
