@@ -1,4 +1,4 @@
-"""The `burnin` command: run, inventory check, admit, quarantine, report, compare.
+"""The `burnin` command: run, inventory check, admit, quarantine, ledger, report, compare.
 
 Exit codes are documented per command in README.md; commands that print state take
 --json for machines."""
@@ -12,7 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from burnin import __version__, cli_quarantine
+from burnin import __version__, cli_ledger, cli_quarantine
 from burnin.admit import ReportError, decide, read_junit, write_admitted
 from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
@@ -261,6 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--reason", required=True)
         a.add_argument("--who", help="who does it (default: the current user)")
     q.set_defaults(func=cli_quarantine.run)
+    cli_ledger.add_parser(sub)
 
     report = sub.add_parser("report", help="render summary.html and metrics.prom again from "
                                            "a run directory (junit.xml, results.jsonl)")
