@@ -24,6 +24,14 @@ from burnin.ledger import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError
 def run(args) -> int:
     """The `quarantine` command."""
     try:
+        return _run(args)
+    except LedgerError as e:  # a database lost half-way: what was done is in its history
+        print(f"the quarantine ledger failed: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    try:
         inventory = load_inventory(args.inventory) if args.inventory else None
         ledger = Ledger(args.ledger) if args.ledger else Ledger(ledger_path(
             inventory.quarantine.ledger if inventory else None, Path("reports")))

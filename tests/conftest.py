@@ -9,6 +9,7 @@ from contextlib import ExitStack
 import nvmlemu
 import paramiko  # noqa: F401  (see below)
 import pgserver
+import psycopg  # noqa: F401  (see below)
 import pytest
 import slurmcluster
 from testhosts import TestHosts, missing_requirements
@@ -16,7 +17,9 @@ from testhosts import TestHosts, missing_requirements
 # pytester's in-process runs unload the modules they imported first. cryptography's
 # compiled core cannot be loaded twice in one process: imported again after such a run,
 # paramiko finds 'AES in CTR mode is not supported'. Importing it here, once for the
-# session, keeps it loaded across every inner run.
+# session, keeps it loaded across every inner run. So with psycopg: its compiled core,
+# loaded once, would raise the first import's errors, which a second import's
+# psycopg.Error no longer catches.
 
 
 def pytest_configure(config):
