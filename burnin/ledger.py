@@ -32,8 +32,9 @@ from burnin.ledger_backends import (
 from burnin.text import safe_text
 
 # A serialization failure (PostgreSQL) is retried this often, with growing random
-# pauses, before the run hears of it: two runs' transactions rarely collide twice.
-WRITE_ATTEMPTS = 8
+# pauses (at most PAUSE_S each), before the run hears of it: some 10 s of contention.
+WRITE_ATTEMPTS = 20
+PAUSE_S = 1.0
 QUARANTINE_COLUMNS = ("node", "cluster", "checks", "reasons", "figures", "run_id", "since",
                       "updated", "set_by", "clean_runs", "drained_by_burnin", "by_hand")
 HISTORY_COLUMNS = ("node", "time", "event", "who", "why", "run_id")
@@ -174,7 +175,7 @@ class Ledger:
                 except self._backend.retryable:
                     if attempt == WRITE_ATTEMPTS:
                         raise
-                    time.sleep(random.uniform(0, 0.01 * 2 ** attempt))
+                    time.sleep(random.uniform(0, min(PAUSE_S, 0.005 * 2 ** attempt)))
         raise AssertionError("unreachable")
 
     def _read(self, work):
@@ -201,22 +202,34 @@ class Ledger:
                     "; ".join(reasons)[:4000]) for node, checks, reasons, figures in failures]
 
         def work(db) -> dict[str, bool]:
+            # A few statements for the whole run, not three per node: over a network each
+            # statement is a round trip (PostgreSQL), and a bad rollout fails thousands.
+            names = [f[0] for f in encoded]
+            known: set[str] = set()
+            for i in range(0, len(names), 500):
+                chunk = names[i:i + 500]
+                known.update(r[0] for r in db.execute(
+                    f"SELECT node FROM quarantine WHERE node IN ({','.join('?' * len(chunk))})",
+                    tuple(chunk)).fetchall())
             out: dict[str, bool] = {}
+            inserts, updates, history = [], [], []
             for node, checks, reasons, figures, why in encoded:
-                known = db.execute("SELECT 1 FROM quarantine WHERE node = ?",
-                                   (node,)).fetchone()
-                if known:
-                    db.execute("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
-                               "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?",
-                               (checks, reasons, figures, run_id, now, node))
+                if node in known:
+                    updates.append((checks, reasons, figures, run_id, now, node))
                 else:
-                    db.execute("INSERT INTO quarantine (node, cluster, checks, reasons, "
-                               "figures, run_id, since, updated, set_by) "
-                               "VALUES (?,?,?,?,?,?,?,?,?)",
-                               (node, cluster, checks, reasons, figures, run_id, now, now, who))
-                self._log(db, node, "failed-again" if known else "quarantined", who, why,
-                          run_id, now)
-                out[node] = not known
+                    inserts.append((node, cluster, checks, reasons, figures, run_id, now, now,
+                                    who))
+                history.append((node, now, "failed-again" if node in known else "quarantined",
+                                who, safe_text(why), run_id))
+                out.setdefault(node, node not in known)
+                known.add(node)
+            db.executemany("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
+                           "run_id, since, updated, set_by) VALUES (?,?,?,?,?,?,?,?,?)",
+                           inserts)
+            db.executemany("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
+                           "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?", updates)
+            db.executemany("INSERT INTO history (node, time, event, who, why, run_id) "
+                           "VALUES (?,?,?,?,?,?)", history)
             return out
         return self._write(work)
 

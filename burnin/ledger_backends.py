@@ -274,6 +274,10 @@ class _PgConnection:
     def execute(self, sql: str, args=()):
         return _PgCursor(self.conn.execute(PostgresBackend.q(sql), args or None))
 
+    def executemany(self, sql: str, rows: list) -> None:
+        if rows:  # pipelined by psycopg: one round trip for all of them
+            self.conn.cursor().executemany(PostgresBackend.q(sql), rows)
+
     def close(self) -> None:
         self.conn.close()
 

@@ -144,3 +144,14 @@ def test_entries_are_in_node_order(new_ledger):
         ledger.record_failure(n, "c", [], [], {}, "r")
     assert [e.node for e in ledger.entries()] == ["n1", "n2", "n3"]
     assert ledger.get("n4") is None
+
+
+def test_a_node_twice_in_one_run_is_new_once_then_failed_again(new_ledger):
+    ledger = new_ledger()
+    out = ledger.record_failures("c", [("n1", ["sdc"], ["sdc: a"], {}),
+                                       ("n2", ["burn"], ["burn: b"], {}),
+                                       ("n1", ["burn"], ["burn: c"], {"burn": 1})], "r1")
+    assert out == {"n1": True, "n2": True}
+    assert [(h["event"], h["why"]) for h in ledger.history("n1")] == [
+        ("quarantined", "sdc: a"), ("failed-again", "burn: c")]
+    assert ledger.get("n1").checks == ("burn",) and ledger.get("n1").figures == {"burn": 1}

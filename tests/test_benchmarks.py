@@ -102,3 +102,11 @@ def test_ssh_fanout_vs_pdsh():
          "openssh-server is not installed")
     lines = run_benchmark("ssh_fanout_vs_pdsh.py", "--hosts", "2", "--repeat", "1")
     assert ratios(lines[-1], "burnin / pdsh"), lines
+
+
+def test_ledger_backends_records_into_sqlite_and_postgresql():
+    import pgserver
+    need(not pgserver.missing_requirements(), pgserver.missing_requirements())
+    lines = run_benchmark("ledger_backends.py", "--failures", "50", "--repeat", "1")
+    assert ratios(lines[-1], "postgresql/sqlite"), lines
+    assert lines[-1].startswith("50 failures in one run: sqlite median "), lines

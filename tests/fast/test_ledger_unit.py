@@ -13,6 +13,7 @@ import pytest
 from ledger_cases import (  # noqa: E402, F401
     clock,
     test_a_node_quarantined_by_hand_is_released_only_by_hand,
+    test_a_node_twice_in_one_run_is_new_once_then_failed_again,
     test_a_write_that_fails_rolls_back_all_of_it_and_re_raises,
     test_check_writable_keeps_nothing,
     test_entries_are_in_node_order,
