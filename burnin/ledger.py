@@ -339,13 +339,15 @@ class Ledger:
     # --- whole-ledger copies (burnin ledger copy) -----------------------------------
 
     def dump(self) -> tuple[list[tuple], list[tuple]]:
-        """(quarantine rows, history rows in order), read in one snapshot."""
+        """(quarantine rows, history rows in order), read in one snapshot, without
+        writing (a source this user may only read can be copied)."""
         def work(db):
             return (db.execute(f"SELECT {', '.join(QUARANTINE_COLUMNS)} FROM quarantine "
                                "ORDER BY node").fetchall(),
                     db.execute(f"SELECT {', '.join(HISTORY_COLUMNS)} FROM history "
-                               "WHERE event != 'writable?' ORDER BY id").fetchall())
-        return self._write(work)
+                               "ORDER BY id").fetchall())
+        with self._guard(), self._backend.transaction(self._backend.begin_snapshot) as db:
+            return work(db)
 
     def load(self, quarantine: list[tuple], history: list[tuple], force: bool) -> None:
         """Replace everything with `quarantine` and `history` (as dump() gives them), in

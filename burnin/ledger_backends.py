@@ -134,12 +134,12 @@ class Backend:
         raise NotImplementedError
 
     @contextmanager
-    def transaction(self):
-        """One write transaction: committed when the block ends, rolled back whatever
-        stops it (BaseException included)."""
+    def transaction(self, begin: str | None = None):
+        """One write transaction (or, with `begin`, another kind): committed when the
+        block ends, rolled back whatever stops it (BaseException included)."""
         db = self.connect()
         try:
-            db.execute(self.begin)
+            db.execute(begin or self.begin)
             try:
                 yield db
             except BaseException:
@@ -150,6 +150,7 @@ class Backend:
             db.close()
 
     begin = "BEGIN"
+    begin_snapshot = "BEGIN"
 
     @contextmanager
     def reading(self):
@@ -218,6 +219,7 @@ class SqliteBackend(Backend):
     the file as it was before that transaction (SQLite's journal)."""
 
     begin = "BEGIN IMMEDIATE"
+    begin_snapshot = "BEGIN"  # deferred: reads see one state, and take no write lock
     errors = (sqlite3.Error,)
 
     def __init__(self, path: Path):
@@ -294,6 +296,7 @@ class PostgresBackend(Backend):
     """
 
     begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
+    begin_snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
     real = "DOUBLE PRECISION"
 
     def __init__(self, url: str):

@@ -4,6 +4,7 @@ history as they were, and a destination that holds anything left alone unless --
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 
@@ -74,3 +75,20 @@ def test_bad_sources_and_destinations_exit_2_with_a_message(tmp_path, pg_url, ca
     assert "are the same ledger" in capsys.readouterr().err
     assert main(["ledger", "copy", pg_url, str(tmp_path / "q.db")]) == 2  # empty pg: none
     assert "no quarantine ledger in postgresql://" in capsys.readouterr().err
+
+
+def test_a_source_a_run_is_writing_is_copied_without_taking_its_lock(tmp_path, pg_url,
+                                                                    monkeypatch):
+    """The copy reads one snapshot and writes nothing to its source: a run holding the
+    source's write lock (or a user who may only read it) does not stop it."""
+    import burnin.ledger_backends
+    source = filled(tmp_path / "q.db")
+    monkeypatch.setattr(burnin.ledger_backends, "BUSY_TIMEOUT_S", 0)  # nobody waits
+    writer = sqlite3.connect(tmp_path / "q.db", isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        assert main(["ledger", "copy", str(tmp_path / "q.db"), pg_url]) == 0
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+    assert state(Ledger(pg_url)) == state(source)
