@@ -10,6 +10,7 @@ schema at once migrate it once (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 from contextlib import contextmanager
@@ -80,11 +81,10 @@ def _redacted(text: str) -> str:
     try:
         url = urlsplit(text)
         if url.password is not None:
-            netloc = url.netloc.replace(f":{url.password}@", ":***@", 1)
-            return url._replace(netloc=netloc).geturl()
+            url = url._replace(netloc=url.netloc.replace(f":{url.password}@", ":***@", 1))
     except ValueError:
         return text.split("://", 1)[0] + "://..."
-    return text
+    return re.sub(r"(?i)(password=)[^&]*", r"\1***", url.geturl())
 
 
 def _migrations(real: str, serial: str) -> dict[int, tuple[str, ...]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,16 @@ from ledger_cases import (  # noqa: E402, F401
     test_set_drained_release_and_note,
 )
 
-from burnin.ledger import BUSY_TIMEOUT_S, Entry, Ledger, LedgerError, LedgerLost, ledger_path
+from burnin.ledger import (
+    BUSY_TIMEOUT_S,
+    Entry,
+    Ledger,
+    LedgerError,
+    LedgerLost,
+    LedgerUrlError,
+    ledger_path,
+    parse_location,
+)
 
 
 @pytest.fixture
@@ -174,3 +184,37 @@ def test_connections_wait_for_each_other_and_take_transactions_explicitly(tmp_pa
         db.close()
 
 
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("/var/lib/burnin/q.db", Path("/var/lib/burnin/q.db")),
+    ("relative/q.db", Path("relative/q.db")),
+    ("sqlite:///var/lib/burnin/q.db", Path("/var/lib/burnin/q.db")),
+    ("postgresql://burnin@db/burnin?sslmode=verify-full",
+     "postgresql://burnin@db/burnin?sslmode=verify-full"),
+    ("postgres://burnin@db:5433/burnin", "postgres://burnin@db:5433/burnin"),
+    ("postgresql:///burnin?service=fleet", "postgresql:///burnin?service=fleet"),
+    ("postgresql://burnin@/burnin?host=/run/postgresql",
+     "postgresql://burnin@/burnin?host=/run/postgresql"),
+])
+def test_ledger_locations_that_are_accepted(text, expected):
+    assert parse_location(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [
+    ("postgresql://burnin:s3cret@db/burnin", "'postgresql://burnin:\\*\\*\\*@db/burnin': the "
+                                             "ledger URL holds a password; take it out"),
+    ("postgresql://burnin@db/burnin?password=s3cret", "holds a password"),
+    ("postgresql://burnin@db:port/burnin", "is not a PostgreSQL URL"),
+    ("postgresql:///burnin", "name the database's host"),
+    ("sqlite://q.db", "an SQLite ledger is a path, or sqlite:///absolute/path"),
+    ("sqlite:///", "an SQLite ledger is a path"),
+    ("mysql://db/burnin", "a ledger is a path, sqlite:///path or postgresql://"),
+    ("", "an empty ledger location"),
+])
+def test_ledger_locations_that_are_refused_say_why_and_never_the_password(text, message):
+    with pytest.raises(LedgerUrlError, match=message) as refused:
+        parse_location(text)
+    assert "s3cret" not in str(refused.value)
+    with pytest.raises(LedgerUrlError):
+        Ledger(text)
