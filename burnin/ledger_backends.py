@@ -3,7 +3,7 @@ database (one ledger for controllers on different machines). burnin/ledger.py ho
 ledger's logic and its SQL, written once; a backend only connects, opens a transaction
 the way its engine needs, and keeps its schema's version.
 
-The schema is versioned: each step of MIGRATIONS is applied once, in one transaction,
+The schema is versioned: each step of _migrations() is applied once, in one transaction,
 recorded in `ledger_schema`, under a lock that makes two controllers opening an old
 schema at once migrate it once (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock).
 """
@@ -63,9 +63,6 @@ def parse_location(text: str | Path) -> Path | str:
             raise LedgerUrlError(
                 f"{_redacted(text)!r}: the ledger URL holds a password; take it out and give "
                 "it in PGPASSWORD, ~/.pgpass or a service= entry of ~/.pg_service.conf")
-        if not url.hostname and "host" not in query and "service" not in query:
-            raise LedgerUrlError(f"{text!r}: name the database's host "
-                                 "(postgresql://user@host/db) or a ?service=")
         return text
     if "://" in text:
         raise LedgerUrlError(f"{_redacted(text)!r}: a ledger is a path, sqlite:///path or "

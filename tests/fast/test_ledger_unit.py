@@ -194,6 +194,7 @@ def test_connections_wait_for_each_other_and_take_transactions_explicitly(tmp_pa
      "postgresql://burnin@db/burnin?sslmode=verify-full"),
     ("postgres://burnin@db:5433/burnin", "postgres://burnin@db:5433/burnin"),
     ("postgresql:///burnin?service=fleet", "postgresql:///burnin?service=fleet"),
+    ("postgresql:///burnin", "postgresql:///burnin"),  # libpq's default socket, or PGHOST
     ("postgresql://burnin@/burnin?host=/run/postgresql",
      "postgresql://burnin@/burnin?host=/run/postgresql"),
 ])
@@ -206,7 +207,6 @@ def test_ledger_locations_that_are_accepted(text, expected):
                                              "ledger URL holds a password; take it out"),
     ("postgresql://burnin@db/burnin?password=s3cret", "holds a password"),
     ("postgresql://burnin@db:port/burnin", "is not a PostgreSQL URL"),
-    ("postgresql:///burnin", "name the database's host"),
     ("sqlite://q.db", "an SQLite ledger is a path, or sqlite:///absolute/path"),
     ("sqlite:///", "an SQLite ledger is a path"),
     ("mysql://db/burnin", "a ledger is a path, sqlite:///path or postgresql://"),
