@@ -170,7 +170,9 @@ def test_two_controllers_and_a_hand_over_tls_lose_nothing(make_hosts, tmp_path, 
                     history = [(h["event"], h["run_id"] or h["why"])
                                for h in ledger.history(name)]
                     told = [(e, key) for n, e, key in events if n == name]
-                    assert _in_order(told, history), (actor, name, told, history)
+                    assert _first_missing(told, history) is None, (
+                        f"{actor} reported {_first_missing(told, history)} for {name}: not "
+                        f"in its history in order", told, history)
             total = sum(len(v) for v in seen.values())
             assert total > ROUNDS, seen  # the runs did quarantine, re-test and release
             finding(f"ledger fleet: 2 controllers x {ROUNDS} rounds + a hand, over TLS: "
@@ -180,10 +182,14 @@ def test_two_controllers_and_a_hand_over_tls_lose_nothing(make_hosts, tmp_path, 
             os.environ.pop("PGPASSWORD", None)
 
 
-def _in_order(told: list, history: list) -> bool:
-    """Every item of `told` in `history`, in the same order (a subsequence)."""
+def _first_missing(told: list, history: list):
+    """The first item of `told` not in `history` in the same order (a subsequence), or
+    None when all are."""
     rest = iter(history)
-    return all(any(item == h for h in rest) for item in told)
+    for item in told:
+        if not any(item == h for h in rest):
+            return item
+    return None
 
 
 def _catching(run, errors: list):
