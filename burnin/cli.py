@@ -1,4 +1,4 @@
-"""The `burnin` command: run, inventory check, admit, quarantine, report, compare,
+"""The `burnin` command: run, inventory check, admit, quarantine, ledger, report, compare,
 rejudge.
 
 Exit codes are documented per command in README.md; commands that print state take
@@ -10,15 +10,14 @@ import argparse
 import json
 import os
 import shlex
-import sqlite3
 import sys
 from pathlib import Path
 
-from burnin import __version__, cli_quarantine
+from burnin import __version__, cli_ledger, cli_quarantine
 from burnin.admit import ReportError, decide, read_junit, write_admitted
 from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
-from burnin.ledger import Ledger, LedgerLost, ledger_path
+from burnin.ledger import Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
 from burnin.reports import publish
 from burnin.shipped import inventory as shipped_inventory
 from burnin.shipped import shipped
@@ -113,7 +112,7 @@ def _admit(args) -> int:
     except InventoryError as e:
         print(f"burnin admit: invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    except (OSError, sqlite3.Error, LedgerLost) as e:
+    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
         print(f"burnin admit: cannot read the quarantine ledger: {e}; no node is admitted",
               file=sys.stderr)
         return 2
@@ -146,7 +145,7 @@ def _quarantined(args, junit: Path, inv) -> dict[str, str] | None:
     directories); None with neither. A ledger that is not there is an error: a node we
     cannot look up is not vouched for."""
     if args.ledger:
-        where = Path(args.ledger)
+        where = args.ledger
     elif inv is not None:
         where = ledger_path(inv.quarantine.ledger, junit.resolve().parent.parent)
     else:
@@ -287,8 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
         # Accepted before and after the action: `quarantine --inventory X list` and
         # `quarantine list --inventory X` (SUPPRESS: after, it does not reset before).
         parser.add_argument("--ledger", default=default,
-                            help="ledger file (default: the inventory's, or "
-                                 "reports/quarantine.db)")
+                            help="ledger: a file, sqlite:///path or postgresql://user@host/db "
+                                 "(default: the inventory's, or reports/quarantine.db)")
         parser.add_argument("--inventory", default=default,
                             help="take the ledger path (and for add, the actions) from it")
     where.add_argument("--json", action="store_true", help="machine-readable output")
@@ -306,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--reason", required=True)
         a.add_argument("--who", help="who does it (default: the current user)")
     q.set_defaults(func=cli_quarantine.run)
+    cli_ledger.add_parser(sub)
 
     report = sub.add_parser("report", help="render summary.html and metrics.prom again from "
                                            "a run directory (junit.xml, results.jsonl)")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import getpass
 import json
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -19,11 +18,19 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from burnin import actions
 from burnin.gate import quarantine_actions
 from burnin.inventory import InventoryError, load_inventory
-from burnin.ledger import Entry, Ledger, LedgerLost, ledger_path
+from burnin.ledger import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
 
 
 def run(args) -> int:
     """The `quarantine` command."""
+    try:
+        return _run(args)
+    except LedgerError as e:  # a database lost half-way: what was done is in its history
+        print(f"the quarantine ledger failed: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
     try:
         inventory = load_inventory(args.inventory) if args.inventory else None
         ledger = Ledger(args.ledger) if args.ledger else Ledger(ledger_path(
@@ -31,7 +38,7 @@ def run(args) -> int:
     except InventoryError as e:
         print(f"invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    except (OSError, sqlite3.Error, LedgerLost) as e:
+    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
         print(f"cannot open the quarantine ledger: {e}", file=sys.stderr)
         return 2
     if args.action == "list":
@@ -60,7 +67,7 @@ def entry_dict(e: Entry) -> dict:
 def _list(ledger: Ledger, as_json: bool) -> int:
     entries = ledger.entries()
     if as_json:
-        print(json.dumps({"ledger": str(ledger.path),
+        print(json.dumps({"ledger": ledger.where,
                           "nodes": [entry_dict(e) for e in entries]}, indent=2))
         return 0
     for e in entries:
@@ -69,7 +76,7 @@ def _list(ledger: Ledger, as_json: bool) -> int:
               f"clean runs {e.clean_runs}  {origin}"
               + ("  (released only by hand)" if e.by_hand else "")
               + ("  (drained in Slurm by burnin)" if e.drained_by_burnin else ""))
-    print(f"{len(entries)} node(s) in quarantine ({ledger.path})")
+    print(f"{len(entries)} node(s) in quarantine ({ledger.where})")
     return 0
 
 
@@ -95,7 +102,7 @@ def _show(ledger: Ledger, nodes: list[str], as_json: bool) -> int:
         for h in history:
             print(f"  {_when(h['time'])}  {h['event']:<14} by {h['who']}: {h['why']}")
     if as_json:
-        print(json.dumps({"ledger": str(ledger.path), "nodes": shown}, indent=2))
+        print(json.dumps({"ledger": ledger.where, "nodes": shown}, indent=2))
     return 1 if unknown else 0
 
 
@@ -119,7 +126,7 @@ def _add(ledger: Ledger, inventory, nodes: list[str], reason: str, who: str,
             for r in results:
                 print(f"  {r.action}: {r.message}")
     if as_json:
-        print(json.dumps({"ledger": str(ledger.path), "nodes": done}, indent=2))
+        print(json.dumps({"ledger": ledger.where, "nodes": done}, indent=2))
     return 1 if any(not a["ok"] for d in done for a in d["actions"]) else 0
 
 
@@ -141,7 +148,7 @@ def _release(ledger: Ledger, nodes: list[str], reason: str, who: str, as_json: b
             for a in item["actions"]:
                 print(f"  {a['action']}: {a['message']}")
     if as_json:
-        print(json.dumps({"ledger": str(ledger.path), "released": done,
+        print(json.dumps({"ledger": ledger.where, "released": done,
                           "not_in_quarantine": missing}, indent=2))
     elif missing:
         print(f"not in quarantine, nothing to release: {NodeSet.fromlist(missing)}",

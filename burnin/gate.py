@@ -53,6 +53,8 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
         elif revalidate and act and all(c.outcome == Outcome.PASSED for c in node_cases):
             entry = ledger.get(name)
             clean, released = ledger.record_clean(name, run_id, q.release_after)
+            if clean == 0:
+                continue  # released meanwhile (by hand, or another run): nothing recorded
             report.clean[name] = clean
             if released:
                 report.released.append(name)

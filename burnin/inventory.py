@@ -14,6 +14,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from burnin import environment, yamlsource
 from burnin.checks import CHECKS, Kind
+from burnin.ledger_backends import LedgerUrlError, parse_location
 from burnin.nodes import (
     Inventory,
     Node,
@@ -89,7 +90,7 @@ DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gp
                 **{k: k for k in NESTED}}
 NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
              **DEFAULT_KEYS}
-QUARANTINE_KEYS = {"ledger": "str", "actions": "actions", "release_after": "release_after",
+QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "release_after",
                    "command": "str_list"}
 ADMISSION_KEYS = {"require": "check_list"}
 GOODPUT_KEYS = {"job_nodes": "job_nodes"}
@@ -131,6 +132,14 @@ class _Checker:
                     good[key] = self.keys(value, NESTED[kind], path)
             elif kind in ("mapping", "list"):
                 good[key] = value
+            elif kind == "ledger":  # its own message, which never repeats a password
+                try:
+                    if not isinstance(value, str):
+                        raise LedgerUrlError(f"expected a path or a URL, got {_describe(value)}")
+                    parse_location(value)
+                    good[key] = value
+                except LedgerUrlError as e:
+                    self.error(line, path, str(e))
             elif kind == "env":
                 if self.mapping(value, path, line):
                     good[key] = self.env(value, path)

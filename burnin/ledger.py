@@ -1,50 +1,43 @@
 """The quarantine ledger: which nodes are out of production, why, and their history.
 
-SQLite, every change one IMMEDIATE transaction, so several pytest-xdist workers and
-several concurrent runs lose nothing, and a process killed mid-write leaves the file as
-it was before that transaction (SQLite's journal). History is append-only.
+One API over two engines (burnin/ledger_backends.py): an SQLite file, the embedded
+default, or a PostgreSQL database shared by controllers on different machines. Every
+change is one transaction, so concurrent writers (pytest-xdist workers, runs, operators)
+lose nothing and a process killed mid-write leaves the ledger as it was before that
+transaction. History is append-only. A database error is a LedgerError: the controller's
+fault, never a node's.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
+import random
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from burnin.files import private_dirs, write_atomically
+from burnin.ledger_backends import (
+    BUSY_TIMEOUT_S,  # noqa: F401  (tests and callers read it here)
+    Backend,
+    LedgerError,
+    LedgerNotEmpty,
+    LedgerUrlError,  # noqa: F401  (callers catch it here)
+    PostgresBackend,
+    SqliteBackend,
+    parse_location,
+)
 from burnin.text import safe_text
 
-BUSY_TIMEOUT_S = 60
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS quarantine (
-    node TEXT PRIMARY KEY,
-    cluster TEXT NOT NULL,
-    checks TEXT NOT NULL,         -- JSON list of failed checks
-    reasons TEXT NOT NULL,        -- JSON list of failure messages
-    figures TEXT NOT NULL,        -- JSON: key figures, per check
-    run_id TEXT NOT NULL,
-    since REAL NOT NULL,
-    updated REAL NOT NULL,
-    set_by TEXT NOT NULL,
-    clean_runs INTEGER NOT NULL DEFAULT 0,
-    drained_by_burnin INTEGER NOT NULL DEFAULT 0,
-    by_hand INTEGER NOT NULL DEFAULT 0   -- an operator's: released only by hand
-);
-CREATE TABLE IF NOT EXISTS history (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    node TEXT NOT NULL,
-    time REAL NOT NULL,
-    event TEXT NOT NULL,          -- quarantined, failed-again, clean, released, action, ...
-    who TEXT NOT NULL,
-    why TEXT NOT NULL,
-    run_id TEXT
-);
-CREATE INDEX IF NOT EXISTS history_node ON history (node, id);
-"""
+# A serialization failure (PostgreSQL) is retried this often, with growing random
+# pauses (at most PAUSE_S each), before the run hears of it: some 10 s of contention.
+WRITE_ATTEMPTS = 20
+PAUSE_S = 1.0
+QUARANTINE_COLUMNS = ("node", "cluster", "checks", "reasons", "figures", "run_id", "since",
+                      "updated", "set_by", "clean_runs", "drained_by_burnin", "by_hand")
+HISTORY_COLUMNS = ("node", "time", "event", "who", "why", "run_id")
 
 
 @dataclass(frozen=True)
@@ -69,11 +62,32 @@ class LedgerLost(Exception):
 
 
 class Ledger:
-    def __init__(self, path: str | Path, create: bool = True):
-        """Open the ledger at `path`, creating it when it was never there (`create`).
-        LedgerLost when burnin made a ledger there before and the file is now missing or
-        empty; FileNotFoundError when it is missing and `create` is False."""
-        self.path = Path(path).expanduser()
+    def __init__(self, where: str | Path, create: bool = True):
+        """Open the ledger at `where` (a path, sqlite:///path or postgresql://...),
+        creating it when it was never there (`create`). LedgerLost when burnin made an
+        SQLite ledger there before and the file is now missing or empty;
+        FileNotFoundError when it is missing and `create` is False; LedgerError when the
+        database cannot be reached or refuses; LedgerUrlError for a bad location."""
+        location = parse_location(where)
+        if isinstance(location, str):
+            self.path = None
+            try:
+                self._backend: Backend = PostgresBackend(location)
+            except ImportError:
+                raise LedgerError(f"the quarantine ledger {location} is PostgreSQL, and the "
+                                  "psycopg driver is not installed: pip install "
+                                  "'psycopg[binary]'") from None
+            self.where = location
+            with self._guard():
+                if not create:
+                    with self._backend.reading() as db:
+                        if self._backend.version(db) == 0:
+                            raise LedgerError(f"no quarantine ledger in {location}")
+                self._backend.migrate()
+            return
+        self.path = location
+        self.where = str(location)
+        self._backend = SqliteBackend(self.path)
         marker = self.marker
         if not self.path.exists():
             if marker.exists():
@@ -108,58 +122,65 @@ class Ledger:
         return self.path.with_name(f".{self.path.name}.burnin")
 
     def check_writable(self) -> None:
-        """Raise (sqlite3.Error, OSError) unless a write transaction can be taken and a
-        row written; nothing is kept."""
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
+        """Raise (LedgerError, OSError) unless a write transaction can be taken and every
+        table written as a run writes it (a PostgreSQL role may lack a right); nothing is
+        kept."""
+        with self._guard():
+            db = self._backend.connect()
             try:
-                db.execute("INSERT INTO history (node, time, event, who, why) "
-                           "VALUES ('', 0, 'writable?', 'burnin', '')")
+                db.execute(self._backend.begin)
+                try:
+                    db.execute("INSERT INTO history (node, time, event, who, why) "
+                               "VALUES ('', 0, 'writable?', 'burnin', '')")
+                    # rights are checked when a statement starts, whatever rows it meets
+                    db.execute("INSERT INTO quarantine SELECT * FROM quarantine WHERE 0 = 1")
+                    db.execute("UPDATE quarantine SET clean_runs = 0 WHERE 0 = 1")
+                    db.execute("DELETE FROM quarantine WHERE 0 = 1")
+                finally:
+                    db.execute("ROLLBACK")
             finally:
-                db.execute("ROLLBACK")
-        finally:
-            db.close()
+                db.close()
 
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-        return db
+    @contextmanager
+    def _guard(self):
+        """The engine's errors as LedgerError, naming the ledger."""
+        try:
+            yield
+        except self._backend.errors as e:
+            raise LedgerError(f"the quarantine ledger {self.where}: "
+                              f"{str(e).strip() or type(e).__name__}") from e
+
+    def _connect(self):
+        return self._backend.connect()
 
     def _init(self) -> None:
-        db = self._connect()
-        try:
-            columns = {row[1] for row in db.execute("PRAGMA table_info(quarantine)")}
-            if "by_hand" in columns and db.execute(
-                    "SELECT 1 FROM sqlite_master WHERE name = 'history_node'").fetchone():
-                return  # up to date: a reader that may not write opens it too
-            db.execute("PRAGMA journal_mode = WAL")
-            db.execute("BEGIN IMMEDIATE")
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-            columns = {row[1] for row in db.execute("PRAGMA table_info(quarantine)")}
-            if "by_hand" not in columns:  # a ledger from before `quarantine add`
-                db.execute("ALTER TABLE quarantine ADD COLUMN by_hand INTEGER NOT NULL "
-                           "DEFAULT 0")
-            db.execute("COMMIT")
-        finally:
-            db.close()
+        with self._guard():
+            self._backend.migrate()
 
     @contextmanager
     def _tx(self):
         """One write transaction, taken at its start so concurrent writers queue."""
-        db = self._connect()
-        try:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
+        with self._guard(), self._backend.transaction() as db:
+            yield db
+
+    def _write(self, work):
+        """work(db) in one write transaction, run again from the start when the engine
+        refused it for a concurrent one (PostgreSQL's SERIALIZABLE), a bounded number of
+        times: `work` keeps nothing outside the transaction."""
+        with self._guard():
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
+                try:
+                    with self._backend.transaction() as db:
+                        return work(db)
+                except self._backend.retryable:
+                    if attempt == WRITE_ATTEMPTS:
+                        raise
+                    time.sleep(random.uniform(0, min(PAUSE_S, 0.005 * 2 ** attempt)))
+        raise AssertionError("unreachable")
+
+    def _read(self, work):
+        with self._guard(), self._backend.reading() as db:
+            return work(db)
 
     # --- writes ----------------------------------------------------------------------
 
@@ -175,26 +196,42 @@ class Ledger:
         all of them or, on a crash, none (one fsync for the run, not one per node: a
         fleet-wide bad rollout fails thousands at once). {node: new in quarantine}."""
         now = time.time()
-        out: dict[str, bool] = {}
-        with self._tx() as db:
-            for node, checks, reasons, figures in failures:
-                known = db.execute("SELECT 1 FROM quarantine WHERE node = ?",
-                                   (node,)).fetchone()
-                if known:
-                    db.execute("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
-                               "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?",
-                               (json.dumps(checks), json.dumps(reasons), json.dumps(figures),
-                                run_id, now, node))
+        # JSON before the transaction: a figure it cannot hold fails the run's write
+        # before anything is taken, and a retried transaction encodes nothing again.
+        encoded = [(node, json.dumps(checks), json.dumps(reasons), json.dumps(figures),
+                    "; ".join(reasons)[:4000]) for node, checks, reasons, figures in failures]
+
+        def work(db) -> dict[str, bool]:
+            # A few statements for the whole run, not three per node: over a network each
+            # statement is a round trip (PostgreSQL), and a bad rollout fails thousands.
+            names = [f[0] for f in encoded]
+            known: set[str] = set()
+            for i in range(0, len(names), 500):
+                chunk = names[i:i + 500]
+                known.update(r[0] for r in db.execute(
+                    f"SELECT node FROM quarantine WHERE node IN ({','.join('?' * len(chunk))})",
+                    tuple(chunk)).fetchall())
+            out: dict[str, bool] = {}
+            inserts, updates, history = [], [], []
+            for node, checks, reasons, figures, why in encoded:
+                if node in known:
+                    updates.append((checks, reasons, figures, run_id, now, node))
                 else:
-                    db.execute("INSERT INTO quarantine (node, cluster, checks, reasons, "
-                               "figures, run_id, since, updated, set_by) "
-                               "VALUES (?,?,?,?,?,?,?,?,?)",
-                               (node, cluster, json.dumps(checks), json.dumps(reasons),
-                                json.dumps(figures), run_id, now, now, who))
-                self._log(db, node, "failed-again" if known else "quarantined", who,
-                          "; ".join(reasons)[:4000], run_id, now)
-                out[node] = not known
-        return out
+                    inserts.append((node, cluster, checks, reasons, figures, run_id, now, now,
+                                    who))
+                history.append((node, now, "failed-again" if node in known else "quarantined",
+                                who, safe_text(why), run_id))
+                out.setdefault(node, node not in known)
+                known.add(node)
+            db.executemany("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
+                           "run_id, since, updated, set_by) VALUES (?,?,?,?,?,?,?,?,?)",
+                           inserts)
+            db.executemany("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
+                           "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?", updates)
+            db.executemany("INSERT INTO history (node, time, event, who, why, run_id) "
+                           "VALUES (?,?,?,?,?,?)", history)
+            return out
+        return self._write(work)
 
     def quarantine_by_hand(self, node: str, cluster: str, reason: str, who: str) -> bool:
         """An operator takes `node` out of production (`burnin quarantine add`): True if
@@ -202,7 +239,8 @@ class Ledger:
         from now on released only by hand, as any node quarantined by hand."""
         now = time.time()
         why = f"quarantined by hand by {who}: {reason}"
-        with self._tx() as db:
+
+        def work(db) -> bool:
             row = db.execute("SELECT reasons FROM quarantine WHERE node = ?", (node,)).fetchone()
             if row:
                 db.execute("UPDATE quarantine SET reasons = ?, updated = ?, clean_runs = 0, "
@@ -216,12 +254,14 @@ class Ledger:
             self._log(db, node, "quarantined" if row is None else "held-by-hand", who,
                       reason, None, now)
             return row is None
+        return self._write(work)
 
     def record_clean(self, node: str, run_id: str, release_after: int) -> tuple[int, bool]:
         """A clean re-validation run: (clean runs so far, released now?). A node
         quarantined by hand is counted but never released here: only by hand."""
         now = time.time()
-        with self._tx() as db:
+
+        def work(db) -> tuple[int, bool]:
             row = db.execute("SELECT clean_runs, by_hand FROM quarantine WHERE node = ?",
                              (node,)).fetchone()
             if row is None:
@@ -239,26 +279,31 @@ class Ledger:
                           "; quarantined by hand: released only by hand" if row[1]
                           else f" of {release_after}"), run_id, now)
             return clean, False
+        return self._write(work)
 
     def set_drained(self, node: str, drained: bool) -> None:
-        with self._tx() as db:
-            db.execute("UPDATE quarantine SET drained_by_burnin = ? WHERE node = ?",
-                       (int(drained), node))
+        self._write(lambda db: db.execute(
+            "UPDATE quarantine SET drained_by_burnin = ? WHERE node = ?", (int(drained), node)))
 
     def release(self, node: str, reason: str, who: str) -> Entry | None:
-        """Take `node` out of quarantine by hand; returns the entry it had, or None."""
-        entry = self.get(node)
-        if entry is None:
-            return None
-        with self._tx() as db:
+        """Take `node` out of quarantine by hand; returns the entry it had, or None. The
+        entry is read in the transaction that deletes it: what is returned is what went."""
+        now = time.time()
+
+        def work(db) -> Entry | None:
+            rows = db.execute(f"SELECT {', '.join(QUARANTINE_COLUMNS)} FROM quarantine "
+                              "WHERE node = ?", (node,)).fetchall()
+            if not rows:
+                return None
             db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
-            self._log(db, node, "released", who, reason, None, time.time())
-        return entry
+            self._log(db, node, "released", who, reason, None, now)
+            return _entry(rows[0])
+        return self._write(work)
 
     def note(self, node: str, event: str, why: str, run_id: str | None = None,
              who: str = "burnin") -> None:
-        with self._tx() as db:
-            self._log(db, node, event, who, why, run_id, time.time())
+        now = time.time()
+        self._write(lambda db: self._log(db, node, event, who, why, run_id, now))
 
     @staticmethod
     def _log(db, node, event, who, why, run_id, now) -> None:
@@ -280,29 +325,57 @@ class Ledger:
         return {e.node for e in self.entries()}
 
     def history(self, node: str) -> list[dict]:
-        db = self._connect()
-        try:
-            rows = db.execute("SELECT time, event, who, why, run_id FROM history "
-                              "WHERE node = ? ORDER BY id", (node,)).fetchall()
-        finally:
-            db.close()
+        rows = self._read(lambda db: db.execute(
+            "SELECT time, event, who, why, run_id FROM history WHERE node = ? ORDER BY id",
+            (node,)).fetchall())
         return [dict(zip(("time", "event", "who", "why", "run_id"), r, strict=True))
                 for r in rows]
 
     def _entries(self, where: str, args: tuple) -> list[Entry]:
-        db = self._connect()
-        try:
-            rows = db.execute(f"SELECT node, cluster, checks, reasons, figures, run_id, since, "
-                              f"updated, set_by, clean_runs, drained_by_burnin, by_hand "
-                              f"FROM quarantine {where}", args).fetchall()
-        finally:
-            db.close()
-        return [Entry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])),
-                      json.loads(r[4]), r[5], r[6], r[7], r[8], r[9], bool(r[10]),
-                      bool(r[11]))
-                for r in rows]
+        rows = self._read(lambda db: db.execute(
+            f"SELECT {', '.join(QUARANTINE_COLUMNS)} FROM quarantine {where}", args).fetchall())
+        return [_entry(r) for r in rows]
+
+    # --- whole-ledger copies (burnin ledger copy) -----------------------------------
+
+    def dump(self) -> tuple[list[tuple], list[tuple]]:
+        """(quarantine rows, history rows in order), read in one snapshot, without
+        writing (a source this user may only read can be copied)."""
+        def work(db):
+            return (db.execute(f"SELECT {', '.join(QUARANTINE_COLUMNS)} FROM quarantine "
+                               "ORDER BY node").fetchall(),
+                    db.execute(f"SELECT {', '.join(HISTORY_COLUMNS)} FROM history "
+                               "ORDER BY id").fetchall())
+        with self._guard(), self._backend.transaction(self._backend.begin_snapshot) as db:
+            return work(db)
+
+    def load(self, quarantine: list[tuple], history: list[tuple], force: bool) -> None:
+        """Replace everything with `quarantine` and `history` (as dump() gives them), in
+        one transaction. LedgerNotEmpty when this ledger holds anything, unless `force`."""
+        def work(db) -> None:
+            held = db.execute("SELECT (SELECT count(*) FROM quarantine), "
+                              "(SELECT count(*) FROM history)").fetchone()
+            if any(held) and not force:
+                raise LedgerNotEmpty(f"{self.where} holds {held[0]} node(s) in quarantine "
+                                     f"and {held[1]} history event(s)")
+            db.execute("DELETE FROM quarantine")
+            db.execute("DELETE FROM history")
+            marks = ", ".join("?" * len(QUARANTINE_COLUMNS))
+            for row in quarantine:
+                db.execute(f"INSERT INTO quarantine ({', '.join(QUARANTINE_COLUMNS)}) "
+                           f"VALUES ({marks})", tuple(row))
+            for row in history:  # in order: the new ids keep it
+                db.execute(f"INSERT INTO history ({', '.join(HISTORY_COLUMNS)}) "
+                           f"VALUES (?,?,?,?,?,?)", tuple(row))
+        self._write(work)
 
 
-def ledger_path(configured: str | None, reports_dir: Path) -> Path:
-    """quarantine.ledger from the inventory, or reports/quarantine.db."""
-    return Path(configured).expanduser() if configured else reports_dir / "quarantine.db"
+def _entry(r) -> Entry:
+    return Entry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])),
+                 json.loads(r[4]), r[5], r[6], r[7], r[8], r[9], bool(r[10]), bool(r[11]))
+
+
+def ledger_path(configured: str | None, reports_dir: Path) -> Path | str:
+    """quarantine.ledger from the inventory (a Path for SQLite, the URL for PostgreSQL),
+    or reports/quarantine.db. LedgerUrlError for a location burnin cannot open."""
+    return parse_location(configured) if configured else reports_dir / "quarantine.db"

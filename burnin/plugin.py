@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES, applicable
 from burnin.files import write_atomically
 from burnin.gate import GateReport, settle, split_by_quarantine
 from burnin.inventory import InventoryError, load_inventory, select_nodes
-from burnin.ledger import Ledger, LedgerLost, ledger_path
+from burnin.ledger import Ledger, LedgerError, LedgerLost, ledger_path
 from burnin.nodes import Node
 from burnin.outcome import Outcome
 from burnin.preflight import NotReady, check_controller, mark_running
@@ -108,7 +107,7 @@ class BurninState:
                 self.error = f"invalid inventory:\n{e}"
             except (ValueError, LedgerLost) as e:
                 self.error = str(e)
-            except (OSError, sqlite3.Error) as e:
+            except (OSError, LedgerError) as e:  # a ledger not reached: no run at all
                 self.error = f"cannot open the quarantine ledger: {e}"
             else:
                 run = Run(inventory, nodes, self.config.getoption("profile"),
@@ -252,7 +251,7 @@ class BurninState:
             return
         try:
             self._finish(run, session, interrupted=stopped and self.fault is None)
-        except (OSError, sqlite3.Error) as e:  # the reports or the ledger: ours, no node's
+        except (OSError, LedgerError) as e:  # the reports or the ledger: ours, no node's
             self.fault = self.fault or clean(f"cannot write the run's report or ledger: "
                                              f"{type(e).__name__}: {e}")
             self._write_incomplete(run, session)
@@ -326,7 +325,7 @@ class BurninState:
         ledger cannot be read now (the series is left out, the run goes on)."""
         try:
             held = self.ledger.quarantined()
-        except (OSError, sqlite3.Error):
+        except (OSError, LedgerError):
             return None
         return {n.name: n.name in held for n in run.nodes + self.held}
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 from pathlib import Path
 
 from burnin.files import private_dirs, write_atomically
-from burnin.ledger import Ledger
+from burnin.ledger import Ledger, LedgerError
 from burnin.nodes import QuarantineSettings
 from burnin.reports import point_latest, render_junit
 
@@ -49,8 +48,8 @@ def check_controller(run_dir: Path, ledger: Ledger | None, quarantine: Quarantin
     if ledger is not None:
         try:
             ledger.check_writable()
-        except (OSError, sqlite3.Error) as e:
-            raise NotReady(f"cannot write the quarantine ledger {ledger.path}: {e}") from None
+        except (OSError, LedgerError) as e:
+            raise NotReady(f"cannot write the quarantine ledger {ledger.where}: {e}") from None
     if "slurm" in quarantine.actions and shutil.which("scontrol") is None:
         raise NotReady("quarantine.actions has slurm, but scontrol is not on this "
                        "controller's PATH")

@@ -8,6 +8,8 @@ from contextlib import ExitStack
 
 import nvmlemu
 import paramiko  # noqa: F401  (see below)
+import pgserver
+import psycopg  # noqa: F401  (see below)
 import pytest
 import slurmcluster
 from testhosts import TestHosts, missing_requirements
@@ -15,7 +17,9 @@ from testhosts import TestHosts, missing_requirements
 # pytester's in-process runs unload the modules they imported first. cryptography's
 # compiled core cannot be loaded twice in one process: imported again after such a run,
 # paramiko finds 'AES in CTR mode is not supported'. Importing it here, once for the
-# session, keeps it loaded across every inner run.
+# session, keeps it loaded across every inner run. So with psycopg: its compiled core,
+# loaded once, would raise the first import's errors, which a second import's
+# psycopg.Error no longer catches.
 
 
 def pytest_configure(config):
@@ -57,6 +61,29 @@ def make_hosts(tmp_path):
             made.append(stack.enter_context(TestHosts(count, tmp_path / f"hosts{len(made)}")))
             return made[-1]
         yield make
+
+
+def need(problem: str) -> None:
+    """Skip for `problem` on a developer's machine; in CI, which installs it all, fail."""
+    __tracebackhide__ = True
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"cannot be built in CI: {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One real PostgreSQL server for the session (each xdist worker its own)."""
+    need(pgserver.missing_requirements())
+    with pgserver.PgServer() as server:
+        yield server
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """A ledger URL to a new, empty database of the session's PostgreSQL server."""
+    return pg_server.url(pg_server.create_database())
 
 
 @pytest.fixture

@@ -113,3 +113,11 @@ def test_verdict_calibration_captures_and_replays_every_rule():
     for row in rows:
         false = float(row.split(" | ")[5])
         assert 0 <= false <= 1000, row
+
+
+def test_ledger_backends_records_into_sqlite_and_postgresql():
+    import pgserver
+    need(not pgserver.missing_requirements(), pgserver.missing_requirements())
+    lines = run_benchmark("ledger_backends.py", "--failures", "50", "--repeat", "1")
+    assert ratios(lines[-1], "postgresql/sqlite"), lines
+    assert lines[-1].startswith("50 failures in one run: sqlite median "), lines

@@ -132,6 +132,17 @@ def test_a_release_resumes_nothing_without_the_slurm_action(ledger, done):
     assert rep.released == ["n1"] and rep.actions == [] and done == []
 
 
+def test_a_node_released_during_the_revalidation_is_reported_as_nothing(ledger, done):
+    """Another controller or an operator released it while this run tested it: the
+    ledger records no clean run, so the run must not say 'clean re-validation run 0'."""
+    inv = inventory("n1", "n2", release_after=3)
+    ledger.record_failure("n2", "c1", ["burn"], ["burn: slow"], {}, "r0")
+    rep = settle(inv, ledger, "r1", cases(("n1", "burn", "passed", ""),
+                                          ("n2", "burn", "passed", "")), revalidate=True,
+                 act=True)
+    assert rep.clean == {"n2": 1} and rep.released == [] and ledger.history("n1") == []
+
+
 def test_clean_runs_count_only_in_a_revalidation(ledger, done):
     inv = inventory("n1", release_after=1)
     ledger.record_failure("n1", "c1", ["burn"], ["burn: slow"], {}, "r0")

@@ -1,0 +1,157 @@
+"""The quarantine ledger's behaviour through its API, whatever engine holds it: imported
+by tests/fast/test_ledger_unit.py (SQLite, the fast tier and mutation testing) and by
+tests/test_ledger_postgres.py (a real PostgreSQL). Each module gives `new_ledger`: a
+callable that opens the test's own ledger (the same one at every call)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from burnin.ledger import Entry
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(time, "time", lambda: now[0])
+    return now
+
+
+def test_check_writable_keeps_nothing(new_ledger):
+    ledger = new_ledger()
+    ledger.check_writable()
+    assert ledger._read(lambda db: db.execute("SELECT count(*) FROM history").fetchone()) \
+        == (0,)
+
+
+def test_a_write_that_fails_rolls_back_all_of_it_and_re_raises(new_ledger):
+    """A run's failures go in together or not at all, and the caller hears of a failure:
+    otherwise the gate would report 'newly quarantined' while the ledger holds nothing."""
+    ledger = new_ledger()
+    bad = [("m2", ["sdc"], ["sdc: x"], {}), ("m3", ["sdc"], ["sdc: x"], {"sdc": object()})]
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        ledger.record_failures("c", bad, "run-3")
+    assert ledger.quarantined() == set() and ledger.history("m2") == []
+    with pytest.raises(KeyboardInterrupt):  # whatever stops it, BaseException included
+        with ledger._tx() as db:
+            db.execute("INSERT INTO history (node, time, event, who, why) "
+                       "VALUES ('x', 0, 'e', 'w', '')")
+            raise KeyboardInterrupt
+    assert ledger.history("x") == []
+    ledger.note("y", "e", "kept")
+    assert [h["why"] for h in ledger.history("y")] == ["kept"]
+
+
+def test_record_failures_inserts_new_nodes_and_updates_known_ones(new_ledger, clock):
+    ledger = new_ledger()
+    assert ledger.record_failures("c1", [("n1", ["burn"], ["burn: slow"], {"burn": 1})],
+                                  "r1", who="ci") == {"n1": True}
+    ledger.record_clean("n1", "r2", 5)
+    clock[0] = 2000.0
+    out = ledger.record_failures("c2", [("n1", ["sdc"], ["sdc: wrong", "x" * 5000], {"sdc": 2}),
+                                        ("n2", ["health"], ["health: ECC off"], {})], "r3")
+    assert out == {"n1": False, "n2": True}
+    assert ledger.get("n1") == Entry("n1", "c1", ("sdc",), ("sdc: wrong", "x" * 5000),
+                                     {"sdc": 2}, "r3", 1000.0, 2000.0, "ci", 0, False, False)
+    assert ledger.get("n2") == Entry("n2", "c2", ("health",), ("health: ECC off",), {}, "r3",
+                                     2000.0, 2000.0, "burnin", 0, False, False)
+    h = ledger.history("n1")
+    assert [(x["event"], x["who"], x["run_id"], x["time"]) for x in h] == [
+        ("quarantined", "ci", "r1", 1000.0), ("clean", "burnin", "r2", 1000.0),
+        ("failed-again", "burnin", "r3", 2000.0)]
+    assert h[0]["why"] == "burn: slow"
+    assert h[2]["why"] == ("sdc: wrong; " + "x" * 5000)[:4000]
+    assert ledger.record_failure("n3", "c1", [], [], {}, "r4", who="alice") is True
+    assert (ledger.get("n3").run_id, ledger.get("n3").set_by) == ("r4", "alice")
+    assert ledger.history("n3")[0]["who"] == "alice"
+    assert ledger.record_failure("n3", "c1", [], [], {}, "r5") is False
+
+
+def test_record_clean_counts_and_releases_at_release_after(new_ledger, clock):
+    ledger = new_ledger()
+    assert ledger.record_clean("nobody", "r1", 1) == (0, False)
+    assert ledger.history("nobody") == []
+    ledger.record_failure("n1", "c", ["burn"], ["burn: slow"], {}, "r0")
+    clock[0] = 1500.0
+    assert ledger.record_clean("n1", "r1", 3) == (1, False)
+    assert ledger.get("n1").clean_runs == 1 and ledger.get("n1").updated == 1500.0
+    assert ledger.record_clean("n1", "r2", 3) == (2, False)
+    assert ledger.record_clean("n1", "r3", 3) == (3, True)
+    assert ledger.get("n1") is None
+    assert [(h["event"], h["who"], h["why"], h["run_id"]) for h in ledger.history("n1")[1:]] == [
+        ("clean", "burnin", "clean re-validation run 1 of 3", "r1"),
+        ("clean", "burnin", "clean re-validation run 2 of 3", "r2"),
+        ("released", "burnin", "3 consecutive clean re-validation runs", "r3")]
+
+
+def test_a_node_quarantined_by_hand_is_released_only_by_hand(new_ledger, clock):
+    ledger = new_ledger()
+    assert ledger.quarantine_by_hand("n1", "c", "fan noise", "alice") is True
+    assert ledger.get("n1") == Entry("n1", "c", (), ("quarantined by hand by alice: fan noise",),
+                                     {}, "", 1000.0, 1000.0, "alice", 0, False, True)
+    assert ledger.record_clean("n1", "r1", 1) == (1, False)
+    assert ledger.get("n1") is not None and ledger.get("n1").clean_runs == 1
+    assert ledger.history("n1")[-1]["why"] == \
+        "clean re-validation run 1; quarantined by hand: released only by hand"
+    assert ledger.release("n1", "fan replaced", "bob").by_hand is True
+    assert ledger.get("n1") is None
+    assert [(h["event"], h["who"], h["why"], h["run_id"]) for h in ledger.history("n1")] == [
+        ("quarantined", "alice", "fan noise", None),
+        ("clean", "burnin", "clean re-validation run 1; quarantined by hand: released only "
+                            "by hand", "r1"),
+        ("released", "bob", "fan replaced", None)]
+
+
+def test_quarantine_by_hand_holds_a_node_burnin_quarantined(new_ledger, clock):
+    ledger = new_ledger()
+    ledger.record_failure("n1", "c", ["burn"], ["burn: slow"], {"burn": 1}, "r0")
+    ledger.record_clean("n1", "r1", 5)
+    clock[0] = 3000.0
+    assert ledger.quarantine_by_hand("n1", "other", "keep it", "alice") is False
+    e = ledger.get("n1")
+    assert (e.cluster, e.checks, e.reasons, e.clean_runs, e.by_hand, e.updated, e.set_by) == (
+        "c", ("burn",), ("burn: slow", "quarantined by hand by alice: keep it"), 0, True,
+        3000.0, "burnin")
+    assert ledger.history("n1")[-1]["event"] == "held-by-hand"
+    assert ledger.record_clean("n1", "r2", 1) == (1, False)
+
+
+def test_set_drained_release_and_note(new_ledger):
+    ledger = new_ledger()
+    ledger.record_failure("n1", "c", ["burn"], ["burn: slow"], {}, "r0")
+    ledger.record_failure("n2", "c", ["burn"], ["burn: slow"], {}, "r0")
+    ledger.set_drained("n1", True)
+    assert ledger.get("n1").drained_by_burnin and not ledger.get("n2").drained_by_burnin
+    ledger.set_drained("n1", False)
+    assert not ledger.get("n1").drained_by_burnin
+    assert ledger.release("n3", "why", "bob") is None and ledger.history("n3") == []
+    ledger.note("n2", "action", "slurm: drained \x1b[31m", "r9")
+    ledger.note("n2", "action-failed", "hook", who="alice")
+    assert ledger.history("n2")[1:] == [
+        {**ledger.history("n2")[1], "event": "action", "who": "burnin",
+         "why": "slurm: drained \\x1b[31m", "run_id": "r9"},
+        {**ledger.history("n2")[2], "event": "action-failed", "who": "alice", "why": "hook",
+         "run_id": None}]
+    assert list(ledger.history("n2")[0]) == ["time", "event", "who", "why", "run_id"]
+    assert [e.node for e in ledger.entries()] == ["n1", "n2"]
+
+
+def test_entries_are_in_node_order(new_ledger):
+    ledger = new_ledger()
+    for n in ("n3", "n1", "n2"):
+        ledger.record_failure(n, "c", [], [], {}, "r")
+    assert [e.node for e in ledger.entries()] == ["n1", "n2", "n3"]
+    assert ledger.get("n4") is None
+
+
+def test_a_node_twice_in_one_run_is_new_once_then_failed_again(new_ledger):
+    ledger = new_ledger()
+    out = ledger.record_failures("c", [("n1", ["sdc"], ["sdc: a"], {}),
+                                       ("n2", ["burn"], ["burn: b"], {}),
+                                       ("n1", ["burn"], ["burn: c"], {"burn": 1})], "r1")
+    assert out == {"n1": True, "n2": True}
+    assert [(h["event"], h["why"]) for h in ledger.history("n1")] == [
+        ("quarantined", "sdc: a"), ("failed-again", "burn: c")]
+    assert ledger.get("n1").checks == ("burn",) and ledger.get("n1").figures == {"burn": 1}
