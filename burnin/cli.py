@@ -305,6 +305,11 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--reason", required=True)
         a.add_argument("--who", help="who does it (default: the current user)")
     q.set_defaults(func=cli_quarantine.run)
+    history = sub.add_parser("history", parents=[where],
+                             help="nodes over time: quarantined, failed again, clean, released; "
+                                  "and whether each is a repeat offender")
+    history.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
+    history.set_defaults(func=cli_quarantine.run, action="show", ledger=None, inventory=None)
     cli_ledger.add_parser(sub)
 
     report = sub.add_parser("report", help="render summary.html and metrics.prom again from "

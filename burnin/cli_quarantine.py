@@ -19,6 +19,7 @@ from burnin import actions
 from burnin.gate import quarantine_actions
 from burnin.inventory import InventoryError, load_inventory
 from burnin.ledger import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
+from burnin.nodes import QuarantineSettings
 
 
 def run(args) -> int:
@@ -50,7 +51,8 @@ def _run(args) -> int:
               file=sys.stderr)
         return 2
     if args.action == "show":
-        return _show(ledger, nodes, args.json)
+        q = inventory.quarantine if inventory else QuarantineSettings()
+        return _show(ledger, nodes, args.json, (q.repeat_times, q.repeat_days))
     who = args.who or getpass.getuser()
     if args.action == "add":
         return _add(ledger, inventory, nodes, args.reason, who, args.json)
@@ -80,16 +82,24 @@ def _list(ledger: Ledger, as_json: bool) -> int:
     return 0
 
 
-def _show(ledger: Ledger, nodes: list[str], as_json: bool) -> int:
+def _show(ledger: Ledger, nodes: list[str], as_json: bool,
+          repeat: tuple[int, float] = (3, 30.0)) -> int:
     shown, unknown = [], 0
+    offenders = ledger.repeat_offenders(*repeat)
     for node in nodes:
         entry, history = ledger.get(node), ledger.history(node)
         unknown += not entry and not history
         shown.append({"node": node, "in_quarantine": entry is not None,
+                      "repeat_offender": node in offenders,
+                      "quarantined_in_window": offenders.get(node, 0),
                       "entry": entry_dict(entry) if entry else None,
                       "history": [{**h, "time": _iso(h["time"])} for h in history]})
         if as_json:
             continue
+        if node in offenders:
+            print(f"{node}: a repeat offender: quarantined {offenders[node]} times in "
+                  f"{repeat[1]:g} days; clean re-validation runs do not release it, a person "
+                  "does (burnin quarantine release)")
         if entry:
             print(f"{node}: in quarantine since {_when(entry.since)} "
                   f"({'by hand' if entry.by_hand and not entry.run_id else 'run ' + entry.run_id}"

@@ -52,7 +52,8 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
                              {c.check: c.message for c in failed}))
         elif revalidate and act and all(c.outcome == Outcome.PASSED for c in node_cases):
             entry = ledger.get(name)
-            clean, released = ledger.record_clean(name, run_id, q.release_after)
+            clean, released = ledger.record_clean(name, run_id, q.release_after,
+                                                  (q.repeat_times, q.repeat_days))
             if clean == 0:
                 continue  # released meanwhile (by hand, or another run): nothing recorded
             report.clean[name] = clean

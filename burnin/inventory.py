@@ -91,7 +91,8 @@ DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gp
 NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
              **DEFAULT_KEYS}
 QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "release_after",
-                   "command": "str_list"}
+                   "command": "str_list", "repeat_times": "release_after",
+                   "repeat_days": "positive"}
 ADMISSION_KEYS = {"require": "check_list"}
 GOODPUT_KEYS = {"job_nodes": "job_nodes"}
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
@@ -362,7 +363,8 @@ def _quarantine(c: _Checker, doc: Mapping, top: dict) -> QuarantineSettings:
                 "missing; the command action needs quarantine.command: [argv, ...]")
     return QuarantineSettings(
         ledger=q.get("ledger"), actions=tuple(q.get("actions", ())),
-        release_after=q.get("release_after", 2), command=tuple(q.get("command", ())))
+        release_after=q.get("release_after", 2), command=tuple(q.get("command", ())),
+        repeat_times=q.get("repeat_times", 3), repeat_days=q.get("repeat_days", 30.0))
 
 
 def select_nodes(inventory: Inventory, hostlist: str | None) -> list[Node]:

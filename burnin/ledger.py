@@ -34,6 +34,7 @@ from burnin.text import safe_text
 # A serialization failure (PostgreSQL) is retried this often, with growing random
 # pauses (at most PAUSE_S each), before the run hears of it: some 10 s of contention.
 WRITE_ATTEMPTS = 20
+DAY = 86400.0  # seconds
 PAUSE_S = 1.0
 QUARANTINE_COLUMNS = ("node", "cluster", "checks", "reasons", "figures", "run_id", "since",
                       "updated", "set_by", "clean_runs", "drained_by_burnin", "by_hand")
@@ -256,9 +257,11 @@ class Ledger:
             return row is None
         return self._write(work)
 
-    def record_clean(self, node: str, run_id: str, release_after: int) -> tuple[int, bool]:
+    def record_clean(self, node: str, run_id: str, release_after: int,
+                     repeat: tuple[int, float] | None = None) -> tuple[int, bool]:
         """A clean re-validation run: (clean runs so far, released now?). A node
-        quarantined by hand is counted but never released here: only by hand."""
+        quarantined by hand, or a repeat offender (quarantined `repeat` = (times, days)
+        times within that many days), is counted but never released here: only by hand."""
         now = time.time()
 
         def work(db) -> tuple[int, bool]:
@@ -267,6 +270,15 @@ class Ledger:
             if row is None:
                 return 0, False
             clean = row[0] + 1
+            times = self._quarantined_since(db, node, now - repeat[1] * DAY) if repeat else 0
+            if repeat and times >= repeat[0]:
+                db.execute("UPDATE quarantine SET clean_runs = ?, updated = ? WHERE node = ?",
+                           (clean, now, node))
+                self._log(db, node, "clean", "burnin",
+                          f"clean re-validation run {clean}; a repeat offender (quarantined "
+                          f"{times} times in {repeat[1]:g} days): released only by hand",
+                          run_id, now)
+                return clean, False
             if clean >= release_after and not row[1]:
                 db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
                 self._log(db, node, "released", "burnin",
@@ -280,6 +292,21 @@ class Ledger:
                           else f" of {release_after}"), run_id, now)
             return clean, False
         return self._write(work)
+
+    @staticmethod
+    def _quarantined_since(db, node: str, since: float) -> int:
+        return db.execute("SELECT COUNT(*) FROM history WHERE node = ? AND event = ? AND "
+                          "time >= ?", (node, "quarantined", since)).fetchone()[0]
+
+    def repeat_offenders(self, times: int, days: float,
+                         now: float | None = None) -> dict[str, int]:
+        """{node: times quarantined within `days`} of every node quarantined at least
+        `times` times in that window, in or out of quarantine now."""
+        since = (time.time() if now is None else now) - days * DAY
+        rows = self._read(lambda db: db.execute(
+            "SELECT node, COUNT(*) FROM history WHERE event = ? AND time >= ? GROUP BY node "
+            "ORDER BY node", ("quarantined", since)).fetchall())
+        return {node: n for node, n in rows if n >= times}
 
     def set_drained(self, node: str, drained: bool) -> None:
         self._write(lambda db: db.execute(

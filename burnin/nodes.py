@@ -72,6 +72,10 @@ class QuarantineSettings:
     actions: tuple[str, ...] = ()
     release_after: int = 2
     command: tuple[str, ...] = ()
+    # A node quarantined repeat_times times within repeat_days is a repeat offender:
+    # clean re-validation runs do not release it; a person does.
+    repeat_times: int = 3
+    repeat_days: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -398,10 +398,12 @@ class BurninState:
                                   g.would_quarantine)):
                 if names:
                     tr.write_line(f"{label}: {', '.join(names)}")
+            after = run.inventory.quarantine.release_after
             for node, clean in sorted(g.clean.items()):
                 if node not in g.released:
-                    tr.write_line(f"{node}: clean re-validation run {clean} of "
-                                  f"{run.inventory.quarantine.release_after}")
+                    tr.write_line(f"{node}: clean re-validation run {clean} of {after}" + (
+                        f"; held for a person: a repeat offender or quarantined by hand "
+                        f"(burnin history {node})" if clean >= after else ""))
             for a in g.actions:
                 tr.write_line(f"{a.action} on {a.node}: {a.message}", red=not a.ok)
         for problem in self.report_problems:

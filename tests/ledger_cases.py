@@ -155,3 +155,43 @@ def test_a_node_twice_in_one_run_is_new_once_then_failed_again(new_ledger):
     assert [(h["event"], h["why"]) for h in ledger.history("n1")] == [
         ("quarantined", "sdc: a"), ("failed-again", "burn: c")]
     assert ledger.get("n1").checks == ("burn",) and ledger.get("n1").figures == {"burn": 1}
+
+
+DAY = 86400.0
+
+
+def fail_and_release(ledger, clock, node: str, times: int, every_days: float) -> None:
+    """`node` quarantined `times` times, `every_days` apart, released by hand after each."""
+    for i in range(times):
+        ledger.record_failure(node, "c", ["burn"], [f"burn: slow {i}"], {}, f"r{i}")
+        if i < times - 1:
+            ledger.release(node, "reseated", "alice")
+            clock[0] += every_days * DAY
+
+
+def test_a_repeat_offender_is_not_released_by_clean_runs_only_by_hand(new_ledger, clock):
+    ledger = new_ledger()
+    fail_and_release(ledger, clock, "n1", 3, 10)  # 3 times in 20 days
+    fail_and_release(ledger, clock, "n2", 2, 10)  # twice: not yet
+    assert ledger.repeat_offenders(3, 30) == {"n1": 3}
+    assert ledger.record_clean("n1", "v1", 1, (3, 30)) == (1, False)
+    assert ledger.record_clean("n1", "v2", 1, (3, 30)) == (2, False)
+    assert ledger.get("n1").clean_runs == 2
+    assert ledger.history("n1")[-1]["why"] == ("clean re-validation run 2; a repeat offender "
+                                               "(quarantined 3 times in 30 days): released "
+                                               "only by hand")
+    assert ledger.record_clean("n2", "v1", 1, (3, 30)) == (1, True)
+    assert ledger.release("n1", "board replaced", "bob") is not None
+    assert ledger.get("n1") is None
+
+
+def test_quarantines_older_than_the_window_do_not_count(new_ledger, clock):
+    ledger = new_ledger()
+    fail_and_release(ledger, clock, "n1", 3, 20)  # 3 times in 40 days
+    assert ledger.repeat_offenders(3, 30) == {}
+    assert ledger.repeat_offenders(3, 41) == {"n1": 3}
+    assert ledger.repeat_offenders(2, 30) == {"n1": 2}
+    assert ledger.record_clean("n1", "v1", 1, (3, 30)) == (1, True)
+    # without the rule (None), as before: released at release_after
+    fail_and_release(ledger, clock, "n2", 3, 1)
+    assert ledger.record_clean("n2", "v1", 1) == (1, True)

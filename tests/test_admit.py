@@ -254,3 +254,26 @@ def test_quarantine_cli_list_show_release(pytester):
     assert released.returncode == 0, released.stderr
     assert "released       by bob: PSU replaced" in cli("show", "n3").stdout
     assert cli("release", "n3", "--reason", "x").returncode == 1
+
+
+def test_a_repeat_offender_stays_in_quarantine_through_clean_revalidation(pytester):
+    """Quarantined 3 times in 30 days (the default rule), n3 passes re-validation runs past
+    release_after and stays out until a person releases it; `burnin history` says why."""
+    inv = gate_inventory(pytester, "release_after: 1\n")
+    ledger = Ledger(pytester.path / "ledger.db")
+    for i in range(3):
+        ledger.record_failure("n3", "c", ["health"], [f"health: fell off the bus {i}"], {},
+                              f"r{i}")
+        if i < 2:
+            ledger.release("n3", "reseated", "alice")
+    python3(pytester, healthy=True)
+    for run in (1, 2):
+        result, _ = run_suite(pytester, inv, "-k", "health", "--revalidate")
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines([f"n3: clean re-validation run {run} of 1; held for a "
+                                     "person: a repeat offender or quarantined by hand*"])
+    assert ledger.quarantined() == {"n3"}
+    shown = subprocess.run([sys.executable, "-m", "burnin.cli", "history", "n3", "--inventory",
+                            str(inv)], capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("n3: a repeat offender: quarantined 3 times in 30 days")

@@ -218,3 +218,28 @@ def test_ledger_locations_that_are_refused_say_why_and_never_the_password(text, 
     assert "s3cret" not in str(refused.value)
     with pytest.raises(LedgerUrlError):
         Ledger(text)
+
+
+def test_burnin_history_shows_a_node_over_time_and_flags_a_repeat_offender(tmp_path, capsys):
+    import json
+
+    from burnin.cli import main
+    db = tmp_path / "q.db"
+    ledger = Ledger(db)
+    for i in range(3):
+        ledger.record_failure("n1", "c", ["burn"], [f"burn: slow {i}"], {}, f"r{i}")
+        ledger.release("n1", "reseated", "alice")
+    ledger.record_failure("n2", "c", ["sdc"], ["sdc: wrong digest"], {}, "r9")
+    assert main(["history", "n[1-2]", "--ledger", str(db)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("n1: a repeat offender: quarantined 3 times in 30 days; clean "
+                      "re-validation runs do not release it, a person does (burnin "
+                      "quarantine release)")
+    assert out[1] == "n1: not in quarantine"
+    assert sum("quarantined" in ln and "by burnin" in ln for ln in out) == 4
+    assert main(["history", "n[1-2]", "--ledger", str(db), "--json"]) == 0
+    shown = {n["node"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert shown["n1"]["repeat_offender"] and shown["n1"]["quarantined_in_window"] == 3
+    assert not shown["n2"]["repeat_offender"] and shown["n2"]["in_quarantine"]
+    assert [h["event"] for h in shown["n1"]["history"]] == ["quarantined", "released"] * 3
+    assert main(["history", "n7", "--ledger", str(db)]) == 1  # a node it never knew
