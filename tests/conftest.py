@@ -12,6 +12,7 @@ import pgserver
 import psycopg  # noqa: F401  (see below)
 import pytest
 import slurmcluster
+from requires import need
 from testhosts import TestHosts, missing_requirements
 
 # pytester's in-process runs unload the modules they imported first. cryptography's
@@ -61,15 +62,6 @@ def make_hosts(tmp_path):
             made.append(stack.enter_context(TestHosts(count, tmp_path / f"hosts{len(made)}")))
             return made[-1]
         yield make
-
-
-def need(problem: str) -> None:
-    """Skip for `problem` on a developer's machine; in CI, which installs it all, fail."""
-    __tracebackhide__ = True
-    if problem:
-        if os.environ.get("CI"):
-            pytest.fail(f"cannot be built in CI: {problem}")
-        pytest.skip(problem)
 
 
 @pytest.fixture(scope="session")

@@ -28,9 +28,9 @@ import pgserver
 import pytest
 from ledger_replay import contradictions
 from replay import replay_python
+from requires import need
 
 from burnin.ledger import Ledger, LedgerError
-from conftest import need
 
 pytestmark = pytest.mark.slow
 

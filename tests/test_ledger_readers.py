@@ -13,10 +13,10 @@ import textwrap
 import pgserver
 import pytest
 from replay import replay_python
+from requires import need
 from suiterun import junit_cases, run_suite, script
 
 from burnin.ledger import Ledger
-from conftest import need
 
 pytestmark = pytest.mark.slow
 
