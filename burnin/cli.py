@@ -309,7 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="nodes over time: quarantined, failed again, clean, released; "
                                   "and whether each is a repeat offender")
     history.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
-    history.set_defaults(func=cli_quarantine.run, action="show", ledger=None, inventory=None)
+    # not ledger/inventory: set_defaults would change the actions `where` shares with
+    # every quarantine action (argparse's parents share them), and their SUPPRESS
+    history.set_defaults(func=cli_quarantine.run, action="show")
     cli_ledger.add_parser(sub)
 
     report = sub.add_parser("report", help="render summary.html and metrics.prom again from "

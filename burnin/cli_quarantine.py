@@ -33,8 +33,9 @@ def run(args) -> int:
 
 def _run(args) -> int:
     try:
-        inventory = load_inventory(args.inventory) if args.inventory else None
-        ledger = Ledger(args.ledger) if args.ledger else Ledger(ledger_path(
+        given = getattr(args, "inventory", None)  # `burnin history` may have neither
+        inventory = load_inventory(given) if given else None
+        ledger = Ledger(args.ledger) if getattr(args, "ledger", None) else Ledger(ledger_path(
             inventory.quarantine.ledger if inventory else None, Path("reports")))
     except InventoryError as e:
         print(f"invalid inventory:\n{e}", file=sys.stderr)
