@@ -129,3 +129,35 @@ def test_the_output_bound_and_schema_may_depend_on_the_nodes_settings():
     assert bound.output_limit({"k": 2}, 8) == 16 and bound.output_limit({"k": 2}, None) == 2000
     assert bound.schema_for({"k": 2}, 8) is shaped and bound.schema_for({"k": 2}, 4) is None
     assert bare(probe="other").probe_name == "other" and bare().probe_name == "x"
+
+
+def test_a_measure_names_its_family_label_chart_and_key_from_the_figures_labels():
+    from burnin.checks.base import Measure, device_tflops
+    m = device_tflops("burn: sustained TFLOPS per device", speed=True)
+    labels = (("check", "burn"), ("device", "cuda:3"))
+    assert (m.metric, m.unit, m.worst, m.per_model, m.zero, m.span, m.speed) == (
+        "device_tflops", "TFLOPS", "low", True, True, 0.0, True)
+    assert m.family_of(labels) == "burn TFLOPS, slowest device"
+    assert m.label_of(labels) == "burn TFLOPS cuda:3"
+    assert m.key_of(labels) == "burn"
+    assert m.chart_of(labels) == "burn: sustained TFLOPS per device"
+    assert device_tflops("x").speed is False  # sdc's: no speed a job runs at
+    assert m.label_of((("check", "burn"),)) == "burn TFLOPS "  # a missing label reads as ''
+    with pytest.raises(ValueError, match="Measure m: worst must be 'low' or 'high'"):
+        Measure("m", "GB/s", "f", "l", worst="middle")
+
+
+def test_the_peer_bound_is_the_fraction_or_the_runs_spread_up_to_half():
+    from burnin.checks.base import node_spread, peer_bound
+    assert peer_bound(100.0, 0.01, 0.9, 6, "GB/s") == (90.0, "0.9 x 100.000 GB/s")
+    assert peer_bound(100.0, None, 0.9, 6, "GB/s") == (90.0, "0.9 x 100.000 GB/s")
+    bound, words = peer_bound(100.0, 0.05, 0.9, 6, "GB/s")
+    assert bound == pytest.approx(70.0)
+    assert words == "0.7 x 100.000 GB/s (6 x the robust spread of 5.0% below it)"
+    assert peer_bound(100.0, 0.5, 0.9, 6, "GB/s")[0] == 50.0  # held at half
+    assert peer_bound(100.0, 0.5, 0, 6, "GB/s")[0] == 0  # fraction 0: off
+    # each node one vote: its devices' median deviation from the center
+    assert node_spread([[90.0, 110.0], [100.0, 100.0, 100.0, 130.0]], 100.0) == \
+        pytest.approx(1.4826 * 0.05)
+    assert node_spread([[90.0, 110.0]]) == pytest.approx(1.4826 * 0.1)  # its own median
+    assert node_spread([]) is None and node_spread([[0.0, 0.0]]) is None

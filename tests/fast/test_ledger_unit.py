@@ -15,10 +15,12 @@ from ledger_cases import (  # noqa: E402, F401
     clock,
     test_a_node_quarantined_by_hand_is_released_only_by_hand,
     test_a_node_twice_in_one_run_is_new_once_then_failed_again,
+    test_a_repeat_offender_is_not_released_by_clean_runs_only_by_hand,
     test_a_write_that_fails_rolls_back_all_of_it_and_re_raises,
     test_check_writable_keeps_nothing,
     test_entries_are_in_node_order,
     test_quarantine_by_hand_holds_a_node_burnin_quarantined,
+    test_quarantines_older_than_the_window_do_not_count,
     test_record_clean_counts_and_releases_at_release_after,
     test_record_failures_inserts_new_nodes_and_updates_known_ones,
     test_set_drained_release_and_note,
@@ -243,3 +245,10 @@ def test_burnin_history_shows_a_node_over_time_and_flags_a_repeat_offender(tmp_p
     assert not shown["n2"]["repeat_offender"] and shown["n2"]["in_quarantine"]
     assert [h["event"] for h in shown["n1"]["history"]] == ["quarantined", "released"] * 3
     assert main(["history", "n7", "--ledger", str(db)]) == 1  # a node it never knew
+
+
+def test_every_shared_ledger_case_runs_here():
+    """A case added to tests/ledger_cases.py and not imported here would never run."""
+    import ledger_cases
+    cases = {n for n in dir(ledger_cases) if n.startswith("test_")}
+    assert cases - set(globals()) == set()
