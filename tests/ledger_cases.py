@@ -195,3 +195,31 @@ def test_quarantines_older_than_the_window_do_not_count(new_ledger, clock):
     # without the rule (None), as before: released at release_after
     fail_and_release(ledger, clock, "n2", 3, 1)
     assert ledger.record_clean("n2", "v1", 1) == (1, True)
+
+
+def test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_anything(
+        new_ledger, clock, tmp_path):
+    from burnin.ledger import Ledger
+    from burnin.ledger_backends import LedgerNotEmpty
+    ledger = new_ledger()
+    ledger.record_failure("n2", "c", ["burn"], ["burn: slow"], {"burn": "x"}, "r1")
+    ledger.quarantine_by_hand("n1", "c", "fans", "alice")
+    clock[0] += 5
+    ledger.record_clean("n2", "v1", 3)
+    ledger.set_drained("n2", True)
+    quarantine, history = ledger.dump()
+    assert [r[0] for r in quarantine] == ["n1", "n2"]
+    assert [(r[0], r[2]) for r in history] == [("n2", "quarantined"), ("n1", "quarantined"),
+                                               ("n2", "clean")]
+    copy = Ledger(tmp_path / "copy.db")
+    copy.load(quarantine, history, force=False)
+    assert copy.entries() == ledger.entries()
+    assert [copy.history(n) for n in ("n1", "n2")] == [ledger.history(n) for n in ("n1", "n2")]
+    with pytest.raises(LedgerNotEmpty, match=r"holds 2 node\(s\) in quarantine and 3 history"):
+        copy.load([], [], force=False)
+    history_only = Ledger(tmp_path / "history-only.db")
+    history_only.note("n9", "action", "drained")
+    with pytest.raises(LedgerNotEmpty, match=r"holds 0 node\(s\) in quarantine and 1 history"):
+        history_only.load(quarantine, history, force=False)
+    copy.load([], history[:1], force=True)  # everything replaced
+    assert copy.entries() == [] and [h["event"] for h in copy.history("n2")] == ["quarantined"]

@@ -18,6 +18,7 @@ from ledger_cases import (  # noqa: E402, F401
     test_a_repeat_offender_is_not_released_by_clean_runs_only_by_hand,
     test_a_write_that_fails_rolls_back_all_of_it_and_re_raises,
     test_check_writable_keeps_nothing,
+    test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_anything,
     test_entries_are_in_node_order,
     test_quarantine_by_hand_holds_a_node_burnin_quarantined,
     test_quarantines_older_than_the_window_do_not_count,
