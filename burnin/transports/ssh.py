@@ -195,8 +195,9 @@ class _Channel:
 
     def ended(self) -> bool:
         c = self.chan
-        if c.exit_status_ready() and c.eof_received and not c.recv_ready() \
-                and not c.recv_stderr_ready():
+        if c.recv_ready() or c.recv_stderr_ready():
+            return False  # what arrived is read first, also from a channel closed since
+        if c.exit_status_ready() and c.eof_received:
             return True
         return c.closed or not self.client.get_transport().is_active()
 
