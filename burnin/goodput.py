@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from burnin.checks import CHECKS
-from burnin.figures import Figure, Measure
+from burnin.figures import Figure, Measure, key_figures
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,6 @@ def of_run(run) -> tuple[dict[str, Speed], int]:
     """The run's speeds, from the checks that ran in it (here or in another xdist worker;
     none is run for this), and the job size they are priced for: the inventory's
     `goodput.job_nodes`, else the run's node count."""
-    from burnin.figures import key_figures
     figures: dict[str, list[tuple[str, Figure]]] = {}
     for name, spec in CHECKS.items():
         if not any(m.speed for m in spec.measures) or not run.store.has(name):

@@ -325,16 +325,5 @@ class PostgresBackend(Backend):
     def lock_for_migration(self, db) -> None:
         db.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
 
-    @contextmanager
     def migrating(self):
-        db = self.connect()
-        try:
-            db.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
-        finally:
-            db.close()
+        return self.transaction("BEGIN ISOLATION LEVEL READ COMMITTED")

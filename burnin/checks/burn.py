@@ -140,10 +140,10 @@ def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
         fail.append(f"{tflops:.1f} TFLOPS, below the floor of {floor:g} TFLOPS")
     fraction = settings.get("peer_fraction", 0.9)
     spreads = settings.get("peer_spreads", PEER_SPREADS)
-    if fleet.get("nodes", 0) >= PEERS:
-        bound, words = peer_bound(fleet["tflops"], fleet.get("spread"), fraction, spreads,
-                                  "TFLOPS")
-    if fleet.get("nodes", 0) >= PEERS and tflops < bound:
+    peers = fleet.get("nodes", 0) >= PEERS
+    bound, words = peer_bound(fleet["tflops"], fleet.get("spread"), fraction, spreads,
+                              "TFLOPS") if peers else (0.0, "")
+    if peers and tflops < bound:
         fail.append(f"straggler: {tflops:.3f} TFLOPS, below {words}, the median of the "
                     f"run's {fleet['nodes']} nodes with this model")
     elif node_devices >= 2 and node_median:
