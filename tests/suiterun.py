@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -49,3 +50,23 @@ def script(path: Path, body: str) -> str:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
     return str(path)
+
+
+def trio_inventory(pytester: pytest.Pytester, path: Path, tail: str = "") -> Path:
+    """n1 and n2, whose probes replay the real ones' recorded documents (tests/replay.py),
+    and n3, whose python is the test's own `py3` script (healthy, slowed or broken below
+    the probe); the ledger in the test's directory. `tail`: YAML lines appended as they
+    are (indented two spaces, they continue `quarantine:`)."""
+    from replay import replay_python
+    replay = replay_python(pytester.path / "replay")
+    path.write_text(textwrap.dedent(f"""\
+        version: 1
+        defaults: {{transport: local, gpus: 0, python: {replay}}}
+        nodes:
+          - name: n[1-2]
+          - name: n3
+            python: {pytester.path / 'py3'}
+        quarantine:
+          ledger: {pytester.path / 'ledger.db'}
+        """) + tail)
+    return path

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from replay import replay_python
-from suiterun import junit_cases, run_suite, script
+from suiterun import junit_cases, run_suite, script, trio_inventory
 
 from burnin.ledger import Ledger
 
@@ -156,19 +156,8 @@ def test_plain_output_names_the_rejected_and_their_reasons(tmp_path):
 def gate_inventory(pytester, body: str = "") -> Path:
     """n1, n2 and n3 (whose python python3() makes healthy or broken); their probes replay
     the real ones' recorded documents (tests/replay.py): the gate is what is tested."""
-    inv = pytester.path / "inv.yaml"
-    replay = replay_python(pytester.path / "replay")
-    inv.write_text(textwrap.dedent(f"""\
-        version: 1
-        defaults: {{transport: local, gpus: 0, python: {replay}}}
-        nodes:
-          - name: n[1-2]
-          - name: n3
-            python: {pytester.path / 'py3'}
-        quarantine:
-          ledger: {pytester.path / 'ledger.db'}
-        """) + textwrap.indent(textwrap.dedent(body), "  "))  # under quarantine:
-    return inv
+    return trio_inventory(pytester, pytester.path / "inv.yaml",
+                          textwrap.indent(textwrap.dedent(body), "  "))  # under quarantine:
 
 
 def python3(pytester, healthy: bool) -> None:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import textwrap
 import xml.etree.ElementTree as ET
 
 from replay import replay_python
-from suiterun import run_suite, script
+from suiterun import run_suite, script, trio_inventory
 
 SLOW = 0.92
 FILTER = """import json, sys
@@ -33,18 +32,7 @@ def test_a_slower_node_is_priced_for_a_job_and_min_speed_keeps_it_out(pytester):
     filt = pytester.path / "slow.py"
     filt.write_text(FILTER.format(slow=SLOW))
     script(pytester.path / "py3", f"{replay} \"$@\" | {sys.executable} {filt}\n")
-    inv = pytester.path / "inv.yaml"
-    inv.write_text(textwrap.dedent(f"""\
-        version: 1
-        defaults: {{transport: local, gpus: 0, python: {replay}}}
-        nodes:
-          - name: n[1-2]
-          - name: n3
-            python: {pytester.path / 'py3'}
-        quarantine:
-          ledger: {pytester.path / 'ledger.db'}
-        goodput: {{job_nodes: 64}}
-        """))
+    inv = trio_inventory(pytester, pytester.path / "inv.yaml", "goodput: {job_nodes: 64}\n")
     result, reports = run_suite(pytester, inv, "-k", "health or burn")
     result.assert_outcomes(passed=6)  # 0.92 is no straggler under peer_fraction 0.9
     run_dir = (reports / "latest").resolve()

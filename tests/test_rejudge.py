@@ -9,8 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from replay import replay_python
-from suiterun import TINY_MEMORY, junit_cases, run_suite, script
+from suiterun import TINY_MEMORY, junit_cases, run_suite, script, trio_inventory
 
 
 def burnin(*args: str) -> subprocess.CompletedProcess:
@@ -21,21 +20,9 @@ def burnin(*args: str) -> subprocess.CompletedProcess:
 def inventory(pytester, path: Path, checks: str = "") -> Path:
     """n1 and n2 replay the real probes' recorded documents (tests/replay.py); n3's python
     fails every probe, so the run holds failures to reproduce as well as passes."""
-    replay = replay_python(pytester.path / "replay")
     script(pytester.path / "py3", "echo 'GPU fell off the bus' >&2\nexit 3\n")
-    path.write_text(textwrap.dedent(f"""\
-        version: 1
-        defaults: {{transport: local, gpus: 0, python: {replay}}}
-        nodes:
-          - name: n[1-2]
-          - name: n3
-            python: {pytester.path / 'py3'}
-        quarantine:
-          ledger: {pytester.path / 'ledger.db'}
-        checks:
-          memory: {json.dumps(TINY_MEMORY)}
-        """) + textwrap.indent(textwrap.dedent(checks), "  "))
-    return path
+    return trio_inventory(pytester, path, f"checks:\n  memory: {json.dumps(TINY_MEMORY)}\n"
+                          + textwrap.indent(textwrap.dedent(checks), "  "))
 
 
 def test_a_run_judged_again_gives_its_own_verdicts_and_what_if_lists_the_changes(pytester):
