@@ -91,3 +91,20 @@ def test_bad_input_is_a_message_and_exit_2(tmp_path, pytester):
     res = burnin("rejudge", str(run_dir), "--inventory", str(inv))
     assert res.returncode == 2 and "results.jsonl:1: not a burnin record" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_a_check_the_run_kept_no_record_of_is_an_error_not_a_probe_run_now(pytester):
+    """Nodes of `gpus: auto` learn their device count from health's record: with that
+    record gone, judging burn again is an error that says so; no probe is started."""
+    inv = inventory(pytester, pytester.path / "inv.yaml")
+    _, reports = run_suite(pytester, inv, "--no-quarantine", "-k", "health or burn")
+    run_dir = (reports / "latest").resolve()
+    results = run_dir / "results.jsonl"
+    kept = [ln for ln in results.read_text().splitlines() if json.loads(ln)["check"] != "health"]
+    results.write_text("".join(ln + "\n" for ln in kept))
+    auto = pytester.path / "auto.yaml"
+    auto.write_text(inv.read_text().replace("gpus: 0", "gpus: auto"))
+    res = burnin("rejudge", str(run_dir), "--inventory", str(auto))
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "n1 burn: passed -> error: RejudgeError: the run kept no record of health" \
+        in res.stdout, res.stdout
