@@ -1,6 +1,6 @@
 """`burnin ledger copy SRC DST`: move a quarantine ledger between engines (an SQLite file
-into PostgreSQL when a fleet's controllers start to share one, and back), entries and
-history in order.
+into PostgreSQL when a fleet's controllers start to share one, and back), entries,
+history and kept runs in order.
 
 SRC is read in one transaction and DST written in one: a copy interrupted half-way leaves
 DST as it was. A DST that holds anything is refused (exit 2) unless --force, which
@@ -19,13 +19,13 @@ def copy(args) -> int:
     """The `ledger copy` command."""
     try:
         source = Ledger(args.src, create=False)
-        quarantine, history = source.dump()
+        quarantine, history, runs = source.dump()
         target = Ledger(args.dst)
         if source.where == target.where:
             print(f"burnin ledger copy: {args.src} and {args.dst} are the same ledger",
                   file=sys.stderr)
             return 2
-        target.load(quarantine, history, force=args.force)
+        target.load(quarantine, history, runs, force=args.force)
     except LedgerNotEmpty as e:
         print(f"burnin ledger copy: {e}; nothing copied (--force replaces what it holds)",
               file=sys.stderr)
@@ -35,10 +35,11 @@ def copy(args) -> int:
         return 2
     if args.json:
         print(json.dumps({"from": source.where, "to": target.where,
-                          "quarantined": len(quarantine), "history": len(history)}, indent=2))
+                          "quarantined": len(quarantine), "history": len(history),
+                          "runs": len(runs)}, indent=2))
     else:
-        print(f"copied {len(quarantine)} node(s) in quarantine and {len(history)} history "
-              f"event(s) from {source.where} to {target.where}")
+        print(f"copied {len(quarantine)} node(s) in quarantine, {len(history)} history "
+              f"event(s) and {len(runs)} kept run(s) from {source.where} to {target.where}")
     return 0
 
 

@@ -29,6 +29,7 @@ from burnin.ledger_backends import (
     SqliteBackend,
     parse_location,
 )
+from burnin.ledger_runs import RUN_COLUMNS, NodeRun, RunLog  # noqa: F401  (NodeRun: callers)
 from burnin.text import safe_text
 
 # A serialization failure (PostgreSQL) is retried this often, with growing random
@@ -62,7 +63,7 @@ class LedgerLost(Exception):
     node it held, so nothing opens it until a person restores it (or says to start anew)."""
 
 
-class Ledger:
+class Ledger(RunLog):
     def __init__(self, where: str | Path, create: bool = True):
         """Open the ledger at `where` (a path, sqlite:///path or postgresql://...),
         creating it when it was never there (`create`). LedgerLost when burnin made an
@@ -365,28 +366,33 @@ class Ledger:
 
     # --- whole-ledger copies (burnin ledger copy) -----------------------------------
 
-    def dump(self) -> tuple[list[tuple], list[tuple]]:
-        """(quarantine rows, history rows in order), read in one snapshot, without
-        writing (a source this user may only read can be copied)."""
+    def dump(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """(quarantine rows, history rows in order, kept runs in order), read in one
+        snapshot, without writing (a source this user may only read can be copied)."""
         def work(db):
             return (db.execute(f"SELECT {', '.join(QUARANTINE_COLUMNS)} FROM quarantine "
                                "ORDER BY node").fetchall(),
                     db.execute(f"SELECT {', '.join(HISTORY_COLUMNS)} FROM history "
+                               "ORDER BY id").fetchall(),
+                    db.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs "
                                "ORDER BY id").fetchall())
         with self._guard(), self._backend.transaction(self._backend.begin_snapshot) as db:
             return work(db)
 
-    def load(self, quarantine: list[tuple], history: list[tuple], force: bool) -> None:
-        """Replace everything with `quarantine` and `history` (as dump() gives them), in
-        one transaction. LedgerNotEmpty when this ledger holds anything, unless `force`."""
+    def load(self, quarantine: list[tuple], history: list[tuple], runs: list[tuple],
+             force: bool) -> None:
+        """Replace everything with `quarantine`, `history` and `runs` (as dump() gives
+        them), in one transaction. LedgerNotEmpty when this ledger holds anything, unless
+        `force`."""
         def work(db) -> None:
             held = db.execute("SELECT (SELECT count(*) FROM quarantine), "
-                              "(SELECT count(*) FROM history)").fetchone()
+                              "(SELECT count(*) FROM history), "
+                              "(SELECT count(*) FROM runs)").fetchone()
             if any(held) and not force:
-                raise LedgerNotEmpty(f"{self.where} holds {held[0]} node(s) in quarantine "
-                                     f"and {held[1]} history event(s)")
-            db.execute("DELETE FROM quarantine")
-            db.execute("DELETE FROM history")
+                raise LedgerNotEmpty(f"{self.where} holds {held[0]} node(s) in quarantine, "
+                                     f"{held[1]} history event(s) and {held[2]} kept run(s)")
+            for table in ("quarantine", "history", "runs"):
+                db.execute(f"DELETE FROM {table}")
             marks = ", ".join("?" * len(QUARANTINE_COLUMNS))
             for row in quarantine:
                 db.execute(f"INSERT INTO quarantine ({', '.join(QUARANTINE_COLUMNS)}) "
@@ -394,6 +400,9 @@ class Ledger:
             for row in history:  # in order: the new ids keep it
                 db.execute(f"INSERT INTO history ({', '.join(HISTORY_COLUMNS)}) "
                            f"VALUES (?,?,?,?,?,?)", tuple(row))
+            db.executemany(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) "
+                           f"VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
+                           [tuple(r) for r in runs])
         self._write(work)
 
 

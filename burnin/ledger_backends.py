@@ -20,7 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 10
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # pg_advisory_xact_lock's key for migrations: b"burnin" read as an integer.
 MIGRATION_LOCK = 0x6275726E696E
 
@@ -109,11 +109,27 @@ def _migrations(real: str, serial: str) -> dict[int, tuple[str, ...]]:
                 run_id TEXT)"""),
         # `burnin quarantine add`: an operator's entry, released only by hand
         2: ("ALTER TABLE quarantine ADD COLUMN by_hand INTEGER NOT NULL DEFAULT 0",),
+        # Every run's verdict on every node it judged, kept for quarantine.keep_runs_days:
+        # `burnin history`, failures per node-day, the speed trend (burnin/track.py).
+        3: (f"""CREATE TABLE IF NOT EXISTS runs (
+                id {serial},
+                node TEXT NOT NULL,
+                cluster TEXT NOT NULL,
+                run_id TEXT NOT NULL,
+                time {real} NOT NULL,
+                outcome TEXT NOT NULL,   -- the node's worst: passed, failed, error
+                checks TEXT NOT NULL,    -- JSON list of the checks it did not pass
+                reasons TEXT NOT NULL,   -- JSON list of their messages, each bounded
+                speed {real},            -- relative speed (burnin/goodput.py), if known
+                figures TEXT NOT NULL)   -- JSON: what set the speed""",),
     }
 
 
-# Not a version step: re-made whenever it is missing (an index dropped by hand).
-ENSURE = ("CREATE INDEX IF NOT EXISTS history_node ON history (node, id)",)
+# Not version steps: re-made whenever missing (an index dropped by hand), each once the
+# schema has the step that makes its table.
+ENSURE = ((1, "history_node", "CREATE INDEX IF NOT EXISTS history_node ON history (node, id)"),
+          (3, "runs_node", "CREATE INDEX IF NOT EXISTS runs_node ON runs (node, time)"),
+          (3, "runs_time", "CREATE INDEX IF NOT EXISTS runs_time ON runs (time)"))
 VERSION_TABLE = ("CREATE TABLE IF NOT EXISTS ledger_schema (version INTEGER PRIMARY KEY, "
                  "applied {real} NOT NULL, how TEXT NOT NULL)")
 
@@ -196,8 +212,8 @@ class Backend:
                 db.execute(self.q("INSERT INTO ledger_schema (version, applied, how) "
                                   "VALUES (?, ?, 'migrated')"), (step, time.time()))
                 applied.append(step)
-            if upto >= 1:
-                for statement in ENSURE:
+            for step, _, statement in ENSURE:
+                if upto >= step:
                     db.execute(statement)
         return applied
 
@@ -241,8 +257,9 @@ class SqliteBackend(Backend):
         return 2 if "by_hand" in columns else 1
 
     def up_to_date(self, db) -> bool:
-        return self.version(db) == SCHEMA_VERSION and db.execute(
-            "SELECT 1 FROM sqlite_master WHERE name = 'history_node'").fetchone() is not None
+        indexes = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = "
+                                            "'index'")}
+        return self.version(db) == SCHEMA_VERSION and {i for _, i, _ in ENSURE} <= indexes
 
     @contextmanager
     def migrating(self):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from burnin.ledger import Entry
+from burnin.ledger import Entry, NodeRun
 
 
 @pytest.fixture
@@ -207,19 +207,67 @@ def test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_a
     clock[0] += 5
     ledger.record_clean("n2", "v1", 3)
     ledger.set_drained("n2", True)
-    quarantine, history = ledger.dump()
+    ledger.record_runs("c", [NodeRun("n2", "r1", clock[0], "failed", ("burn",), ("slow",),
+                                     0.5, {"set_by": "burn"})], keep_days=30)
+    quarantine, history, runs = ledger.dump()
     assert [r[0] for r in quarantine] == ["n1", "n2"]
     assert [(r[0], r[2]) for r in history] == [("n2", "quarantined"), ("n1", "quarantined"),
                                                ("n2", "clean")]
     copy = Ledger(tmp_path / "copy.db")
-    copy.load(quarantine, history, force=False)
+    copy.load(quarantine, history, runs, force=False)
     assert copy.entries() == ledger.entries()
     assert [copy.history(n) for n in ("n1", "n2")] == [ledger.history(n) for n in ("n1", "n2")]
-    with pytest.raises(LedgerNotEmpty, match=r"holds 2 node\(s\) in quarantine and 3 history"):
-        copy.load([], [], force=False)
+    assert copy.runs("n2") == ledger.runs("n2") and len(copy.runs("n2")) == 1
+    with pytest.raises(LedgerNotEmpty, match=r"holds 2 node\(s\) in quarantine, 3 history "
+                                             r"event\(s\) and 1 kept run"):
+        copy.load([], [], [], force=False)
     history_only = Ledger(tmp_path / "history-only.db")
     history_only.note("n9", "action", "drained")
-    with pytest.raises(LedgerNotEmpty, match=r"holds 0 node\(s\) in quarantine and 1 history"):
-        history_only.load(quarantine, history, force=False)
-    copy.load([], history[:1], force=True)  # everything replaced
+    with pytest.raises(LedgerNotEmpty, match=r"holds 0 node\(s\) in quarantine, 1 history"):
+        history_only.load(quarantine, history, runs, force=False)
+    runs_only = Ledger(tmp_path / "runs-only.db")
+    runs_only.record_runs("c", [NodeRun("n9", "r", clock[0], "passed")], keep_days=30)
+    with pytest.raises(LedgerNotEmpty, match=r"and 1 kept run"):
+        runs_only.load(quarantine, history, runs, force=False)
+    copy.load([], history[:1], [], force=True)  # everything replaced
     assert copy.entries() == [] and [h["event"] for h in copy.history("n2")] == ["quarantined"]
+    assert copy.runs("n2") == []
+
+
+def test_runs_are_kept_per_node_in_order_and_let_go_past_the_retention(new_ledger, clock):
+    """Every run's verdict on every node it judged, bounded by keep_days: a run's rows and
+    the pruning of old ones in one transaction."""
+    ledger = new_ledger()
+    start = clock[0]
+    for day in range(5):
+        clock[0] = start + day * DAY
+        gone = ledger.record_runs("c", [
+            NodeRun("n1", f"r{day}", clock[0], "passed", speed=1.0 - day / 100,
+                    figures={"set_by": "burn: burn TFLOPS cpu"}),
+            NodeRun("n2", f"r{day}", clock[0], "failed", ("sdc", "burn"),
+                    ("sdc: wrong" + "x" * 3000, "burn: slow"))], keep_days=2.5)
+        assert gone == (2 if day >= 3 else 0)  # day 0's at day 3, day 1's at day 4
+    runs = ledger.runs("n1")
+    assert [r.run_id for r in runs] == ["r2", "r3", "r4"]
+    assert runs[-1] == NodeRun("n1", "r4", start + 4 * DAY, "passed", (), (), 0.96,
+                               {"set_by": "burn: burn TFLOPS cpu"})
+    failed = ledger.runs("n2")[0]
+    assert failed.checks == ("sdc", "burn") and failed.speed is None
+    assert len(failed.reasons[0]) == 1000 and failed.reasons[1] == "burn: slow"
+    assert ledger.speeds_since(start + 3 * DAY) == {"n1": [(start + 3 * DAY, 0.97),
+                                                           (start + 4 * DAY, 0.96)]}
+    assert ledger.runs("n3") == []
+
+
+def test_exposure_counts_quarantines_in_the_window_from_a_node_s_first_kept_run(
+        new_ledger, clock):
+    ledger = new_ledger()
+    start = clock[0]
+    ledger.record_runs("c", [NodeRun("n1", "r0", start, "passed"),
+                             NodeRun("n2", "r0", start, "passed")], keep_days=90)
+    fail_and_release(ledger, clock, "n1", 2, 10)  # at start and start + 10 days
+    clock[0] = start + 20 * DAY
+    ledger.record_runs("c", [NodeRun("n3", "r9", clock[0], "passed")], keep_days=90)
+    assert ledger.exposure_since(start) == {"n1": (start, 2), "n2": (start, 0),
+                                            "n3": (clock[0], 0)}
+    assert ledger.exposure_since(start + 5 * DAY) == {"n3": (clock[0], 0)}

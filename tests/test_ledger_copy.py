@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from burnin.cli import main
-from burnin.ledger import Ledger
+from burnin.ledger import Ledger, NodeRun
 
 pytestmark = pytest.mark.slow
 
@@ -24,12 +24,16 @@ def filled(where) -> Ledger:
     ledger.record_failure("n4", "c", ["pcie"], ["pcie: x4"], {}, "r3")
     ledger.release("n4", "reseated", "bob")
     ledger.note("n1", "action", "slurm: drained", "r1")
+    ledger.record_runs("c", [NodeRun("n1", "r1", 100.0, "failed", ("sdc",), ("sdc: wrong ü",)),
+                             NodeRun("n2", "r1", 100.0, "passed", speed=0.97,
+                                     figures={"set_by": "burn"})], keep_days=1e6)
     return ledger
 
 
 def state(ledger: Ledger):
     nodes = ("n1", "n2", "n3", "n4")
-    return ledger.entries(), {n: ledger.history(n) for n in nodes}
+    return (ledger.entries(), {n: ledger.history(n) for n in nodes},
+            {n: ledger.runs(n) for n in nodes})
 
 
 def test_sqlite_to_postgresql_and_back_keeps_everything(tmp_path, pg_url, capsys):
@@ -37,12 +41,13 @@ def test_sqlite_to_postgresql_and_back_keeps_everything(tmp_path, pg_url, capsys
     assert main(["ledger", "copy", str(tmp_path / "q.db"), pg_url, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out == {"from": str(tmp_path / "q.db"), "to": pg_url, "quarantined": 3,
-                   "history": 7}
+                   "history": 7, "runs": 2}
     assert state(Ledger(pg_url)) == state(source)
     # and back, into a new file named by URL
     back = f"sqlite://{tmp_path}/back.db"
     assert main(["ledger", "copy", pg_url, back]) == 0
-    assert "copied 3 node(s) in quarantine and 7 history event(s)" in capsys.readouterr().out
+    assert "copied 3 node(s) in quarantine, 7 history event(s) and 2 kept run(s)" \
+        in capsys.readouterr().out
     assert state(Ledger(tmp_path / "back.db")) == state(source)
     # history goes on in order after the copy
     Ledger(pg_url).record_clean("n2", "r9", 3)
@@ -55,7 +60,8 @@ def test_a_destination_that_holds_anything_is_refused_unless_forced(tmp_path, pg
     Ledger(pg_url).note("x", "action", "something")  # history only, no entry
     assert main(["ledger", "copy", str(tmp_path / "q.db"), pg_url]) == 2
     err = capsys.readouterr().err
-    assert "holds 0 node(s) in quarantine and 1 history event(s); nothing copied " \
+    assert "holds 0 node(s) in quarantine, 1 history event(s) and 0 kept run(s); nothing " \
+           "copied " \
            "(--force replaces what it holds)" in err
     assert Ledger(pg_url).entries() == [] and len(Ledger(pg_url).history("x")) == 1
     assert main(["ledger", "copy", str(tmp_path / "q.db"), pg_url, "--force"]) == 0

@@ -20,10 +20,12 @@ from ledger_cases import (  # noqa: F401
     test_check_writable_keeps_nothing,
     test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_anything,
     test_entries_are_in_node_order,
+    test_exposure_counts_quarantines_in_the_window_from_a_node_s_first_kept_run,
     test_quarantine_by_hand_holds_a_node_burnin_quarantined,
     test_quarantines_older_than_the_window_do_not_count,
     test_record_clean_counts_and_releases_at_release_after,
     test_record_failures_inserts_new_nodes_and_updates_known_ones,
+    test_runs_are_kept_per_node_in_order_and_let_go_past_the_retention,
     test_set_drained_release_and_note,
 )
 from ledger_replay import contradictions
@@ -40,8 +42,8 @@ def new_ledger(pg_url):
 
 
 def test_two_controllers_opening_an_old_schema_at_once_migrate_it_once(pg_url):
-    """Six openers released at once on a version-1 schema: one applies step 2 under the
-    advisory lock, the others wait, find it applied, and apply nothing (without the lock
+    """Six openers released at once on a version-1 schema: one applies steps 2 and 3 under
+    the advisory lock, the others wait, find it applied, and apply nothing (without the lock
     two would ALTER the table, and one of them fail)."""
     PostgresBackend(pg_url).migrate(upto=1)
     start = threading.Barrier(6)
@@ -59,11 +61,11 @@ def test_two_controllers_opening_an_old_schema_at_once_migrate_it_once(pg_url):
     for t in threads:
         t.join(timeout=120)
     assert errors == []
-    assert sorted(applied) == [[]] * 5 + [[2]]
+    assert sorted(applied) == [[]] * 5 + [[2, 3]]
     ledger = Ledger(pg_url)
     assert ledger._read(lambda db: db.execute(
         "SELECT version, how FROM ledger_schema ORDER BY version").fetchall()) == [
-        (1, "migrated"), (2, "migrated")]
+        (1, "migrated"), (2, "migrated"), (3, "migrated")]
     assert ledger.quarantine_by_hand("n1", "c", "why", "alice") is True
 
 
@@ -72,7 +74,7 @@ def test_a_newer_schema_is_refused_not_downgraded(pg_url):
     ledger._write(lambda db: db.execute(
         "INSERT INTO ledger_schema (version, applied, how) VALUES (99, 0, 'future')"))
     with pytest.raises(LedgerError, match=r"schema version 99, newer than this burnin knows "
-                                          r"\(2\): upgrade burnin"):
+                                          r"\(3\): upgrade burnin"):
         Ledger(pg_url)
 
 

@@ -20,10 +20,12 @@ from ledger_cases import (  # noqa: E402, F401
     test_check_writable_keeps_nothing,
     test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_anything,
     test_entries_are_in_node_order,
+    test_exposure_counts_quarantines_in_the_window_from_a_node_s_first_kept_run,
     test_quarantine_by_hand_holds_a_node_burnin_quarantined,
     test_quarantines_older_than_the_window_do_not_count,
     test_record_clean_counts_and_releases_at_release_after,
     test_record_failures_inserts_new_nodes_and_updates_known_ones,
+    test_runs_are_kept_per_node_in_order_and_let_go_past_the_retention,
     test_set_drained_release_and_note,
 )
 
