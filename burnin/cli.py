@@ -306,8 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
         a.add_argument("--who", help="who does it (default: the current user)")
     q.set_defaults(func=cli_quarantine.run)
     history = sub.add_parser("history", parents=[where],
-                             help="nodes over time: quarantined, failed again, clean, released; "
-                                  "and whether each is a repeat offender")
+                             help="nodes over time: quarantined, failed again, clean, released, "
+                                  "every run's verdict and speed; and whether each is a "
+                                  "repeat offender")
     history.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
     # not ledger/inventory: set_defaults would change the actions `where` shares with
     # every quarantine action (argparse's parents share them), and their SUPPRESS

@@ -88,13 +88,14 @@ def _show(ledger: Ledger, nodes: list[str], as_json: bool,
     shown, unknown = [], 0
     offenders = ledger.repeat_offenders(*repeat)
     for node in nodes:
-        entry, history = ledger.get(node), ledger.history(node)
-        unknown += not entry and not history
+        entry, history, runs = ledger.get(node), ledger.history(node), ledger.runs(node)
+        unknown += not entry and not history and not runs
         shown.append({"node": node, "in_quarantine": entry is not None,
                       "repeat_offender": node in offenders,
                       "quarantined_in_window": offenders.get(node, 0),
                       "entry": entry_dict(entry) if entry else None,
-                      "history": [{**h, "time": _iso(h["time"])} for h in history]})
+                      "history": [{**h, "time": _iso(h["time"])} for h in history],
+                      "runs": [{**r.as_dict(), "time": _iso(r.time)} for r in runs]})
         if as_json:
             continue
         if node in offenders:
@@ -112,6 +113,12 @@ def _show(ledger: Ledger, nodes: list[str], as_json: bool,
             print(f"{node}: not in quarantine")
         for h in history:
             print(f"  {_when(h['time'])}  {h['event']:<14} by {h['who']}: {h['why']}")
+        if runs:
+            print(f"{node}: {len(runs)} run(s) kept")
+        for r in runs:
+            speed = f"speed {r.speed:.3f}" if r.speed is not None else "speed -    "
+            print(f"  {_when(r.time)}  {r.outcome:<7} {speed}  run {r.run_id}"
+                  + (f": {'; '.join(r.reasons)[:200]}" if r.reasons else ""))
     if as_json:
         print(json.dumps({"ledger": ledger.where, "nodes": shown}, indent=2))
     return 1 if unknown else 0

@@ -6,10 +6,12 @@ ledger and the actions, testable without pytest.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from burnin import actions
-from burnin.ledger import Ledger
+from burnin.goodput import Speed
+from burnin.ledger import Ledger, NodeRun
 from burnin.nodes import Inventory, Node
 from burnin.outcome import Outcome
 from burnin.reports import CaseResult
@@ -35,14 +37,19 @@ def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
 
 def settle(inventory: Inventory, ledger: Ledger, run_id: str,
            cases: dict[tuple[str, str], CaseResult], revalidate: bool,
-           act: bool) -> GateReport:
-    """Apply a finished run's verdicts: quarantine failures (ledger, then actions), and
-    in a re-validation run count clean runs and release."""
+           act: bool, speeds: dict[str, Speed] | None = None) -> GateReport:
+    """Apply a finished run's verdicts: keep each judged node's verdict (and `speeds`)
+    among the ledger's runs, quarantine failures (ledger, then actions), and in a
+    re-validation run count clean runs and release."""
     report = GateReport()
     by_node: dict[str, list[CaseResult]] = {}
     for (node, _), case in sorted(cases.items()):
         by_node.setdefault(node, []).append(case)
     q = inventory.quarantine
+    if act:
+        kept = node_runs(run_id, by_node, speeds or {}, time.time())
+        if kept:
+            ledger.record_runs(inventory.cluster, kept, q.keep_runs_days)
     failures = []
     for name, node_cases in by_node.items():
         failed = [c for c in node_cases if Outcome(c.outcome).bad]
@@ -91,3 +98,24 @@ def quarantine_actions(ledger: Ledger, q, name: str, checks: list[str], reasons:
         ledger.note(name, "action" if r.ok else "action-failed",
                     f"{r.action}: {r.message}", run_id, who=who)
     return results
+
+
+def node_runs(run_id: str, by_node: dict[str, list[CaseResult]], speeds: dict[str, Speed],
+              now: float) -> list[NodeRun]:
+    """What the ledger keeps of the run: each node it judged (one it only skipped, held
+    in quarantine or busy with another run, was not judged), its worst outcome, the
+    checks it did not pass and why, its relative speed."""
+    out = []
+    for node, node_cases in by_node.items():
+        judged = [c for c in node_cases if c.outcome != Outcome.SKIPPED]
+        if not judged:
+            continue
+        bad = [c for c in judged if Outcome(c.outcome).bad]
+        worst = Outcome.ERROR if any(c.outcome == Outcome.ERROR for c in bad) else \
+            Outcome.FAILED if bad else Outcome.PASSED
+        speed = speeds.get(node)
+        out.append(NodeRun(node, run_id, now, str(worst), tuple(c.check for c in bad),
+                           tuple(f"{c.check}: {c.message}" for c in bad),
+                           speed.speed if speed else None,
+                           {"set_by": speed.properties(1)["speed_set_by"]} if speed else {}))
+    return out

@@ -100,4 +100,4 @@ def of_run(run) -> tuple[dict[str, Speed], int]:
             figures.setdefault(node, []).extend(
                 (name, f) for f in key_figures(o.to_record(run.run_id, name)))
     model = {n.name: n.gpu_model or "" for n in run.nodes}
-    return speeds(figures, model), run.inventory.job_nodes or len(run.nodes)
+    return speeds(figures, model), run.inventory.goodput.job_nodes or len(run.nodes)

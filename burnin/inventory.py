@@ -16,6 +16,7 @@ from burnin import environment, yamlsource
 from burnin.checks import CHECKS, Kind
 from burnin.ledger_backends import LedgerUrlError, parse_location
 from burnin.nodes import (
+    GoodputSettings,
     Inventory,
     Node,
     QuarantineSettings,
@@ -92,9 +93,10 @@ NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "map
              **DEFAULT_KEYS}
 QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "release_after",
                    "command": "str_list", "repeat_times": "release_after",
-                   "repeat_days": "positive"}
+                   "repeat_days": "positive", "keep_runs_days": "positive"}
 ADMISSION_KEYS = {"require": "check_list"}
-GOODPUT_KEYS = {"job_nodes": "job_nodes"}
+GOODPUT_KEYS = {"job_nodes": "job_nodes", "restart_minutes": "nonnegative",
+                "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction"}
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
@@ -215,14 +217,14 @@ def load_inventory(path: str | Path) -> Inventory:
     if "admission" in top and c.mapping(top["admission"], "admission",
                                         doc.key_lines["admission"]):
         require = c.keys(top["admission"], ADMISSION_KEYS, "admission").get("require")
-    job_nodes = None
+    goodput = GoodputSettings()
     if "goodput" in top and c.mapping(top["goodput"], "goodput", doc.key_lines["goodput"]):
-        job_nodes = c.keys(top["goodput"], GOODPUT_KEYS, "goodput").get("job_nodes")
+        goodput = GoodputSettings(**c.keys(top["goodput"], GOODPUT_KEYS, "goodput"))
     if c.errors:
         raise InventoryError(c.errors)
     return Inventory(path=shown, cluster=top.get("cluster", path.stem), nodes=tuple(nodes),
                      checks=checks, quarantine=quarantine, gpu_models=models,
-                     require=tuple(require) if require else None, job_nodes=job_nodes)
+                     require=tuple(require) if require else None, goodput=goodput)
 
 
 def _gpu_models(c: _Checker, doc: Mapping, top: dict) -> dict:
@@ -364,7 +366,8 @@ def _quarantine(c: _Checker, doc: Mapping, top: dict) -> QuarantineSettings:
     return QuarantineSettings(
         ledger=q.get("ledger"), actions=tuple(q.get("actions", ())),
         release_after=q.get("release_after", 2), command=tuple(q.get("command", ())),
-        repeat_times=q.get("repeat_times", 3), repeat_days=q.get("repeat_days", 30.0))
+        repeat_times=q.get("repeat_times", 3), repeat_days=q.get("repeat_days", 30.0),
+        keep_runs_days=q.get("keep_runs_days", 180.0))
 
 
 def select_nodes(inventory: Inventory, hostlist: str | None) -> list[Node]:

@@ -76,6 +76,19 @@ class QuarantineSettings:
     # clean re-validation runs do not release it; a person does.
     repeat_times: int = 3
     repeat_days: float = 30.0
+    # Every run's verdict per node is kept this long (burnin history, failures per
+    # node-day, the speed trend), then let go.
+    keep_runs_days: float = 180.0
+
+
+@dataclass(frozen=True)
+class GoodputSettings:
+    """What a node's speed and failures cost a synchronous job (burnin/goodput.py)."""
+
+    job_nodes: int | None = None     # nodes in a job; None: the run's node count
+    restart_minutes: float = 10.0    # a failed job's restart: rescheduling, loading
+    checkpoint_minutes: float = 60.0  # checkpoint interval: a failure loses half of one
+    speed_drop_per_week: float = 0.01  # a steady fall this fast is warned of
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,7 @@ class Inventory:
     quarantine: QuarantineSettings
     gpu_models: dict[str, GpuModel] = field(default_factory=dict)
     require: tuple[str, ...] | None = None  # admission.require; None: every check that applies
-    job_nodes: int | None = None  # goodput.job_nodes: the job size nodes are priced for
+    goodput: GoodputSettings = field(default_factory=GoodputSettings)
     version: int = 1
 
     def node(self, name: str) -> Node:

@@ -11,11 +11,12 @@ import json
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from burnin import __version__, goodput
+from burnin import __version__, goodput, track
 from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES, applicable
 from burnin.files import write_atomically
 from burnin.gate import GateReport, settle, split_by_quarantine
@@ -77,6 +78,7 @@ class BurninState:
         self.held: list[Node] = []  # left out of this run: in quarantine
         self.gate: GateReport | None = None
         self.speeds: dict[str, goodput.Speed] = {}  # nodes' relative speeds (goodput.py)
+        self.tracked: track.FleetTrack | None = None  # what the ledger remembers of them
         self.job_nodes = 0
         self.requested: set[str] = set()  # the checks this session was asked to run
         self.report_problems: list[str] = []  # parts of the report that could not be made
@@ -257,7 +259,7 @@ class BurninState:
             self._write_incomplete(run, session)
         if self.fault:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
-        self.report_problems = publish(run.run_dir, run.inventory.cluster, run.run_id,
+        self.report_problems += publish(run.run_dir, run.inventory.cluster, run.run_id,
                                        verdicts_of(self.cases), floors_of(self.cases),
                                        self._in_ledger(run), nodes=run.nodes + self.held)
 
@@ -283,12 +285,20 @@ class BurninState:
             self.speeds, self.job_nodes = goodput.of_run(run)
         except Exception as e:  # a part of the report, not a verdict: the run goes on
             self.report_problems.append(f"relative speeds not computed: {e}")
+        try:  # what the ledger remembers of each node: failures, trend, repeat offenders
+            self.tracked = track.of_ledger(
+                self.ledger, [n.name for n in run.nodes],
+                {n: s.speed for n, s in self.speeds.items()}, self.job_nodes or len(run.nodes),
+                run.inventory.goodput, run.inventory.quarantine, time.time())
+            self.tracked.save(run.run_dir)
+        except Exception as e:  # a part of the report, not a verdict: the run goes on
+            self.report_problems.append(f"the nodes' history not read from the ledger: {e}")
         pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
         write_atomically(pending, self._junit(run, self._report_properties(
             run, session.exitstatus)), durable=True)
         self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases,
                            self.config.getoption("revalidate"),
-                           act=not self.config.getoption("no_quarantine"))
+                           act=not self.config.getoption("no_quarantine"), speeds=self.speeds)
         os.replace(pending, junit)
         # `latest` has pointed at this run since it started (burnin/preflight.py), unless
         # another run has started since: a completed run is the one to admit from.
@@ -351,7 +361,8 @@ class BurninState:
         return {"gpus": "unknown" if gpus is None else str(gpus),
                 "equipped_checks": "unknown" if equipped is None else ",".join(sorted(equipped)),
                 "applicable_checks": ",".join(applicable(gpus, len(run.nodes), equipped)),
-                **(speed.properties(self.job_nodes) if speed else {})}
+                **(speed.properties(self.job_nodes) if speed else {}),
+                **(self.tracked.properties(node.name) if self.tracked else {})}
 
     def _bound_failure_listing(self) -> None:
         """pytest's FAILURES section pairs each failure with every report (quadratic: some

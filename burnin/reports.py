@@ -153,7 +153,7 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     that fails (a node's record of an unexpected shape, a full disk) is named in the
     returned problems and the others are still made; nothing here can stop a run or its
     junit.xml."""
-    from burnin import evidence, metrics, summary
+    from burnin import evidence, metrics, summary, track
     from burnin.figures import read_records
     from burnin.summary import page, trend
 
@@ -199,6 +199,10 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     def draw() -> None:
         report = summary.build(cluster, run_id, verdicts, records, floors, info, bundles)
         report.speeds = speeds
+        try:
+            report.history = track.load(run_dir)
+        except (OSError, ValueError) as e:  # costs the page's ledger part only
+            report.problems.append(f"the ledger's history of the nodes not drawn: {e}")
         unreadable.update(report.unreadable)
         report.problems += problems
         try:

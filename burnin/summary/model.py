@@ -46,6 +46,7 @@ class PageRun:
     problems: list[str] = field(default_factory=list)
     unreadable: set[int] = field(default_factory=set)  # id() of records with junk figures
     speeds: dict[str, tuple[float, str]] = field(default_factory=dict)  # junit.xml's
+    history: dict | None = None  # what the ledger remembered at the run's end (track.py)
 
     @cached_property
     def checks(self) -> list[str]:

@@ -18,6 +18,7 @@ from html import escape
 
 from burnin.outcome import Outcome
 from burnin.summary import fleet as fleet_mod
+from burnin.summary import ledger_part
 from burnin.summary import trend as trend_mod
 from burnin.summary.model import PageRun, group_key, guarded
 from burnin.summary.script import HTML_SAFE, SCRIPT
@@ -105,6 +106,7 @@ def render(report: PageRun) -> str:
         guarded("verdict", fleet_mod.banner, report, moved),
         guarded("fleet grid", fleet_mod.grid, report),
         f"<h2>Fleet charts</h2><div class='charts'>{charts}</div>" if charts else "",
+        guarded("goodput and the ledger", ledger_part.render, report),
         guarded("trend", trend_mod.movers, report.trend, nodes),
         guarded("table", _table, report, nodes),
         "<h2 id='sections'>Nodes</h2>", *inline,

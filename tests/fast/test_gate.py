@@ -202,21 +202,32 @@ def test_settle_runs_every_new_nodes_actions(ledger, done):
         ("quarantined", "r1"), ("action-failed", "r1")]
 
 
-def test_a_clean_run_writes_nothing_to_the_ledger(ledger, done, monkeypatch):
-    """Nothing failed and nothing is re-validated: the ledger is read, never locked."""
-    import sqlite3
-
-    import burnin.ledger
-    monkeypatch.setattr(burnin.ledger, "BUSY_TIMEOUT_S", 0)
-    other = sqlite3.connect(ledger.path, isolation_level=None)
-    other.execute("BEGIN IMMEDIATE")  # another run is writing
-    try:
-        rep = settle(inventory("n1"), ledger, "r1", cases(("n1", "sdc", "passed", "")),
-                     revalidate=False, act=True)
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
+def test_a_clean_run_keeps_its_verdicts_and_writes_nothing_else(ledger, done):
+    """Nothing failed and nothing is re-validated: the run's verdict on each node it
+    judged is kept (burnin history), and no quarantine entry or history event is made.
+    A node only skipped (held, or busy with another run) was not judged: nothing kept."""
+    rep = settle(inventory("n1", "n2"), ledger, "r1",
+                 cases(("n1", "sdc", "passed", ""), ("n2", "sdc", "skipped", "busy")),
+                 revalidate=False, act=True)
     assert rep == GateReport()
+    assert [(r.run_id, r.outcome, r.checks) for r in ledger.runs("n1")] == [("r1", "passed", ())]
+    assert ledger.runs("n2") == [] and ledger.history("n1") == []
+    assert ledger.entries() == []
+
+
+def test_a_dry_run_keeps_nothing(ledger, done):
+    settle(inventory("n1"), ledger, "r1", cases(("n1", "sdc", "failed", "wrong")),
+           revalidate=False, act=False)
+    assert ledger.runs("n1") == [] and ledger.entries() == []
+
+
+def test_a_node_s_worst_outcome_and_its_reasons_are_kept(ledger, done):
+    settle(inventory("n1"), ledger, "r1",
+           cases(("n1", "sdc", "failed", "GPU 3 wrong"), ("n1", "burn", "error", "hung"),
+                 ("n1", "health", "passed", "")), revalidate=False, act=True)
+    (run,) = ledger.runs("n1")
+    assert run.outcome == "error" and set(run.checks) == {"sdc", "burn"}
+    assert set(run.reasons) == {"sdc: GPU 3 wrong", "burn: hung"}
 
 
 def test_split_by_quarantine(ledger):

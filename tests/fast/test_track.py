@@ -1,0 +1,105 @@
+"""What the ledger remembers of a node, priced (burnin/track.py): the speed trend and its
+warning, failures per node-day and their cost to a job, the fleet's rate, on a real
+SQLite ledger."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from burnin import track
+from burnin.ledger import Ledger, NodeRun
+from burnin.nodes import GoodputSettings, QuarantineSettings
+from burnin.summary import ledger_part
+
+DAY = track.DAY
+T0 = 1_800_000_000.0
+
+
+def test_the_trend_is_the_least_squares_line_per_week():
+    t = track.trend([(T0 + d * DAY, 1.0 - 0.002 * d) for d in range(8)])
+    assert t.per_week == pytest.approx(-0.014)
+    assert (t.runs, t.days, t.first, t.last) == (8, pytest.approx(7.0), 1.0, 0.986)
+    assert t.fit == pytest.approx(1.0)
+    assert track.trend([(T0, 1.0)]) is None
+    assert track.trend([(T0, 1.0), (T0, 0.9)]) is None  # no time passed: no slope
+
+
+@pytest.mark.parametrize("points,drop,steady", [
+    ([(d, 1.0 - 0.002 * d) for d in range(8)], 0.01, True),     # 1.4% a week
+    ([(d, 1.0 - 0.002 * d) for d in range(8)], 0.02, False),    # under the setting
+    ([(d, 1.0 - 0.002 * d) for d in range(3)], 0.01, False),    # three runs only
+    ([(d / 10, 1.0 - 0.02 * d) for d in range(8)], 0.01, False),  # less than 2 days
+    ([(d, 1.0 - 0.002 * d + (0.05 if d % 2 else 0)) for d in range(8)], 0.01, False),  # noise
+    ([(d, 1.0 + 0.002 * d) for d in range(8)], 0.01, False),    # rising
+])
+def test_a_steady_fall_needs_runs_days_a_slope_and_a_fit(points, drop, steady):
+    t = track.trend([(T0 + d * DAY, s) for d, s in points])
+    assert t.steady_fall(drop) is steady
+
+
+def test_the_warning_says_when_the_break_even_is_reached():
+    t = track.trend([(T0 + d * DAY, 1.0 - 0.002 * d) for d in range(8)])
+    w = track.warning_of(t, 0.01, 64)  # break-even 0.984, reached from 0.986 in ~1 day
+    assert w == ("relative speed falling 1.4% a week over 8 runs in 7 days (1.000 to 0.986); "
+                 "at this pace it reaches 0.984, the break-even of a 64-node job, in about "
+                 "1 days")
+    below = track.warning_of(t, 0.01, 1000)
+    assert below.endswith("; below 0.999, the break-even of a 1000-node job")
+    assert track.warning_of(t, 0.05, 64) == "" and track.warning_of(None, 0.01, 64) == ""
+
+
+def test_failures_per_node_day_and_their_cost_to_a_job():
+    goodput = GoodputSettings(restart_minutes=10, checkpoint_minutes=60)
+    fleet = track.FleetTrack(512, goodput, 30.0, {
+        "n1": track.NodeTrack(3, 30.0), "n2": track.NodeTrack(0, 30.0),
+        "n3": track.NodeTrack(1, 0.25), "n4": track.NodeTrack()})
+    assert fleet.nodes["n1"].per_day == pytest.approx(0.1)
+    assert fleet.nodes["n3"].per_day == 1.0  # a quarter day counts as one
+    assert fleet.nodes["n4"].per_day is None
+    # 512 nodes x 0.1 a day / 24 x (10 + 30) / 60 hours
+    assert fleet.failure_cost("n1") == pytest.approx(512 * 0.1 / 24 * 40 / 60)
+    assert fleet.failure_cost("n2") == 0.0 and fleet.failure_cost("n4") is None
+    assert fleet.per_1000_node_days == pytest.approx(1000 * 4 / 60.25)
+    props = fleet.properties("n1")
+    assert props["failures_per_node_day"] == "0.1000"
+    assert props["failures_counted"] == "3 quarantine(s) in 30.0 node-days (last 30 days)"
+    assert props["goodput_failure_cost_node_hours_per_hour"] == f"{512 * 0.1 / 24 * 40 / 60:.4f}"
+    assert fleet.properties("n4") == {} and fleet.properties("n9") == {}
+
+
+def test_of_ledger_reads_the_window_and_adds_this_run_as_the_newest_point(tmp_path):
+    ledger = Ledger(tmp_path / "q.db")
+    now = time.time()  # the quarantines below are stamped by the ledger's own clock
+    for d in range(6):  # n1 a run a day, 0.5% slower each; n2 steady
+        t = now - (6 - d) * DAY
+        ledger.record_runs("c", [NodeRun("n1", f"r{d}", t, "passed", speed=1.0 - 0.005 * d),
+                                 NodeRun("n2", f"r{d}", t, "passed", speed=1.0)],
+                           keep_days=1e6, now=t)
+    for i in range(3):  # n3 quarantined three times in the window
+        ledger.record_failure("n3", "c", ["burn"], ["burn: slow"], {}, f"q{i}")
+        ledger.release("n3", "reseated", "alice")
+    ledger.record_runs("c", [NodeRun("n3", "x", now - 10 * DAY, "failed")], keep_days=1e6,
+                       now=now)
+    q = QuarantineSettings(repeat_times=3, repeat_days=30.0)
+    fleet = track.of_ledger(ledger, ["n1", "n2", "n4"], {"n1": 0.97, "n2": 1.0, "n4": 1.0},
+                            64, GoodputSettings(), q, now)
+    assert fleet.nodes["n1"].trend.runs == 7 and fleet.nodes["n1"].trend.last == 0.97
+    assert fleet.nodes["n1"].warning.startswith("relative speed falling 3.5% a week")
+    assert fleet.nodes["n2"].warning == "" and fleet.nodes["n4"].trend is None
+    assert fleet.nodes["n3"].quarantines == 3 and fleet.nodes["n3"].node_days == 10.0
+    assert fleet.repeat_offenders == {"n3": 3}
+    assert fleet.properties("n3")["repeat_offender"] == "quarantined 3 times in 30 days"
+    fleet.save(tmp_path)
+    kept = track.load(tmp_path)
+    assert kept["nodes"]["n1"]["warning"] == fleet.nodes["n1"].warning
+    assert kept["repeat_offenders"] == {"n3": 3} and kept["job_nodes"] == 64
+
+
+def test_the_pace_of_a_job_is_its_slowest_member_on_the_fastest_nodes():
+    speeds = [1.0, 0.99, 0.98, 0.90, 0.80]
+    assert ledger_part.pace(speeds, 3) == 0.98
+    assert ledger_part.pace(speeds, 5) == 0.80
+    assert ledger_part.pace(speeds, 64) == 0.80  # more than the fleet: all of it
+    assert ledger_part.pace([], 3) is None
