@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -245,24 +246,48 @@ def test_quarantine_cli_list_show_release(pytester):
     assert cli("release", "n3", "--reason", "x").returncode == 1
 
 
-def test_a_repeat_offender_stays_in_quarantine_through_clean_revalidation(pytester):
-    """Quarantined 3 times in 30 days (the default rule), n3 passes re-validation runs past
-    release_after and stays out until a person releases it; `burnin history` says why."""
+def test_a_node_failed_in_three_real_runs_is_a_repeat_offender_held_for_a_person(pytester):
+    """n3 fails three real runs, released by clean re-validation after each of the first two
+    (release_after 1); the third makes it a repeat offender (3 times in 30 days, the
+    default): clean re-validation runs no longer release it, the page and junit.xml name
+    it, and `burnin history` shows its runs and why it is held."""
     inv = gate_inventory(pytester, "release_after: 1\n")
     ledger = Ledger(pytester.path / "ledger.db")
-    for i in range(3):
-        ledger.record_failure("n3", "c", ["health"], [f"health: fell off the bus {i}"], {},
-                              f"r{i}")
-        if i < 2:
-            ledger.release("n3", "reseated", "alice")
-    python3(pytester, healthy=True)
-    for run in (1, 2):
-        result, _ = run_suite(pytester, inv, "-k", "health", "--revalidate")
+    for time_ in range(1, 4):
+        python3(pytester, healthy=False)
+        result, _ = run_suite(pytester, inv, "-k", "health")
+        result.assert_outcomes(passed=2, failed=1)
+        assert ledger.quarantined() == {"n3"}
+        python3(pytester, healthy=True)
+        result, reports = run_suite(pytester, inv, "-k", "health", "--revalidate")
         result.assert_outcomes(passed=1)
-        result.stdout.fnmatch_lines([f"n3: clean re-validation run {run} of 1; held for a "
-                                     "person: a repeat offender or quarantined by hand*"])
+        if time_ < 3:
+            result.stdout.fnmatch_lines(["released from quarantine: n3"])
+            assert ledger.quarantined() == set()
+    result.stdout.fnmatch_lines(["n3: clean re-validation run 1 of 1; held for a person: a "
+                                 "repeat offender or quarantined by hand*"])
     assert ledger.quarantined() == {"n3"}
+    run_dir = (reports / "latest").resolve()
+    props = {s.get("name"): {p.get("name"): p.get("value") for p in s.iter("property")}
+             for s in ET.parse(run_dir / "junit.xml").getroot().iter("testsuite")}
+    assert props["n3"]["repeat_offender"] == "quarantined 3 times in 30 days"
+    assert props["n3"]["failures_counted"].startswith("3 quarantine(s) in ")
+    assert float(props["n3"]["goodput_failure_cost_node_hours_per_hour"]) > 0
+    page = (run_dir / "summary.html").read_text()
+    assert "Repeat offenders, quarantined 3 times or more in 30 days (released only by a " \
+           "person): <a href='#n-n3'>n3</a> (3 times)" in page
+
     shown = subprocess.run([sys.executable, "-m", "burnin.cli", "history", "n3", "--inventory",
                             str(inv)], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("n3: a repeat offender: quarantined 3 times in 30 days")
+    assert "n3: 6 run(s) kept" in shown.stdout, shown.stdout
+    kept = [ln.split()[2] for ln in shown.stdout.splitlines()
+            if ln.startswith("  ") and " run " in ln and "speed" in ln]
+    assert kept == ["failed", "passed"] * 3, shown.stdout
+    as_json = subprocess.run([sys.executable, "-m", "burnin.cli", "history", "n3", "--json",
+                              "--inventory", str(inv)], capture_output=True, text=True,
+                             timeout=120)
+    (node,) = json.loads(as_json.stdout)["nodes"]
+    assert [r["outcome"] for r in node["runs"]] == ["failed", "passed"] * 3
+    assert node["runs"][0]["reasons"][0].startswith("health: probe health exited")

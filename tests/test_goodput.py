@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 
 from replay import replay_python
 from suiterun import run_suite, script, trio_inventory
 
+from burnin.ledger import Ledger, NodeRun
+
 SLOW = 0.92
+DAY = 86400.0
 FILTER = """import json, sys
 doc = json.loads(sys.stdin.read())
 if doc.get("probe") == "burn":
@@ -33,6 +37,13 @@ def test_a_slower_node_is_priced_for_a_job_and_min_speed_keeps_it_out(pytester):
     filt.write_text(FILTER.format(slow=SLOW))
     script(pytester.path / "py3", f"{replay} \"$@\" | {sys.executable} {filt}\n")
     inv = trio_inventory(pytester, pytester.path / "inv.yaml", "goodput: {job_nodes: 64}\n")
+    # n3's four earlier runs, a week apart, 1% slower each: with this run's 0.92, a
+    # steady fall of over 1% a week, warned of; it is under the break-even of a 64-node
+    # job (0.984) already, and the warning says so.
+    now = time.time()
+    Ledger(pytester.path / "ledger.db").record_runs("inv", [
+        NodeRun("n3", f"r{w}", now - (5 - w) * 7 * DAY, "passed", speed=1.0 - 0.01 * w)
+        for w in range(4)], keep_days=180)
     result, reports = run_suite(pytester, inv, "-k", "health or burn")
     result.assert_outcomes(passed=6)  # 0.92 is no straggler under peer_fraction 0.9
     run_dir = (reports / "latest").resolve()
@@ -44,12 +55,20 @@ def test_a_slower_node_is_priced_for_a_job_and_min_speed_keeps_it_out(pytester):
     assert props["n3"]["goodput_job_nodes"] == "64"
     assert float(props["n3"]["goodput_cost_node_hours_per_hour"]) == round(64 * (1 - SLOW), 4)
     assert props["n3"]["goodput_pays_for_itself"] == "false"  # 0.92 < 1 - 1/64
+    assert props["n3"]["speed_warning"].startswith("relative speed falling ")
+    assert props["n3"]["speed_warning"].endswith("; below 0.984, the break-even of a 64-node job")
+    assert float(props["n3"]["speed_trend_per_week"]) < -0.01
+    assert "speed_warning" not in props["n1"]  # one run: no trend
+    kept = Ledger(pytester.path / "ledger.db").runs("n3")
+    assert [r.run_id for r in kept][:4] == ["r0", "r1", "r2", "r3"] and len(kept) == 5
+    assert kept[-1].speed == SLOW and kept[-1].figures["set_by"].startswith("burn: ")
 
     prom = (run_dir / "metrics.prom").read_text()
     assert f'burnin_node_relative_speed{{cluster="inv",node="n3",check="burn"}} {SLOW:g}' \
         in prom, [ln for ln in prom.splitlines() if "relative_speed" in ln]
     page = (run_dir / "summary.html").read_text()
     assert f"<td class=r title='set by burn'>{SLOW:.3f}</td>" in page
+    assert "Speed falling run after run:" in page and "pace of a 64-node job 0.920" in page
 
     slow = burnin("admit", str(run_dir / "junit.xml"), "--require", "health,burn",
                   "--min-speed", "0.95")

@@ -103,3 +103,24 @@ def test_the_pace_of_a_job_is_its_slowest_member_on_the_fastest_nodes():
     assert ledger_part.pace(speeds, 5) == 0.80
     assert ledger_part.pace(speeds, 64) == 0.80  # more than the fleet: all of it
     assert ledger_part.pace([], 3) is None
+
+
+def test_the_inventory_sets_the_prices_and_the_retention(tmp_path):
+    from burnin.inventory import InventoryError, load_inventory
+    path = tmp_path / "inv.yaml"
+    path.write_text("version: 1\nnodes: [{name: n1}]\n"
+                    "goodput: {job_nodes: 8, restart_minutes: 5, checkpoint_minutes: 30,\n"
+                    "          speed_drop_per_week: 0.02}\n"
+                    "quarantine: {keep_runs_days: 14}\n")
+    inv = load_inventory(path)
+    assert inv.goodput == GoodputSettings(8, 5, 30, 0.02)
+    assert inv.quarantine.keep_runs_days == 14
+    path.write_text("version: 1\nnodes: [{name: n1}]\n")
+    assert load_inventory(path).goodput == GoodputSettings(None, 10.0, 60.0, 0.01)
+    for bad, words in (("goodput: {restart_minutes: -1}", "a number, 0 or above"),
+                       ("goodput: {speed_drop_per_week: 2}", "a number from 0 to 1"),
+                       ("goodput: {checkpoint: 60}", "checkpoint"),
+                       ("quarantine: {keep_runs_days: 0}", "a number above 0")):
+        path.write_text(f"version: 1\nnodes: [{{name: n1}}]\n{bad}\n")
+        with pytest.raises(InventoryError, match=words):
+            load_inventory(path)
