@@ -221,6 +221,31 @@ def test_a_dry_run_keeps_nothing(ledger, done):
     assert ledger.runs("n1") == [] and ledger.entries() == []
 
 
+def test_each_judged_node_s_run_is_kept_with_its_speed(ledger, done):
+    from burnin.goodput import Speed
+    speeds = {"n3": Speed(0.9, "burn", "burn TFLOPS cpu", 45.0, 50.0)}
+    settle(inventory("n1", "n2", "n3"), ledger, "r1",
+           cases(("n1", "sdc", "skipped", "busy"), ("n2", "sdc", "failed", "GPU 0 wrong"),
+                 ("n3", "sdc", "passed", "")), revalidate=False, act=True, speeds=speeds)
+    assert [(r.outcome, r.checks, r.reasons) for r in ledger.runs("n2")] == [
+        ("failed", ("sdc",), ("sdc: GPU 0 wrong",))]
+    (n3,) = ledger.runs("n3")
+    assert (n3.outcome, n3.speed) == ("passed", 0.9)
+    assert n3.figures == {"set_by": "burn: burn TFLOPS cpu 45 against the fleet's median 50"}
+    assert ledger.runs("n2")[0].speed is None and ledger.runs("n2")[0].figures == {}
+
+
+def test_a_repeat_offender_passing_re_validation_is_counted_not_released(ledger, done):
+    for i in range(3):
+        ledger.record_failure("n1", "c1", ["sdc"], ["sdc: x"], {}, f"r{i}")
+        if i < 2:
+            ledger.release("n1", "reseated", "alice")
+    rep = settle(inventory("n1", release_after=1), ledger, "v1",
+                 cases(("n1", "sdc", "passed", "")), revalidate=True, act=True)
+    assert rep.clean == {"n1": 1} and rep.released == []
+    assert ledger.quarantined() == {"n1"}
+
+
 def test_a_node_s_worst_outcome_and_its_reasons_are_kept(ledger, done):
     settle(inventory("n1"), ledger, "r1",
            cases(("n1", "sdc", "failed", "GPU 3 wrong"), ("n1", "burn", "error", "hung"),

@@ -84,3 +84,63 @@ def test_min_speed_keeps_out_a_slower_node_and_one_of_unknown_speed():
     assert not decisions["nan"].admitted
     assert all(d.admitted for d in decide(report, ["health"]))  # off by default
     assert too_slow({"relative_speed": "0.97"}, 0.97) == []  # the bound itself passes
+
+
+def test_break_even_and_paying_at_the_bound():
+    assert break_even(64) == pytest.approx(1 - 1 / 64)
+    assert break_even(1) == 0.0 and break_even(0) == 0.0 and break_even(-3) == 0.0
+    at = Speed(break_even(4), "burn", "x", 0.75, 1.0)
+    assert at.pays(4) is False  # at the break-even a job gains nothing from it
+    assert Speed(0.76, "burn", "x", 0.76, 1.0).properties(4)["goodput_pays_for_itself"] \
+        == "true"
+    assert at.properties(4)["goodput_pays_for_itself"] == "false"
+
+
+def test_figures_that_are_no_speed_are_left_out_and_the_rest_still_counted():
+    figs = {"n1": [("nocheck", Figure("device_tflops", (), 5.0, "")), tflops("cuda:0", 0.0),
+                   tflops("cuda:1", float("inf")), tflops("cuda:2", 0.5)],
+            "n2": [tflops("cuda:0", 0.5)], "n3": [tflops("cuda:0", 0.4)]}
+    got = speeds(figs)
+    # n1: 0 and 0.5 count (its median 0.25), inf does not; the fleet's median 0.4
+    assert got["n1"] == Speed(0.0, "burn", "burn TFLOPS cuda:0", 0.0, 0.4)
+    assert got["n3"].speed == 1.0 and got["n2"].speed == pytest.approx(1.25)
+    # a node of no model and a node of model "" are one group; a zero median none
+    assert speeds(figs, {"n1": ""})["n3"].speed == 1.0
+    assert speeds({"z1": [tflops("cuda:0", 0.0)], "z2": [tflops("cuda:0", 0.0)]}) == {}
+    zero_first = {n: [tflops("cuda:0", 0.0), stream(0, "read", 1.0)] for n in ("z1", "z2")}
+    assert {n: s.check for n, s in speeds(zero_first).items()} == {"z1": "storage",
+                                                                    "z2": "storage"}
+
+
+def test_a_tie_between_figures_keeps_the_first_check_that_set_it():
+    figs = {"n1": [tflops("cuda:0", 5.0), stream(0, "read", 1.0)],
+            "n2": [tflops("cuda:0", 10.0), stream(0, "read", 2.0)],
+            "n3": [tflops("cuda:0", 10.0), stream(0, "read", 2.0)]}
+    got = speeds(figs)["n1"]
+    assert got.speed == 0.5 and got.check == "burn"
+
+
+def test_of_run_prices_the_checks_that_ran_for_the_inventory_s_job_size():
+    from types import SimpleNamespace
+
+    from burnin.goodput import of_run
+    from burnin.nodes import GoodputSettings, Node
+    from burnin.probe import ProbeOutcome
+
+    def burn(node, tf):
+        return ProbeOutcome(node, "burn", True, data={"devices": [
+            {"device": "cuda:0", "tflops": tf}]})
+    outcomes = {"burn": {"n1": burn("n1", 10.0), "n2": burn("n2", 10.0),
+                         "n3": burn("n3", 9.0)}}
+    run = SimpleNamespace(
+        run_id="r1", nodes=[Node(n, n, gpu_model="H100-SXM5-80GB") for n in outcomes["burn"]],
+        store=SimpleNamespace(has=lambda name: name in outcomes),
+        outcomes=lambda name: outcomes[name],
+        inventory=SimpleNamespace(goodput=GoodputSettings(job_nodes=64)))
+    got, job_nodes = of_run(run)
+    assert job_nodes == 64 and got["n3"].speed == 0.9 and got["n1"].speed == 1.0
+    assert got["n3"].figure == "burn TFLOPS cuda:0"
+    run.inventory = SimpleNamespace(goodput=GoodputSettings())
+    assert of_run(run)[1] == 3  # the run's node count
+    outcomes.clear()
+    assert of_run(run) == ({}, 3)

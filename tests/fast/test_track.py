@@ -24,6 +24,10 @@ def test_the_trend_is_the_least_squares_line_per_week():
     assert t.fit == pytest.approx(1.0)
     assert track.trend([(T0, 1.0)]) is None
     assert track.trend([(T0, 1.0), (T0, 0.9)]) is None  # no time passed: no slope
+    two = track.trend([(T0, 1.0), (T0 + 7 * DAY, 0.9)])
+    assert two.per_week == pytest.approx(-0.1) and two.fit == pytest.approx(1.0)
+    flat = track.trend([(T0 + d * DAY, 0.95) for d in range(5)])
+    assert flat.per_week == 0.0 and flat.fit == 0.0  # a flat line explains nothing
 
 
 @pytest.mark.parametrize("points,drop,steady", [
@@ -48,6 +52,11 @@ def test_the_warning_says_when_the_break_even_is_reached():
     below = track.warning_of(t, 0.01, 1000)
     assert below.endswith("; below 0.999, the break-even of a 1000-node job")
     assert track.warning_of(t, 0.05, 64) == "" and track.warning_of(None, 0.01, 64) == ""
+    far = track.warning_of(t, 0.01, 20)  # break-even 0.95: 0.036 / 0.014 a week away
+    assert far.endswith("reaches 0.950, the break-even of a 20-node job, in about 18 days")
+    on = track.trend([(T0 + d * DAY, 1.0 - 0.0025 * d) for d in range(9)])  # ends at 0.98
+    assert track.warning_of(on, 0.01, 50).endswith("; below 0.980, the break-even of a "
+                                                   "50-node job")
 
 
 def test_failures_per_node_day_and_their_cost_to_a_job():
@@ -67,6 +76,12 @@ def test_failures_per_node_day_and_their_cost_to_a_job():
     assert props["failures_counted"] == "3 quarantine(s) in 30.0 node-days (last 30 days)"
     assert props["goodput_failure_cost_node_hours_per_hour"] == f"{512 * 0.1 / 24 * 40 / 60:.4f}"
     assert fleet.properties("n4") == {} and fleet.properties("n9") == {}
+    assert fleet.failure_cost("n9") is None
+    falling = track.trend([(T0 + d * DAY, 1.0 - 0.002 * d) for d in range(8)])
+    warned = track.FleetTrack(64, goodput, 30.0, {"n1": track.NodeTrack(0, 30.0, falling,
+                                                                        "falling")})
+    assert warned.properties("n1")["speed_trend_per_week"] == "-0.0140"
+    assert warned.properties("n1")["speed_warning"] == "falling"
 
 
 def test_of_ledger_reads_the_window_and_adds_this_run_as_the_newest_point(tmp_path):
@@ -82,19 +97,49 @@ def test_of_ledger_reads_the_window_and_adds_this_run_as_the_newest_point(tmp_pa
         ledger.release("n3", "reseated", "alice")
     ledger.record_runs("c", [NodeRun("n3", "x", now - 10 * DAY, "failed")], keep_days=1e6,
                        now=now)
-    q = QuarantineSettings(repeat_times=3, repeat_days=30.0)
-    fleet = track.of_ledger(ledger, ["n1", "n2", "n4"], {"n1": 0.97, "n2": 1.0, "n4": 1.0},
-                            64, GoodputSettings(), q, now)
+    q = QuarantineSettings(repeat_times=2, repeat_days=30.0)
+    fleet = track.of_ledger(ledger, ["n1", "n2", "n3", "n4"],
+                            {"n1": 0.97, "n2": 1.0, "n4": 1.0}, 64, GoodputSettings(), q, now)
+    assert fleet.repeat_times == 2
     assert fleet.nodes["n1"].trend.runs == 7 and fleet.nodes["n1"].trend.last == 0.97
     assert fleet.nodes["n1"].warning.startswith("relative speed falling 3.5% a week")
     assert fleet.nodes["n2"].warning == "" and fleet.nodes["n4"].trend is None
     assert fleet.nodes["n3"].quarantines == 3 and fleet.nodes["n3"].node_days == 10.0
     assert fleet.repeat_offenders == {"n3": 3}
     assert fleet.properties("n3")["repeat_offender"] == "quarantined 3 times in 30 days"
+    # the window ends at `now`: 35 days on, those quarantines are out of it
+    later = track.of_ledger(ledger, ["n3"], {}, 64, GoodputSettings(), q, now + 35 * DAY)
+    assert later.repeat_offenders == {} and later.nodes["n3"].quarantines == 0
     fleet.save(tmp_path)
     kept = track.load(tmp_path)
     assert kept["nodes"]["n1"]["warning"] == fleet.nodes["n1"].warning
     assert kept["repeat_offenders"] == {"n3": 3} and kept["job_nodes"] == 64
+    assert track.load(tmp_path / "nowhere") is None
+
+
+def test_a_trend_is_fitted_to_the_last_thirty_runs_this_one_included(tmp_path):
+    ledger = Ledger(tmp_path / "q.db")
+    now = time.time()
+    ledger.record_runs("c", [NodeRun("n1", f"r{d}", now - (40 - d) * DAY / 2, "passed",
+                                     speed=1.0) for d in range(40)], keep_days=1e6, now=now)
+    fleet = track.of_ledger(ledger, ["n1"], {"n1": 1.0}, 8, GoodputSettings(),
+                            QuarantineSettings(), now)
+    assert fleet.nodes["n1"].trend.runs == track.TREND_POINTS
+
+
+def test_record_runs_lets_go_by_the_time_it_is_given(tmp_path):
+    ledger = Ledger(tmp_path / "q.db")
+    now = time.time()
+    ledger.record_runs("c", [NodeRun("n1", "r0", now, "passed")], keep_days=1, now=now)
+    assert ledger.record_runs("c", [], keep_days=1, now=now + 2 * DAY) == 1
+    assert ledger.runs("n1") == []
+
+
+def test_a_kept_run_as_the_cli_prints_it():
+    run = NodeRun("n1", "r1", 5.0, "failed", ("sdc",), ("sdc: wrong",), 0.9, {"set_by": "x"})
+    assert run.as_dict() == {"run_id": "r1", "time": 5.0, "outcome": "failed",
+                             "checks": ["sdc"], "reasons": ["sdc: wrong"], "speed": 0.9,
+                             "figures": {"set_by": "x"}}
 
 
 def test_the_pace_of_a_job_is_its_slowest_member_on_the_fastest_nodes():
