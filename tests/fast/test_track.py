@@ -43,6 +43,12 @@ def test_a_steady_fall_needs_runs_days_a_slope_and_a_fit(points, drop, steady):
     assert t.steady_fall(drop) is steady
 
 
+def test_a_steady_fall_s_bounds_are_inclusive():
+    at = track.Trend(per_week=-0.01, runs=track.TREND_MIN_POINTS, days=track.TREND_MIN_DAYS,
+                     first=1.0, last=0.98, fit=track.TREND_MIN_FIT)
+    assert at.steady_fall(0.01) is True
+
+
 def test_the_warning_says_when_the_break_even_is_reached():
     t = track.trend([(T0 + d * DAY, 1.0 - 0.002 * d) for d in range(8)])
     w = track.warning_of(t, 0.01, 64)  # break-even 0.984, reached from 0.986 in ~1 day
