@@ -68,7 +68,8 @@ def test_a_slower_node_is_priced_for_a_job_and_min_speed_keeps_it_out(pytester):
         in prom, [ln for ln in prom.splitlines() if "relative_speed" in ln]
     page = (run_dir / "summary.html").read_text()
     assert f"<td class=r title='set by burn'>{SLOW:.3f}</td>" in page
-    assert "Speed falling run after run:" in page and "pace of a 64-node job 0.920" in page
+    assert "Speed falling run after run (1 node(s)):" in page
+    assert "pace of a 64-node job 0.920" in page
 
     slow = burnin("admit", str(run_dir / "junit.xml"), "--require", "health,burn",
                   "--min-speed", "0.95")

@@ -13,6 +13,7 @@ from burnin.summary.model import PageRun, natural_key
 
 W, H, PAD_L, PAD_B, PAD_T = 560, 220, 46, 28, 22
 CHART_POINTS = 400  # a 560-pixel line shows no more; the slowest node is always kept
+LISTED = 50         # nodes named in a list; the rest are counted (junit.xml names them all)
 
 
 def pace(speeds: list[float], job_nodes: int) -> float | None:
@@ -62,6 +63,10 @@ def sorted_speeds_chart(speeds: dict[str, tuple[float, str]], job_nodes: int) ->
     return svg(W, H, "relative speeds sorted, with a job's pace", items)
 
 
+def _more(count: int) -> str:
+    return f" and {count - LISTED} more (junit.xml names each)" if count > LISTED else ""
+
+
 def render(report: PageRun) -> str:
     """The part, or '' for a run with neither speeds nor a ledger history."""
     kept = report.history or {}
@@ -82,18 +87,19 @@ def render(report: PageRun) -> str:
         lines.append("<p class='dim'>The ledger holds no earlier run of these nodes: no "
                      "failure rate yet.</p>")
     if offenders:
+        ranked = sorted(offenders.items(), key=lambda x: natural_key(x[0]))
         names = ", ".join(f"<a href='#n-{escape(n)}'>{escape(n)}</a> ({times} times)"
-                          for n, times in sorted(offenders.items(),
-                                                 key=lambda x: natural_key(x[0])))
+                          for n, times in ranked[:LISTED])
         lines.append(f"<p class='fail'>Repeat offenders, quarantined "
                      f"{kept.get('repeat_times', 3)} times or more in {window:g} days "
-                     f"(released only by a person): {names}</p>")
+                     f"(released only by a person): {names}{_more(len(ranked))}</p>")
     warned = sorted(((n, t["warning"]) for n, t in nodes.items() if t.get("warning")),
                     key=lambda x: natural_key(x[0]))
     if warned:
-        lines.append("<p class='warn'>Speed falling run after run:</p><ul>" + "".join(
-            f"<li><a href='#n-{escape(n)}'>{escape(n)}</a>: {escape(w)}</li>"
-            for n, w in warned) + "</ul>")
+        lines.append(f"<p class='warn'>Speed falling run after run ({len(warned)} "
+                     f"node(s)):</p><ul>" + "".join(
+                         f"<li><a href='#n-{escape(n)}'>{escape(n)}</a>: {escape(w)}</li>"
+                         for n, w in warned[:LISTED]) + f"</ul>{_more(len(warned))}")
     chart = sorted_speeds_chart(report.speeds, job_nodes) if report.speeds else ""
     return ("<h2 id='goodput'>Goodput and the ledger</h2>" + "".join(lines)
             + (f"<div class='charts'>{chart}</div>" if chart else ""))

@@ -175,3 +175,21 @@ def test_the_inventory_sets_the_prices_and_the_retention(tmp_path):
         path.write_text(f"version: 1\nnodes: [{{name: n1}}]\n{bad}\n")
         with pytest.raises(InventoryError, match=words):
             load_inventory(path)
+
+
+def test_the_page_part_names_at_most_a_few_dozen_nodes_and_counts_the_rest():
+    from burnin.summary.model import PageRun
+    nodes = {f"n{i}": {"quarantines": 3, "node_days": 30.0, "warning": f"falling {i}"}
+             for i in range(1, 201)}
+    report = PageRun("c", "r1", {}, {}, {}, {}, set(),
+                     speeds={f"n{i}": (1.0 - i / 1000, "burn") for i in range(1, 201)},
+                     history={"job_nodes": 64, "window_days": 30.0, "repeat_times": 3,
+                              "nodes": nodes,
+                              "repeat_offenders": {n: 3 for n in nodes}})
+    html = ledger_part.render(report)
+    assert html.count("<li>") == ledger_part.LISTED
+    assert "Speed falling run after run (200 node(s)):" in html
+    assert html.count(" and 150 more (junit.xml names each)") == 2
+    assert "<b>100.0 per 1,000 node-days</b> (600 quarantine(s) over 6,000 node-days" in html
+    assert "pace of a 64-node job 0.936; break-even 0.984" in html
+    assert ledger_part.render(PageRun("c", "r1", {}, {}, {}, {}, set())) == ""
