@@ -121,3 +121,9 @@ def test_ledger_backends_records_into_sqlite_and_postgresql():
     lines = run_benchmark("ledger_backends.py", "--failures", "50", "--repeat", "1")
     assert ratios(lines[-1], "postgresql/sqlite"), lines
     assert lines[-1].startswith("50 failures in one run: sqlite median "), lines
+
+
+def test_ledger_history_keeps_runs_and_reads_them_back():
+    lines = run_benchmark("ledger_history.py", "--nodes", "200", "--runs", "3", "--repeat", "1")
+    assert ratios(lines[-1], "record_runs/bare"), lines
+    assert lines[0] == "200 nodes, 3 runs kept a node, medians of 1:", lines
