@@ -11,6 +11,7 @@ ledger's word on each node. Names and labels are documented in README.md and sta
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from burnin.figures import key_figures
@@ -52,6 +53,16 @@ MAX_SERIES_PER_RECORD = 4096
 
 
 def _esc(v) -> str:
+    # A fleet's file repeats a few thousand label values (nodes, devices, checks) in
+    # hundreds of thousands of series: each is escaped once.
+    try:
+        return _escaped(v)
+    except TypeError:  # unhashable: not a label value any check writes, but escaped all the same
+        return _escaped.__wrapped__(v)
+
+
+@functools.lru_cache(maxsize=1 << 16, typed=True)  # True is not 1 here
+def _escaped(v) -> str:
     # Control characters (a carriage return among them) are escaped as text first; then
     # what the exposition format itself escapes: backslash, double quote, newline.
     return safe_text(str(v)).replace("\\", "\\\\").replace(

@@ -30,6 +30,11 @@ DRAW_FAILING = 12         # beyond, the failing ones up to this many; the rest o
 DETAIL = 150              # telemetry points per line for a failing node or a small fleet
 FLEET_DETAIL = 16_000     # ... shared out among the passing nodes of a big fleet (16 at least)
 TABLE_OPEN = 2_000        # beyond this many nodes the table starts folded
+# Beyond this many nodes a passing node's section is its verdicts, figures and trend,
+# drawn from the figures the run kept, not its documents: reading back and drawing
+# 10,000 nodes' telemetry cost most of publish's time and of the page. The failing
+# nodes' sections stay whole at any size.
+WHOLE_SECTIONS = 2_000
 MARK = {Outcome.PASSED: ("", "✓"), Outcome.FAILED: (" class=fail", "✗"),
         Outcome.ERROR: (" class=fail", "!"),
         Outcome.SKIPPED: (" class=skip", "–")}  # a passed cell is green by default: 1,000s of rows

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from html import escape
 
 from burnin.checks import CHECKS
+from burnin.figures import key_figures, measure
 from burnin.outcome import Outcome
 from burnin.summary.charts import Chart, fmt, sparkline, svg, unpack
 from burnin.summary.fleet import FleetFigures, resolve
@@ -114,6 +115,8 @@ def _part(view: NodeView, check: str) -> list:
         out = [note(f"The probe did not measure: {record.get('reason') or 'no reason given'}",
                     "fail")]
         return out + ([["pre", tail]] if tail else [])
+    if "kept_figures" in record:
+        return figures_part(view, record)
     if not isinstance(record.get("data"), dict):
         return [note("The record holds no probe document.", "warn")]
     errors = [note(f"probe error: {str(e)[:300]}", "warn")
@@ -177,6 +180,19 @@ def generic(view: NodeView, record: dict) -> list:
     if devices:
         out.append(table(columns, [[d.get(c) for c in columns] for d in devices]))
     return out or [note("The probe reported no figures.")]
+
+
+def figures_part(view: NodeView, record: dict) -> list:
+    """A check's part from its kept figures (a passing node of a big fleet): each figure
+    with its unit; the charts are its results.jsonl's."""
+    rows = []
+    for f in key_figures(record):
+        m = measure(f.metric)
+        rows.append([m.label_of(f.labels) if m else f.metric + " " + " ".join(
+            f"{k}={v}" for k, v in f.labels), f.value, m.unit if m else ""])
+    out = [table(["figure", "value", "unit"], rows)] if rows else []
+    return out + [note("A passing node of a fleet this size: its figures only; every "
+                       "sample is in results.jsonl.")]
 
 
 # The same blocks as HTML, for the sections written into the page as they are (failing
