@@ -10,7 +10,9 @@ whose whole section and evidence it writes (the failing ones)."""
 
 from __future__ import annotations
 
+import functools
 import gc
+import itertools
 import json
 import re
 from collections.abc import Iterator
@@ -33,6 +35,11 @@ NODE_AT = re.compile(r'"node": ("(?:[^"\\]|\\.)*")')
 def measure(metric: str) -> Measure | None:
     """What the checks declare a figure of this metric name to be (Check.measures), or
     None: a figure no check describes reads as its metric name and labels."""
+    return _measure(metric, len(CHECKS))  # a fleet's page asks for each of 450,000 figures
+
+
+@functools.lru_cache(maxsize=1024)
+def _measure(metric: str, checks: int) -> Measure | None:
     for check in CHECKS.values():
         for m in check.measures:
             if m.metric == metric:
@@ -148,9 +155,9 @@ def read_for_page(run_dir: Path, whole: set[str]) -> list[dict]:
                     out.append(json.loads(line))
                 except ValueError:
                     continue
-        held = _read_kept(kept_path, whole, lines) if kept_path.is_file() else None
+        held = _read_kept(kept_path, whole, lines, out) if kept_path.is_file() else None
         if held is not None:
-            return out + held
+            return held
         out = []
         for line in _lines(results):
             try:
@@ -162,18 +169,24 @@ def read_for_page(run_dir: Path, whole: set[str]) -> list[dict]:
     return out
 
 
-def _read_kept(path: Path, whole: set[str], lines: int) -> list[dict] | None:
-    """KEPT's records of the nodes not in `whole`; None unless it has a line for each of
-    results.jsonl's `lines` (a run killed between the two appends falls back)."""
-    out, count = [], 0
+def _read_kept(path: Path, whole: set[str], lines: int, records: list[dict]
+               ) -> list[dict] | None:
+    """KEPT's records, each node in `whole` given its whole record (`records`, in
+    results.jsonl's order, which KEPT's lines follow: metrics.prom lists its series in
+    that order); None unless KEPT has a line for each of results.jsonl's `lines` (a run
+    killed between the two appends falls back)."""
+    out, count, given = [], 0, iter(records)
     for line in _lines(path):
         count += 1
         try:
             r = json.loads(line)
         except ValueError:
             return None
-        if isinstance(r, dict) and r.get("node") not in whole:
+        if not isinstance(r, dict) or r.get("node") not in whole:
             out.append(r)
+        else:
+            out.extend(itertools.islice(given, 1))
+    out.extend(given)
     return out if count == lines else None
 
 
@@ -193,10 +206,17 @@ def key_figures(record: dict) -> list[Figure]:
 
 
 def _kept_figures(record: dict) -> list[Figure]:
+    made = record.get("_figures")  # the page, the fleet and metrics.prom each ask: made once
+    if made is None:
+        made = record["_figures"] = _made_figures(record)
+    return list(made)
+
+
+def _made_figures(record: dict) -> tuple[Figure, ...]:
     helps = record.get("kept_help") if isinstance(record.get("kept_help"), dict) else {}
     try:
-        return [Figure(m, tuple(tuple(p) for p in labels), v, str(helps.get(m, m)), better)
-                for m, labels, v, better in record["kept_figures"]
-                if isinstance(v, (int, float)) and isinstance(m, str)]
+        return tuple(Figure(m, tuple(tuple(p) for p in labels), v, str(helps.get(m, m)),
+                            better) for m, labels, v, better in record["kept_figures"]
+                     if isinstance(v, (int, float)) and isinstance(m, str))
     except (TypeError, ValueError):
-        return []
+        return ()

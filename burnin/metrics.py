@@ -69,6 +69,19 @@ def _escaped(v) -> str:
         '"', '\\"').replace("\n", "\\n")
 
 
+_base_unit = functools.lru_cache(maxsize=1024)(base_unit)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _label_tail(labels: tuple) -> str:
+    return "".join(f',{k}="{_esc(v)}"' for k, v in labels)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _device(labels: tuple):
+    return dict(labels).get("device")
+
+
 def _labels(pairs) -> str:
     return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in pairs) + "}"
 
@@ -101,11 +114,10 @@ def render(cluster: str, run_id: str, finished: float,
     passed, outcome = [], []
     for node in sorted(verdicts):
         for check, (result, _) in sorted(verdicts[node].items()):
-            base = [c, ("node", node), ("check", check)]
-            passed.append(f"burnin_check_passed{_labels(base)} "
-                          f"{int(result == Outcome.PASSED)}")
+            base = _labels([c, ("node", node), ("check", check)])
+            passed.append(f"burnin_check_passed{base} {int(result == Outcome.PASSED)}")
             for o in RESULTS:  # metrics.prom's label values are the outcomes' own words
-                outcome.append(f"burnin_check_outcome{_labels([*base, ('outcome', o.value)])} "
+                outcome.append(f"burnin_check_outcome{base[:-1]},outcome=\"{_esc(o.value)}\"}} "
                                f"{int(result == o)}")
     lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
                      "run, else 0 (failed, error or skipped).", passed)
@@ -120,13 +132,18 @@ def render(cluster: str, run_id: str, finished: float,
     families: dict[str, tuple[str, dict[str, str]]] = {}
     for r in records:
         uuids = _uuids(r)
+        head = f'{{cluster="{_esc(cluster)}",node="{_esc(r["node"])}"'
         for f in key_figures(r)[:MAX_SERIES_PER_RECORD]:
-            name, factor, words = base_unit(f.metric)
-            pairs = [c, ("node", r["node"]), *f.labels]
-            device = dict(f.labels).get("device")
+            name, factor, words = _base_unit(f.metric)
+            # The same as _labels([c, node, *f.labels, (UUID, ...)]), its parts made once:
+            # a fleet's nodes share their figures' labels.
+            try:
+                tail, device = _label_tail(f.labels), _device(f.labels)
+            except TypeError:  # a label value that cannot be hashed: made here, as it is
+                tail, device = _label_tail.__wrapped__(f.labels), _device.__wrapped__(f.labels)
             if device in uuids:
-                pairs.append((UUID_LABEL, uuids[device]))
-            series = f"burnin_{name}{_labels(pairs)}"
+                tail += f',{UUID_LABEL}="{_esc(uuids[device])}"'
+            series = f"burnin_{name}{head}{tail}}}"
             # One sample per series: a node repeating a device or port says it once.
             families.setdefault(name, (f"{f.help}, in {words}.", {})
                                 )[1].setdefault(series, f"{series} {f.value * factor:.12g}")

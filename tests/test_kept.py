@@ -40,8 +40,8 @@ def test_a_kept_record_has_the_whole_documents_figures_and_none_of_its_series(tm
     records = read_records(run / "results.jsonl")
     burn = next(r for r in records if r["check"] == "burn" and r["node"] == "gpu00001")
     small = json.loads(kept_line(burn))
-    assert key_figures(small) == key_figures(burn)  # the hottest °C too, from its series
     assert "series" not in json.dumps(small) and "tflops_series" not in json.dumps(small)
+    assert key_figures(small) == key_figures(burn)  # the hottest °C too, from its series
     assert small["data"]["devices"][3] == {"device": "cuda:3", "name": bench.MODEL,
                                            "uuid": "GPU-00000-3"}
     allreduce = next(r for r in records if r["check"] == "allreduce")
@@ -128,3 +128,14 @@ def test_a_big_fleets_passing_sections_stay_small(tmp_path, big):
     packed = sum(len(text) for name, text in Summary(run / "summary.html").scripts.items()
                  if name.startswith("sections-"))
     assert packed / 240 < 400, f"{packed / 240:.0f} bytes a passing node's section"
+
+
+def test_metrics_prom_is_the_same_from_kept_records_as_from_whole_ones(tmp_path):
+    from burnin import metrics
+    run, verdicts, _ = run_of(tmp_path, nodes=8, failing_nodes=2)
+    whole = metrics.render("c", "r", 1.0, verdicts, read_records(run / "results.jsonl"))
+    assert whole.count("burnin_device_flops_per_second{") == 2 * 8 * 8  # burn, sdc
+    for _ in range(2):  # from KEPT, then from results.jsonl kept as it is read
+        kept_records = read_for_page(run, set(failing(verdicts)))
+        assert metrics.render("c", "r", 1.0, verdicts, kept_records) == whole
+        (run / KEPT).unlink(missing_ok=True)

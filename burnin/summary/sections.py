@@ -24,6 +24,7 @@ malformed record costs that part, which says what it could not draw."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -185,14 +186,27 @@ def generic(view: NodeView, record: dict) -> list:
 def figures_part(view: NodeView, record: dict) -> list:
     """A check's part from its kept figures (a passing node of a big fleet): each figure
     with its unit; the charts are its results.jsonl's."""
-    rows = []
-    for f in key_figures(record):
-        m = measure(f.metric)
-        rows.append([m.label_of(f.labels) if m else f.metric + " " + " ".join(
-            f"{k}={v}" for k, v in f.labels), f.value, m.unit if m else ""])
-    out = [table(["figure", "value", "unit"], rows)] if rows else []
+    # Rows as table() would make them (text() of a number is fmt), without its pass over
+    # every cell: 450,000 figures at 10,000 nodes.
+    rows = [[*_named(f.metric, f.labels), fmt(f.value)] for f in key_figures(record)]
+    out = [["table", ["figure", "unit", "value"], rows[:MAX_ROWS]]] if rows else []
     return out + [note("A passing node of a fleet this size: its figures only; every "
                        "sample is in results.jsonl.")]
+
+
+def _named(metric: str, labels: tuple) -> tuple[str, str]:
+    try:
+        return _name_of(metric, labels)
+    except TypeError:  # a label value that cannot be hashed
+        return _name_of.__wrapped__(metric, labels)
+
+
+@functools.lru_cache(maxsize=4096)  # the same few dozen on every node of a fleet
+def _name_of(metric: str, labels: tuple) -> tuple[str, str]:
+    m = measure(metric)
+    if m is None:
+        return f"{metric} " + " ".join(f"{k}={v}" for k, v in labels), ""
+    return m.label_of(labels), m.unit
 
 
 # The same blocks as HTML, for the sections written into the page as they are (failing

@@ -6,6 +6,7 @@ the previous run is marked, as `burnin compare PREVIOUS THIS` would list it."""
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import re
 import time
@@ -36,9 +37,15 @@ class Trend:
     runs: list[str]
     values: dict[str, dict[Key, list[float | None]]] = field(default_factory=dict)
     threshold: float = THRESHOLD
+    _moved: dict[str, list] = field(default_factory=dict, repr=False)
 
     def moved(self, node: str) -> list[tuple[Key, float, float, float]]:
         """(figure, previous, now, relative change) past the threshold, largest first."""
+        if node not in self._moved:  # the banner, the table, the section each ask
+            self._moved[node] = self._moves(node)
+        return self._moved[node]
+
+    def _moves(self, node: str) -> list[tuple[Key, float, float, float]]:
         out = []
         for key, series in self.values.get(node, {}).items():
             now = series[-1]
@@ -92,22 +99,32 @@ def earlier_runs(run_dir: Path, cluster: str, limit: int = RUNS - 1) -> list[Pat
     return found[::-1]
 
 
-FIGURES = ".figures.json"   # {node: [[metric, labels, value], ...]}, what publish drew
+# What publish drew, by column: {"keys": [[metric, labels], ...], "nodes": {node: [value
+# or null per key]}}: a fleet's nodes share their few dozen figure names.
+FIGURES = ".figures.json"
 
 
 def save(run_dir: Path, figures: dict[str, list[Figure]]) -> None:
     """This run's key figures, for the trend of the runs after it (see _figures_of)."""
+    index: dict[Key, int] = {}
+    rows = {}
+    for node, figs in figures.items():
+        row: list[float | None] = [None] * len(index)
+        for f in figs:
+            i = index.setdefault((f.metric, f.labels), len(index))
+            row += [None] * (i + 1 - len(row))
+            row[i] = f.value
+        rows[node] = row
     write_atomically(run_dir / FIGURES, json.dumps(
-        {n: [[f.metric, f.labels, f.value] for f in figs] for n, figs in figures.items()},
-        separators=(",", ":"), allow_nan=False))
+        {"keys": list(index), "nodes": rows}, separators=(",", ":"), allow_nan=False))
 
 
 def _from_saved(path: Path) -> dict[str, dict[Key, float]]:
-    out: dict[str, dict[Key, float]] = {}
-    for node, figs in json.loads(path.read_text(encoding="utf-8")).items():
-        out[node] = {(m, tuple(tuple(p) for p in labels)): v for m, labels, v in figs
-                     if isinstance(v, (int, float))}
-    return out
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    keys = [(m, tuple(tuple(p) for p in labels)) for m, labels in saved["keys"]]
+    return {node: {k: v for k, v in zip(keys, row, strict=False)
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            for node, row in saved["nodes"].items()}
 
 
 def _figures_of(run: Path) -> dict[str, dict[Key, float]]:
@@ -197,6 +214,7 @@ def load(run_dir: Path, cluster: str, current: dict[str, list[Figure]]) -> Trend
     return trend
 
 
+@functools.lru_cache(maxsize=4096)  # keys repeat on every node of a fleet
 def figure_name(key: Key) -> str:
     metric, labels = key
     m = measure(metric)
@@ -237,6 +255,7 @@ def movers(trend: Trend | None, nodes: list[str]) -> str:
             f"<th>this run</th><th>change</th></tr></thead><tbody>{body}</tbody></table>{more}")
 
 
+@functools.lru_cache(maxsize=4096)
 def family(key: Key) -> tuple[str, str]:
     """(the family a figure folds into on a node's trend, its worst end: low or high)."""
     metric, labels = key
