@@ -45,7 +45,7 @@ def readable(value, depth: int = 0) -> str:
     if isinstance(value, dict) and value:
         return "{" + ",".join(f"{pad}{json.dumps(str(k))}: {readable(v, depth + 1)}"
                               for k, v in value.items()) + "\n" + " " * depth + "}"
-    if isinstance(value, list) and any(isinstance(v, dict) for v in value):
+    if isinstance(value, list) and value and isinstance(value[0], dict):  # devices, ports
         return "[" + ",".join(pad + readable(v, depth + 1) for v in value) + "\n" + \
             " " * depth + "]"
     return json.dumps(value)

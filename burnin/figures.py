@@ -209,14 +209,28 @@ def _kept_figures(record: dict) -> list[Figure]:
     made = record.get("_figures")  # the page, the fleet and metrics.prom each ask: made once
     if made is None:
         made = record["_figures"] = _made_figures(record)
+        record["kept_figures"], record["kept_help"] = None, None  # held once, as Figures
     return list(made)
+
+
+_LABELS: dict[tuple, tuple] = {}  # a fleet's figures share a few dozen label sets: held once
 
 
 def _made_figures(record: dict) -> tuple[Figure, ...]:
     helps = record.get("kept_help") if isinstance(record.get("kept_help"), dict) else {}
     try:
-        return tuple(Figure(m, tuple(tuple(p) for p in labels), v, str(helps.get(m, m)),
-                            better) for m, labels, v, better in record["kept_figures"]
-                     if isinstance(v, (int, float)) and isinstance(m, str))
-    except (TypeError, ValueError):
+        out = []
+        for m, labels, v, better in record["kept_figures"]:
+            if isinstance(v, (int, float)) and isinstance(m, str):
+                out.append(Figure(m, _shared(tuple(tuple(p) for p in labels)), v,
+                                  str(helps.get(m, m)), better))
+        return tuple(out)
+    except (TypeError, ValueError):  # a doctored line
         return ()
+
+
+def _shared(pairs: tuple) -> tuple:
+    try:
+        return _LABELS.setdefault(pairs, pairs) if len(_LABELS) < 100_000 else pairs
+    except TypeError:  # a label value that cannot be hashed: its own, then
+        return pairs

@@ -208,9 +208,10 @@ def load(run_dir: Path, cluster: str, current: dict[str, list[Figure]]) -> Trend
     trend = Trend([p.name for p in earlier] + [run_dir.resolve().name])
     for node, figs in current.items():
         mine = trend.values.setdefault(node, {})
+        theirs = [run.get(node, {}) for run in past]
         for fig in figs:
             key = (fig.metric, fig.labels)
-            mine[key] = [run.get(node, {}).get(key) for run in past] + [fig.value]
+            mine[key] = [run.get(key) for run in theirs] + [fig.value]
     return trend
 
 
@@ -266,19 +267,18 @@ def family(key: Key) -> tuple[str, str]:
 def families(values: dict[Key, list[float | None]]) -> dict[str, list[float | None]]:
     """A node's figures folded per family (burn TFLOPS, hottest °C, storage read, ...):
     per run the worst device's value, the slowest or the hottest."""
-    out: dict[str, list[list[float]]] = {}
+    rows: dict[str, list[list[float | None]]] = {}
     worst: dict[str, str] = {}
-    runs = len(next(iter(values.values()), []))
     for key, series in values.items():
         name, end = family(key)
         worst[name] = end
-        per_run = out.setdefault(name, [[] for _ in range(runs)])
-        for i, v in enumerate(series):
-            if v is not None:
-                per_run[i].append(v)
+        rows.setdefault(name, []).append(series)
     pick = {"high": max, "low": min}
-    return {name: [pick[worst[name]](vs) if vs else None for vs in per_run]
-            for name, per_run in sorted(out.items())}
+    out = {}
+    for name, series in sorted(rows.items()):  # per run (a column), its worst device
+        columns = ([v for v in column if v is not None] for column in zip(*series, strict=True))
+        out[name] = [pick[worst[name]](vs) if vs else None for vs in columns]
+    return out
 
 
 def node_trend(view) -> list:
