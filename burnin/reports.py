@@ -153,6 +153,13 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     that fails (a node's record of an unexpected shape, a full disk) is named in the
     returned problems and the others are still made; nothing here can stop a run or its
     junit.xml."""
+    from burnin.figures import paused_gc
+    with paused_gc():
+        return _publish(run_dir, cluster, run_id, verdicts, floors, quarantined, nodes)
+
+
+def _publish(run_dir: Path, cluster: str, run_id: str, verdicts: dict, floors: dict | None,
+             quarantined: dict[str, bool] | None, nodes: Iterable[Node] | None) -> list[str]:
     from burnin import evidence, metrics, summary
     from burnin.figures import read_for_page, read_records
     from burnin.summary import page, trend
