@@ -10,7 +10,7 @@ import pytest
 from summarypage import Summary, synthetic
 
 from burnin import figures
-from burnin.figures import KEPT, key_figures, kept, kept_line, read_for_page, read_records
+from burnin.figures import KEPT, kept, kept_line, key_figures, read_for_page, read_records
 from burnin.reports import publish
 from burnin.summary import page as page_mod
 from burnin.summary import trend
