@@ -16,7 +16,12 @@ trend. Published with burnin.reports.publish, then opened in Chromium:
   its tile does) to the section in the DOM, the page loaded (on a big fleet it travels
   compressed and is drawn then);
 - publish: wall and CPU seconds of burnin.reports.publish (results.jsonl read, evidence,
-  summary.html, metrics.prom): the dev VM is shared, so CPU is the steadier figure.
+  summary.html, metrics.prom), median of --repeat, each in a forked process whose peak
+  RSS is the publish's memory (it includes what the benchmark held at the fork, printed
+  beside it): the dev VM is shared, so CPU is the steadier figure;
+- kept: CPU seconds the run spends keeping each record's figures (.kept.jsonl, written
+  by the run as each check's records arrive, burnin/store.py), which publish reads
+  instead of the documents' series: the synthetic run makes it the same way.
 
     python benchmarks/summary_render.py --nodes 1000 --nodes 10000:60
 
@@ -31,6 +36,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -41,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from burnin.figures import KEPT, kept_line  # noqa: E402
 from burnin.inventory import Node  # noqa: E402
 from burnin.reports import CaseResult, publish, write_junit  # noqa: E402
 
@@ -205,7 +212,9 @@ def synthetic_run(run_dir: Path, nodes: int, samples: int = 600, failing: int | 
     tel = Telemetry(rng, samples)
     group = names[:group_names] if group_names else names
     verdicts = {}
-    with open(run_dir / "results.jsonl", "w", encoding="utf-8") as f:
+    keeping = 0.0
+    with open(run_dir / "results.jsonl", "w", encoding="utf-8") as f, \
+            open(run_dir / KEPT, "w", encoding="utf-8") as k:
         for i, node in enumerate(names):
             kind = plan.get(i, "")
             v = {c: ("passed", "") for c in CHECKS}
@@ -216,6 +225,9 @@ def synthetic_run(run_dir: Path, nodes: int, samples: int = 600, failing: int | 
                 for r in _node_records(node, i, kind, tel, samples, group, rng):
                     r["run_id"] = run_id or run_dir.name
                     f.write(json.dumps(r) + "\n")
+                    began = time.process_time()
+                    k.write(kept_line(r))
+                    keeping += time.process_time() - began
             if kind in MESSAGES:
                 check, message = MESSAGES[kind]
                 v[check] = ("error" if kind == "malformed" else "failed", message)
@@ -224,7 +236,28 @@ def synthetic_run(run_dir: Path, nodes: int, samples: int = 600, failing: int | 
              for n, v in verdicts.items() for c, (o, m) in v.items()}
     write_junit(run_dir / "junit.xml", "synthetic", run_id or run_dir.name,
                 [(n.name, n.address) for n in inventory], cases)
+    KEEPING[run_dir.name] = keeping
     return verdicts, inventory
+
+
+KEEPING: dict[str, float] = {}   # run directory name -> CPU s spent on its kept lines
+
+
+def forked_publish(run: Path, verdicts: dict, inventory: list[Node]) -> tuple[float, float, int]:
+    """(wall s, CPU s, peak RSS in KiB) of one publish, in a forked process."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: publish, say how long, and leave without cleanup
+        os.close(read)
+        began, cpu = time.monotonic(), time.process_time()
+        publish(run, "synthetic", run.name, verdicts, floors(verdicts), nodes=inventory)
+        os.write(write, f"{time.monotonic() - began} {time.process_time() - cpu}".encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        wall, cpu = map(float, f.read().split())
+    _, _, usage = os.wait4(pid, 0)
+    return wall, cpu, usage.ru_maxrss
 
 
 def chromium_times(page: Path, work: Path, open_node: str) -> dict:
@@ -263,14 +296,14 @@ def measure(nodes: int, samples: int, repeat: int, earlier: int, out: Path) -> d
     for k in range(earlier):  # earlier runs of the cluster, published, for the trend
         past = reports / f"20261121T{k:02d}0000Z-e{k}"
         verdicts, inventory = synthetic_run(past, nodes, samples, seed=10 + k, group_names=cap)
-        publish(past, "synthetic", past.name, verdicts, floors(verdicts), nodes=inventory)
+        forked_publish(past, verdicts, inventory)  # what it held never counts in ours
     run = reports / "20261122T120000Z-now"
     began = time.monotonic()
     verdicts, inventory = synthetic_run(run, nodes, samples, group_names=cap)
     made = time.monotonic() - began
-    began, cpu = time.monotonic(), time.process_time()
-    publish(run, "synthetic", run.name, verdicts, floors(verdicts), nodes=inventory)
-    wrote, wrote_cpu = time.monotonic() - began, time.process_time() - cpu
+    held = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    runs = [forked_publish(run, verdicts, inventory) for _ in range(repeat)]
+    wrote, wrote_cpu, peak = (statistics.median(r[i] for r in runs) for i in range(3))
     page = run / "summary.html"
     passing = next(n for n, v in verdicts.items()
                    if all(o == "passed" for o, _ in v.values()))
@@ -282,7 +315,9 @@ def measure(nodes: int, samples: int, repeat: int, earlier: int, out: Path) -> d
     result = {"nodes": nodes, "samples": samples, "earlier_runs": earlier,
               "results_jsonl_mb": (run / "results.jsonl").stat().st_size / 1e6,
               "page_mb": page.stat().st_size / 1e6, "generate_s": made, "publish_s": wrote,
-              "publish_cpu_s": wrote_cpu, "load": os.getloadavg()[0],
+              "publish_cpu_s": wrote_cpu, "publish_peak_mib": peak / 1024,
+              "benchmark_mib": held / 1024, "kept_cpu_s": KEEPING.get(run.name, 0.0),
+              "load": os.getloadavg()[0],
               "render_ms": statistics.median(t.get("render", float("nan")) for t in inside),
               "open_ms": statistics.median(t.get("open", float("nan")) for t in inside),
               "screenshot_s": statistics.median(shots),
@@ -310,7 +345,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"summary.html {r['nodes']} nodes x 8 GPUs, {r['samples']} samples/GPU, "
               f"{r['earlier_runs']} earlier runs: results.jsonl {r['results_jsonl_mb']:.0f} MB, "
               f"page {r['page_mb']:.2f} MB, publish {r['publish_s']:.1f} s ("
-              f"{r['publish_cpu_s']:.1f} s CPU, load {r['load']:.1f}), render "
+              f"{r['publish_cpu_s']:.1f} s CPU, load {r['load']:.1f}, peak RSS "
+              f"{r['publish_peak_mib']:.0f} MiB of which {r['benchmark_mib']:.0f} the "
+              f"benchmark's), kept during the run {r['kept_cpu_s']:.1f} s CPU, render "
               f"{r['render_ms']:.0f} ms, open a lazy section {r['open_ms']:.0f} ms, screenshot "
               f"{r['screenshot_s']:.2f} s over a blank page; {r['screenshot']}")
     return 0

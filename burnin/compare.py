@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from burnin.figures import key_figures, read_records
+from burnin.figures import key_figures, read_for_page
 
 
 class RunError(Exception):
@@ -51,8 +51,11 @@ def run_figures(run_dir: Path) -> dict[tuple, tuple[float, str]]:
     path = Path(run_dir) / "results.jsonl"
     if not path.is_file():
         raise RunError(f"{path}: no such file")
+    # The figures the run kept (burnin/figures.py), not its documents: a fleet's
+    # results.jsonl is hundreds of MB of telemetry that no figure here needs.
     return {(r["node"], f.metric, f.labels): (f.value, f.better)
-            for r in read_records(path) for f in key_figures(r)}
+            for r in read_for_page(path.parent, set()) if isinstance(r, dict)
+            and isinstance(r.get("node"), str) for f in key_figures(r)}
 
 
 def compare(a: dict[tuple, tuple[float, str]], b: dict[tuple, tuple[float, str]],

@@ -25,7 +25,7 @@ def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
         spec = CHECKS.get(r.get("check", ""))
         if spec is None:
             continue  # its name would become a file name: only checks burnin knows
-        (folder / f"{spec.name}.json").write_text(json.dumps(r, indent=1), encoding="utf-8")
+        (folder / f"{spec.name}.json").write_text(readable(r), encoding="utf-8")
         if not r.get("ok") or spec is None or spec.evidence is None:
             continue
         try:
@@ -33,5 +33,19 @@ def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
         except (KeyError, TypeError, AttributeError):
             continue  # a record of an unexpected shape: its raw .json is there already
         for name, content in extra.items():
-            (folder / name).write_text(json.dumps(content, indent=1), encoding="utf-8")
+            (folder / name).write_text(readable(content), encoding="utf-8")
     return folder
+
+
+def readable(value, depth: int = 0) -> str:
+    """JSON as a person reads it: an object's keys and a list's objects one a line, a list
+    of numbers (a telemetry series, thousands of samples) on one line. json.dumps(indent=)
+    would write one sample a line, in pure Python: seconds per failing node of a fleet."""
+    pad = "\n" + " " * (depth + 1)
+    if isinstance(value, dict) and value:
+        return "{" + ",".join(f"{pad}{json.dumps(str(k))}: {readable(v, depth + 1)}"
+                              for k, v in value.items()) + "\n" + " " * depth + "}"
+    if isinstance(value, list) and value and isinstance(value[0], dict):  # devices, ports
+        return "[" + ",".join(pad + readable(v, depth + 1) for v in value) + "\n" + \
+            " " * depth + "]"
+    return json.dumps(value)

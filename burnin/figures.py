@@ -1,20 +1,46 @@
 """The key figures of a probe record (a results.jsonl line), in one place: metrics.prom,
 summary.html and `burnin compare` all read them from here, and each check declares its
-own (Check.figures)."""
+own (Check.figures).
+
+Figures, not documents: as the run records each check it also keeps, in KEPT beside
+results.jsonl, every line's figures (worked out then, from the whole document) and its
+document without its series (telemetry samples, TFLOPS over time: what makes a fleet's
+results.jsonl hundreds of MB). publish reads that, and results.jsonl only for the nodes
+whose whole section and evidence it writes (the failing ones)."""
 
 from __future__ import annotations
 
+import functools
+import gc
+import itertools
 import json
+import re
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from burnin.checks import CHECKS, Figure, Measure
 
-__all__ = ["Figure", "Measure", "key_figures", "measure", "read_records"]
+__all__ = ["KEPT", "Figure", "Measure", "key_figures", "kept_line", "measure", "read_for_page",
+           "read_records"]
+
+KEPT = ".kept.jsonl"
+# A list of more than this many numbers (or pairs of them) in a document is a series:
+# the kept line leaves it out. Sweeps, devices and ports (lists of objects) stay.
+SERIES = 32
+IDENTITY = ("device", "index", "name", "uuid")
+NODE_AT = re.compile(r'"node": ("(?:[^"\\]|\\.)*")')
 
 
 def measure(metric: str) -> Measure | None:
     """What the checks declare a figure of this metric name to be (Check.measures), or
     None: a figure no check describes reads as its metric name and labels."""
+    return _measure(metric, len(CHECKS))  # a fleet's page asks for each of 450,000 figures
+
+
+@functools.lru_cache(maxsize=1024)
+def _measure(metric: str, checks: int) -> Measure | None:
     for check in CHECKS.values():
         for m in check.measures:
             if m.metric == metric:
@@ -22,10 +48,24 @@ def measure(metric: str) -> Measure | None:
     return None
 
 
+@contextmanager
+def paused_gc():
+    """Parsing and drawing a fleet build millions of small lists, dicts and figures, none
+    of them cyclic: the cyclic collector would walk every one kept so far, again and
+    again (half the parse time, a third of publish's)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def read_records(path: Path) -> list[dict]:
     """results.jsonl, skipping a torn last line (a run killed mid-write)."""
     out = []
-    with open(path, encoding="utf-8") as f:
+    with paused_gc(), open(path, encoding="utf-8") as f:
         for line in f:
             try:
                 out.append(json.loads(line))
@@ -34,10 +74,152 @@ def read_records(path: Path) -> list[dict]:
     return out
 
 
+def _slim(v, depth: int = 0):
+    if isinstance(v, dict):
+        return {k: _slim(x, depth + 1) for k, x in v.items() if not _series(x)}
+    if isinstance(v, list) and depth < 8:
+        return [_slim(x, depth + 1) for x in v]
+    return v
+
+
+def _series(v) -> bool:
+    return type(v) is list and len(v) > SERIES and not isinstance(v[0], dict)
+
+
+def _kept_data(data):
+    """A document as kept: its scalars, its node-wide `figures` without series (the
+    all-reduce's sweep stays), and of each device only who it is (IDENTITY): what the
+    fleet's charts and metrics.prom's UUID labels read besides the figures."""
+    if not isinstance(data, dict):
+        return data
+    out = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
+    out["figures"] = _slim(data.get("figures"))
+    devices = data.get("devices") if isinstance(data.get("devices"), list) else []
+    out["devices"] = [{k: d[k] for k in IDENTITY if k in d} for d in devices
+                      if isinstance(d, dict)]
+    return out
+
+
+def kept(record: dict) -> dict:
+    """A record as KEPT holds it: `kept_figures` (its figures, [metric, labels, value,
+    better]) and `kept_help` ({metric: help}) from the whole document, and the document
+    cut to what the page and metrics.prom read besides (_kept_data). key_figures reads
+    such a record's figures back as they were."""
+    figs = key_figures(record)
+    out = {k: v for k, v in record.items() if k != "data"}
+    out["data"] = _kept_data(record.get("data"))
+    out["kept_figures"] = [[f.metric, f.labels, f.value, f.better] for f in figs]
+    out["kept_help"] = {f.metric: f.help for f in figs}
+    return out
+
+
+def kept_line(record: dict) -> str:
+    """The KEPT line of a results.jsonl record (the run appends it as it appends the
+    record). A document that cannot be kept keeps its node, check and verdict-side
+    fields: the page then says its figures are missing; nothing here raises."""
+    try:
+        return json.dumps(kept(record), allow_nan=False) + "\n"
+    except (ValueError, TypeError, RecursionError):
+        return json.dumps({k: record.get(k) for k in ("node", "check", "ok", "reason")
+                           if isinstance(record.get(k), (str, bool))} | {"kept_figures": []},
+                          allow_nan=False) + "\n"
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        yield from f
+
+
+def _node_of(line: str) -> str | None:
+    """The node a results.jsonl line is about, read from its head without parsing the
+    line: "node" is the record's second key, before any probe text."""
+    m = NODE_AT.search(line, 0, 4096)
+    try:
+        return json.loads(m.group(1)) if m else None
+    except ValueError:
+        return None
+
+
+def read_for_page(run_dir: Path, whole: set[str]) -> list[dict]:
+    """The records publish draws from: the whole record of each node in `whole` (those
+    whose section and evidence are complete), the kept one (figures, no series) of every
+    other. From KEPT when it holds every results.jsonl line, results.jsonl then parsed
+    only for `whole`; else (a run from before KEPT, one cut short) from results.jsonl,
+    each other node's record kept as it is read, never all held at once."""
+    results, kept_path = run_dir / "results.jsonl", run_dir / KEPT
+    out: list[dict] = []
+    with paused_gc():
+        lines = 0
+        for line in _lines(results):
+            lines += 1
+            if _node_of(line) in whole:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+        held = _read_kept(kept_path, whole, lines, out) if kept_path.is_file() else None
+        if held is not None:
+            return held
+        out = []
+        for line in _lines(results):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            whole_node = not isinstance(r, dict) or r.get("node") in whole
+            out.append(r if whole_node else kept(r))
+    return out
+
+
+def _compact(record: dict) -> dict:
+    """A kept record as publish holds it, 10,000 nodes' at once: its figures made now
+    (their lists freed, their labels shared) and its devices' names and words shared
+    (json.loads makes a new string of each), half the memory."""
+    key_figures(record)
+    return _shared_words(record)
+
+
+def _shared_words(v, depth: int = 0):
+    if isinstance(v, dict) and depth < 6:
+        return {_word(k): _shared_words(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, list) and depth < 6:
+        return [_shared_words(x, depth + 1) for x in v]
+    return _word(v)
+
+
+def _word(v):
+    return sys.intern(v) if type(v) is str and len(v) <= 64 else v
+
+
+def _read_kept(path: Path, whole: set[str], lines: int, records: list[dict]
+               ) -> list[dict] | None:
+    """KEPT's records, each node in `whole` given its whole record (`records`, in
+    results.jsonl's order, which KEPT's lines follow: metrics.prom lists its series in
+    that order); None unless KEPT has a line for each of results.jsonl's `lines` (a run
+    killed between the two appends falls back)."""
+    out, count, given = [], 0, iter(records)
+    for line in _lines(path):
+        count += 1
+        try:
+            r = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(r, dict):
+            out.append(r)
+        elif r.get("node") not in whole:
+            out.append(_compact(r))
+        else:
+            out.extend(itertools.islice(given, 1))
+    out.extend(given)
+    return out if count == lines else None
+
+
 def key_figures(record: dict) -> list[Figure]:
     """The record's figures; none when the probe failed or the check is unknown. A record
     that does not have the shape its check declares yields none either (an old or
     doctored results.jsonl must not break a report)."""
+    if "kept_figures" in record:
+        return _kept_figures(record)
     spec = CHECKS.get(record.get("check", ""))
     if not record.get("ok") or spec is None or spec.figures is None:
         return []
@@ -45,3 +227,34 @@ def key_figures(record: dict) -> list[Figure]:
         return [f for f in spec.figures(record) if isinstance(f.value, (int, float))]
     except (KeyError, TypeError, AttributeError, IndexError):
         return []
+
+
+def _kept_figures(record: dict) -> list[Figure]:
+    made = record.get("_figures")  # the page, the fleet and metrics.prom each ask: made once
+    if made is None:
+        made = record["_figures"] = _made_figures(record)
+        record["kept_figures"], record["kept_help"] = None, None  # held once, as Figures
+    return list(made)
+
+
+_LABELS: dict[tuple, tuple] = {}  # a fleet's figures share a few dozen label sets: held once
+
+
+def _made_figures(record: dict) -> tuple[Figure, ...]:
+    helps = record.get("kept_help") if isinstance(record.get("kept_help"), dict) else {}
+    try:
+        out = []
+        for m, labels, v, better in record["kept_figures"]:
+            if isinstance(v, (int, float)) and isinstance(m, str):
+                out.append(Figure(m, _shared(tuple(tuple(p) for p in labels)), v,
+                                  str(helps.get(m, m)), better))
+        return tuple(out)
+    except (TypeError, ValueError):  # a doctored line
+        return ()
+
+
+def _shared(pairs: tuple) -> tuple:
+    try:
+        return _LABELS.setdefault(pairs, pairs) if len(_LABELS) < 100_000 else pairs
+    except TypeError:  # a label value that cannot be hashed: its own, then
+        return pairs

@@ -11,6 +11,7 @@ ledger's word on each node. Names and labels are documented in README.md and sta
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from burnin.figures import key_figures
@@ -52,10 +53,33 @@ MAX_SERIES_PER_RECORD = 4096
 
 
 def _esc(v) -> str:
+    # A fleet's file repeats a few thousand label values (nodes, devices, checks) in
+    # hundreds of thousands of series: each is escaped once.
+    try:
+        return _escaped(v)
+    except TypeError:  # unhashable: not a label value any check writes, but escaped all the same
+        return _escaped.__wrapped__(v)
+
+
+@functools.lru_cache(maxsize=1 << 16, typed=True)  # True is not 1 here
+def _escaped(v) -> str:
     # Control characters (a carriage return among them) are escaped as text first; then
     # what the exposition format itself escapes: backslash, double quote, newline.
     return safe_text(str(v)).replace("\\", "\\\\").replace(
         '"', '\\"').replace("\n", "\\n")
+
+
+_base_unit = functools.lru_cache(maxsize=1024)(base_unit)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _label_tail(labels: tuple) -> str:
+    return "".join(f',{k}="{_esc(v)}"' for k, v in labels)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _device(labels: tuple):
+    return dict(labels).get("device")
 
 
 def _labels(pairs) -> str:
@@ -90,11 +114,10 @@ def render(cluster: str, run_id: str, finished: float,
     passed, outcome = [], []
     for node in sorted(verdicts):
         for check, (result, _) in sorted(verdicts[node].items()):
-            base = [c, ("node", node), ("check", check)]
-            passed.append(f"burnin_check_passed{_labels(base)} "
-                          f"{int(result == Outcome.PASSED)}")
+            base = _labels([c, ("node", node), ("check", check)])
+            passed.append(f"burnin_check_passed{base} {int(result == Outcome.PASSED)}")
             for o in RESULTS:  # metrics.prom's label values are the outcomes' own words
-                outcome.append(f"burnin_check_outcome{_labels([*base, ('outcome', o.value)])} "
+                outcome.append(f"burnin_check_outcome{base[:-1]},outcome=\"{_esc(o.value)}\"}} "
                                f"{int(result == o)}")
     lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
                      "run, else 0 (failed, error or skipped).", passed)
@@ -109,13 +132,18 @@ def render(cluster: str, run_id: str, finished: float,
     families: dict[str, tuple[str, dict[str, str]]] = {}
     for r in records:
         uuids = _uuids(r)
+        head = f'{{cluster="{_esc(cluster)}",node="{_esc(r["node"])}"'
         for f in key_figures(r)[:MAX_SERIES_PER_RECORD]:
-            name, factor, words = base_unit(f.metric)
-            pairs = [c, ("node", r["node"]), *f.labels]
-            device = dict(f.labels).get("device")
+            name, factor, words = _base_unit(f.metric)
+            # The same as _labels([c, node, *f.labels, (UUID, ...)]), its parts made once:
+            # a fleet's nodes share their figures' labels.
+            try:
+                tail, device = _label_tail(f.labels), _device(f.labels)
+            except TypeError:  # a label value that cannot be hashed: made here, as it is
+                tail, device = _label_tail.__wrapped__(f.labels), _device.__wrapped__(f.labels)
             if device in uuids:
-                pairs.append((UUID_LABEL, uuids[device]))
-            series = f"burnin_{name}{_labels(pairs)}"
+                tail += f',{UUID_LABEL}="{_esc(uuids[device])}"'
+            series = f"burnin_{name}{head}{tail}}}"
             # One sample per series: a node repeating a device or port says it once.
             families.setdefault(name, (f"{f.help}, in {words}.", {})
                                 )[1].setdefault(series, f"{series} {f.value * factor:.12g}")

@@ -153,8 +153,15 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     that fails (a node's record of an unexpected shape, a full disk) is named in the
     returned problems and the others are still made; nothing here can stop a run or its
     junit.xml."""
+    from burnin.figures import paused_gc
+    with paused_gc():
+        return _publish(run_dir, cluster, run_id, verdicts, floors, quarantined, nodes)
+
+
+def _publish(run_dir: Path, cluster: str, run_id: str, verdicts: dict, floors: dict | None,
+             quarantined: dict[str, bool] | None, nodes: Iterable[Node] | None) -> list[str]:
     from burnin import evidence, metrics, summary, track
-    from burnin.figures import read_records
+    from burnin.figures import read_for_page, read_records
     from burnin.summary import page, trend
 
     problems: list[str] = []
@@ -176,8 +183,14 @@ def publish(run_dir: Path, cluster: str, run_id: str,
     elif kept.exists():
         attempt("the judges' floors", lambda: floors.update(json.loads(kept.read_text())))
     records: list[dict] = []
+    # A big fleet's passing nodes are drawn from their figures (page.WHOLE_SECTIONS):
+    # their documents' series are never read back, the failing nodes' whole records are.
+    whole = {n for n, v in verdicts.items() if any(Outcome(o) != Outcome.PASSED
+                                                   for o, _ in v.values())}
     if (run_dir / "results.jsonl").exists():
-        attempt("results.jsonl", lambda: records.extend(read_records(run_dir / "results.jsonl")))
+        attempt("results.jsonl", lambda: records.extend(
+            read_for_page(run_dir, whole) if len(verdicts) > page.WHOLE_SECTIONS
+            else read_records(run_dir / "results.jsonl")))
     by_node: dict[str, list[dict]] = {}
     for r in records:
         if isinstance(r, dict) and isinstance(r.get("node"), str) \
@@ -210,6 +223,9 @@ def publish(run_dir: Path, cluster: str, run_id: str,
         except (OSError, ValueError) as e:  # an unreadable earlier run costs the trend only
             report.problems.append(f"trend over earlier runs not drawn: {e}")
         write_atomically(run_dir / "summary.html", page.render(report))
+        # A later run's trend reads these instead of this run's results.jsonl.
+        attempt("the figures kept for later trends", lambda: trend.save(run_dir,
+                                                                        report.figures))
     if not attempt("summary.html", draw):
         attempt("a plain summary.html", lambda: write_atomically(
             run_dir / "summary.html", html_fallback(cluster, run_id, verdicts, problems)))

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from burnin.figures import KEPT, kept_line
 from burnin.files import append_durably, private_dirs, write_atomically
 from burnin.probe import ProbeOutcome
 
@@ -75,6 +76,9 @@ class OutcomeStore:
             lines = "".join(self._record(check, outcomes, name) for name in outcomes)
             try:
                 append_durably(self.run_dir / "results.jsonl", lines)
+                # Figures, not documents: what publish reads instead of the series.
+                append_durably(self.run_dir / KEPT, "".join(
+                    kept_line(outcomes[n].to_record(self.run_id, check)) for n in outcomes))
                 write_atomically(done, lines, durable=True)
             except OSError as e:  # a full disk, a reports dir gone: nobody's node
                 raise ControllerFault(f"cannot record the {check} results in "

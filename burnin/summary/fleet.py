@@ -64,6 +64,7 @@ def fleet_of(report: PageRun) -> FleetFigures:
     fleet = FleetFigures()
     # The device models: from the facts check and the checks charted per model.
     named = [c.name for c in CHECKS.values() if c.facts or any(m.per_model for m in c.measures)]
+    placed: dict[tuple, tuple | None] = {}
     for node, recs in report.records.items():
         for check in named:
             for dev in seq(data_of(recs.get(check)).get("devices")):
@@ -71,18 +72,18 @@ def fleet_of(report: PageRun) -> FleetFigures:
                     fleet.models.setdefault((node, str(dev.get("device", dev.get("index")))),
                                             dev["name"])
         for check, f in report.checked.get(node, []):
-            spec = CHECKS.get(check)
-            m = next((m for m in spec.measures if m.metric == f.metric), None) if spec else None
-            if m is None or not m.chart:
+            try:  # every node of a fleet has the same few dozen: each placed once
+                where = placed[(check, f.metric, f.labels)]
+            except KeyError:
+                where = placed[(check, f.metric, f.labels)] = _placed(check, f)
+            except TypeError:  # a label value that cannot be hashed
+                where = _placed(check, f)
+            if where is None:
                 continue
-            key = m.key_of(f.labels) or m.metric
-            labels = dict(f.labels)
-            used = {name for _, name, _, _ in Formatter().parse(m.key) if name}
-            device = labels.get("device") or " ".join(
-                f"{k} {v}" for k, v in f.labels if k not in used) or "?"
+            key, device, chart, m = where
             model = fleet.models.get((node, device), "") if m.per_model else ""
             fleet.devices.setdefault(key, []).append((f.value, node, device, model))
-            fleet.charts.setdefault(key, (spec.page_order, check, m.chart_of(f.labels), m))
+            fleet.charts.setdefault(key, chart)
     for key, items in fleet.devices.items():
         by_model: dict[str, list[float]] = {}
         for v, _, _, model in items:
@@ -99,6 +100,19 @@ def fleet_of(report: PageRun) -> FleetFigures:
                 report.problems.append(f"the {spec.name} fleet part could not be drawn: "
                                        f"{type(e).__name__}: {e}")
     return fleet
+
+
+def _placed(check: str, f) -> tuple | None:
+    """(chart key, device, the chart's entry, Measure) of a figure, None when uncharted."""
+    spec = CHECKS.get(check)
+    m = next((m for m in spec.measures if m.metric == f.metric), None) if spec else None
+    if m is None or not m.chart:
+        return None
+    used = {name for _, name, _, _ in Formatter().parse(m.key) if name}
+    device = dict(f.labels).get("device") or " ".join(
+        f"{k} {v}" for k, v in f.labels if k not in used) or "?"
+    return (m.key_of(f.labels) or m.metric, device,
+            (spec.page_order, check, m.chart_of(f.labels), m), m)
 
 
 def resolve(ref: str):

@@ -4,6 +4,7 @@ and said, never a traceback that loses the whole page."""
 
 from __future__ import annotations
 
+import functools
 import html
 import math
 import re
@@ -128,6 +129,7 @@ def data_of(record: dict | None) -> dict:
     return mapping(record.get("data"))
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a fleet's names, sorted again by every part
 def natural_key(name: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 

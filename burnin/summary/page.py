@@ -31,6 +31,11 @@ DRAW_FAILING = 12         # beyond, the failing ones up to this many; the rest o
 DETAIL = 150              # telemetry points per line for a failing node or a small fleet
 FLEET_DETAIL = 16_000     # ... shared out among the passing nodes of a big fleet (16 at least)
 TABLE_OPEN = 2_000        # beyond this many nodes the table starts folded
+# Beyond this many nodes a passing node's section is its verdicts, figures and trend,
+# drawn from the figures the run kept, not its documents: reading back and drawing
+# 10,000 nodes' telemetry cost most of publish's time and of the page. The failing
+# nodes' sections stay whole at any size.
+WHOLE_SECTIONS = 2_000
 MARK = {Outcome.PASSED: ("", "✓"), Outcome.FAILED: (" class=fail", "✗"),
         Outcome.ERROR: (" class=fail", "!"),
         Outcome.SKIPPED: (" class=skip", "–")}  # a passed cell is green by default: 1,000s of rows
@@ -78,8 +83,13 @@ def render(report: PageRun) -> str:
         fleet = fleet_mod.FleetFigures()
         report.problems.append(f"fleet figures not drawn: {type(e).__name__}: {e}")
     detail = max(16, min(DETAIL, FLEET_DETAIL // max(len(nodes), 1)))
-    data = {n: node_data(NodeView(report, fleet, n, DETAIL if report.failing(n) else detail),
-                         trend_mod.node_trend) for n in nodes}
+
+    def section(n: str) -> dict:
+        return node_data(NodeView(report, fleet, n, DETAIL if report.failing(n) else detail),
+                         trend_mod.node_trend)
+    # Sections are made as they are written, a chunk at a time: 10,000 nodes' at once
+    # would be held until the last was packed. The failing ones are made first, once.
+    data = {n: section(n) for n in nodes if report.failing(n)}
     inline, used = [], 0
     for n in (n for n in nodes if report.failing(n)):
         html = guarded(f"{n} section", section_html, data[n])
@@ -115,15 +125,15 @@ def render(report: PageRun) -> str:
          "tile or a node.</p>" if later else ""),
         "<noscript><p class='warn'>The other node sections need JavaScript.</p></noscript>"
         if lazy else "",
-        _chunks(lazy, drawn_at_load, data),
+        _chunks(lazy, drawn_at_load, lambda n: data.pop(n, None) or section(n)),
         f"<script>{SCRIPT}</script></body></html>"])
 
 
-def _share_frames(nodes: list[str], data: dict[str, dict]) -> list:
+def _share_frames(nodes: list[str], data: dict[str, dict], frames: list,
+                  index: dict[int, int]) -> None:
     """Charts' frames (axes, ticks, titles: most of a chart) replaced by their index in
-    one list for the page: a fleet's thousands of burn charts share a handful."""
-    frames: list = []
-    index: dict[int, int] = {}
+    one list for the page (`frames`; `index`: id of a frame -> its place): a fleet's
+    thousands of burn charts share a handful."""
     for n in nodes:
         for _, _, blocks in data[n]["p"]:
             for chart in (c for b in blocks if b[0] == "charts" for c in b[1]):
@@ -133,20 +143,25 @@ def _share_frames(nodes: list[str], data: dict[str, dict]) -> list:
                         index[key] = len(frames)
                         frames.append(chart["f"])
                     chart["f"] = index[key]
-    return frames
 
 
-def _chunks(lazy: list[str], at_load: list[str], data: dict[str, dict]) -> str:
+def _chunks(lazy: list[str], at_load: list[str], section) -> str:
+    """The lazy sections, packed a chunk at a time (`section(node)` makes one), then
+    the frames their charts share (the script finds each by its id)."""
     if not lazy:
         return ""
-    frames = _share_frames(lazy, data)
-    out, names = [_packed("sections-frames", frames)], []
+    out, names, frames, index = [], [], [], {}
     for i in range(0, len(lazy), CHUNK):
         part = lazy[i:i + CHUNK]
         names.append(part)
-        out.append(_packed(f"sections-{i // CHUNK}", {n: data[n] for n in part}))
-    index = json.dumps({"c": names, "open": at_load}, separators=(",", ":")).replace("</", "<\\/")
-    return "".join(out) + f"<script type='application/json' id='sections-index'>{index}</script>"
+        data = {n: section(n) for n in part}
+        _share_frames(part, data, frames, index)  # `frames` keeps each alive: ids stay its
+        out.append(_packed(f"sections-{i // CHUNK}", data))
+    out.append(_packed("sections-frames", frames))
+    index_json = json.dumps({"c": names, "open": at_load},
+                            separators=(",", ":")).replace("</", "<\\/")
+    return "".join(out) + \
+        f"<script type='application/json' id='sections-index'>{index_json}</script>"
 
 
 def _packed(element_id: str, value) -> str:

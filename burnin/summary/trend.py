@@ -6,6 +6,7 @@ the previous run is marked, as `burnin compare PREVIOUS THIS` would list it."""
 from __future__ import annotations
 
 import calendar
+import functools
 import json
 import re
 import time
@@ -15,6 +16,7 @@ from html import escape
 from pathlib import Path
 
 from burnin.figures import Figure, measure
+from burnin.files import write_atomically
 from burnin.metrics import BASE_UNITS, UUID_LABEL
 from burnin.summary.charts import fmt
 from burnin.summary.model import natural_key, safe_figures
@@ -35,9 +37,15 @@ class Trend:
     runs: list[str]
     values: dict[str, dict[Key, list[float | None]]] = field(default_factory=dict)
     threshold: float = THRESHOLD
+    _moved: dict[str, list] = field(default_factory=dict, repr=False)
 
     def moved(self, node: str) -> list[tuple[Key, float, float, float]]:
         """(figure, previous, now, relative change) past the threshold, largest first."""
+        if node not in self._moved:  # the banner, the table, the section each ask
+            self._moved[node] = self._moves(node)
+        return self._moved[node]
+
+    def _moves(self, node: str) -> list[tuple[Key, float, float, float]]:
         out = []
         for key, series in self.values.get(node, {}).items():
             now = series[-1]
@@ -91,13 +99,48 @@ def earlier_runs(run_dir: Path, cluster: str, limit: int = RUNS - 1) -> list[Pat
     return found[::-1]
 
 
+# What publish drew, by column: {"keys": [[metric, labels], ...], "nodes": {node: [value
+# or null per key]}}: a fleet's nodes share their few dozen figure names.
+FIGURES = ".figures.json"
+
+
+def save(run_dir: Path, figures: dict[str, list[Figure]]) -> None:
+    """This run's key figures, for the trend of the runs after it (see _figures_of)."""
+    index: dict[Key, int] = {}
+    rows = {}
+    for node, figs in figures.items():
+        row: list[float | None] = [None] * len(index)
+        for f in figs:
+            i = index.setdefault((f.metric, f.labels), len(index))
+            row += [None] * (i + 1 - len(row))
+            row[i] = f.value
+        rows[node] = row
+    write_atomically(run_dir / FIGURES, json.dumps(
+        {"keys": list(index), "nodes": rows}, separators=(",", ":"), allow_nan=False))
+
+
+def _from_saved(path: Path) -> dict[str, dict[Key, float]]:
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    keys = [(m, tuple(tuple(p) for p in labels)) for m, labels in saved["keys"]]
+    return {node: {k: v for k, v in zip(keys, row, strict=False)
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            for node, row in saved["nodes"].items()}
+
+
 def _figures_of(run: Path) -> dict[str, dict[Key, float]]:
-    """One earlier run's key figures: from its metrics.prom, which publish wrote from
-    key_figures, when it is there; else from results.jsonl through key_figures, read
-    line by line (a fleet's results.jsonl holds every telemetry sample: parsing it costs
-    seconds per thousand nodes, metrics.prom a fraction of one)."""
-    prom, jsonl = run / "metrics.prom", run / "results.jsonl"
-    if prom.is_file() and prom.stat().st_mtime >= jsonl.stat().st_mtime:
+    """One earlier run's key figures: from the figures its publish saved (FIGURES), else
+    from its metrics.prom, which publish wrote from key_figures, when it is there; else
+    from results.jsonl through key_figures, read line by line (a fleet's results.jsonl
+    holds every telemetry sample: parsing it costs seconds per thousand nodes,
+    metrics.prom a second per thousand, the saved figures a tenth of one)."""
+    prom, jsonl, saved = run / "metrics.prom", run / "results.jsonl", run / FIGURES
+    newer = jsonl.stat().st_mtime
+    if saved.is_file() and saved.stat().st_mtime >= newer:
+        try:
+            return _from_saved(saved)
+        except (ValueError, TypeError, AttributeError):
+            pass  # a doctored file: metrics.prom or results.jsonl say the same
+    if prom.is_file() and prom.stat().st_mtime >= newer:
         return _from_prom(prom)
     out: dict[str, dict[Key, float]] = {}
     with open(jsonl, encoding="utf-8", errors="replace") as f:
@@ -165,12 +208,14 @@ def load(run_dir: Path, cluster: str, current: dict[str, list[Figure]]) -> Trend
     trend = Trend([p.name for p in earlier] + [run_dir.resolve().name])
     for node, figs in current.items():
         mine = trend.values.setdefault(node, {})
+        theirs = [run.get(node, {}) for run in past]
         for fig in figs:
             key = (fig.metric, fig.labels)
-            mine[key] = [run.get(node, {}).get(key) for run in past] + [fig.value]
+            mine[key] = [run.get(key) for run in theirs] + [fig.value]
     return trend
 
 
+@functools.lru_cache(maxsize=4096)  # keys repeat on every node of a fleet
 def figure_name(key: Key) -> str:
     metric, labels = key
     m = measure(metric)
@@ -211,6 +256,7 @@ def movers(trend: Trend | None, nodes: list[str]) -> str:
             f"<th>this run</th><th>change</th></tr></thead><tbody>{body}</tbody></table>{more}")
 
 
+@functools.lru_cache(maxsize=4096)
 def family(key: Key) -> tuple[str, str]:
     """(the family a figure folds into on a node's trend, its worst end: low or high)."""
     metric, labels = key
@@ -221,19 +267,18 @@ def family(key: Key) -> tuple[str, str]:
 def families(values: dict[Key, list[float | None]]) -> dict[str, list[float | None]]:
     """A node's figures folded per family (burn TFLOPS, hottest °C, storage read, ...):
     per run the worst device's value, the slowest or the hottest."""
-    out: dict[str, list[list[float]]] = {}
+    rows: dict[str, list[list[float | None]]] = {}
     worst: dict[str, str] = {}
-    runs = len(next(iter(values.values()), []))
     for key, series in values.items():
         name, end = family(key)
         worst[name] = end
-        per_run = out.setdefault(name, [[] for _ in range(runs)])
-        for i, v in enumerate(series):
-            if v is not None:
-                per_run[i].append(v)
+        rows.setdefault(name, []).append(series)
     pick = {"high": max, "low": min}
-    return {name: [pick[worst[name]](vs) if vs else None for vs in per_run]
-            for name, per_run in sorted(out.items())}
+    out = {}
+    for name, series in sorted(rows.items()):  # per run (a column), its worst device
+        columns = ([v for v in column if v is not None] for column in zip(*series, strict=True))
+        out[name] = [pick[worst[name]](vs) if vs else None for vs in columns]
+    return out
 
 
 def node_trend(view) -> list:

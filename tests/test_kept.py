@@ -1,0 +1,141 @@
+"""Figures, not documents: what the run keeps beside results.jsonl (.kept.jsonl) and how
+publish draws a big fleet from it, reading results.jsonl only for the failing nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from summarypage import Summary, synthetic
+
+from burnin import figures
+from burnin.figures import KEPT, kept, kept_line, key_figures, read_for_page, read_records
+from burnin.reports import publish
+from burnin.summary import page as page_mod
+from burnin.summary import trend
+
+bench = synthetic()
+
+
+def failing(verdicts):
+    return sorted(n for n, v in verdicts.items() if any(o != "passed" for o, _ in v.values()))
+
+
+@pytest.fixture
+def big(monkeypatch):
+    """A fleet of 12 counts as big: passing nodes are drawn from their kept figures."""
+    monkeypatch.setattr(page_mod, "WHOLE_SECTIONS", 5)
+
+
+def run_of(tmp_path, nodes=12, failing_nodes=3):
+    run = tmp_path / "reports" / "20261122T120000Z-now"
+    verdicts, inventory = bench.synthetic_run(run, nodes, 60, failing=failing_nodes,
+                                              kinds=("thermal", "storage", "straggler"))
+    return run, verdicts, inventory
+
+
+def test_a_kept_record_has_the_whole_documents_figures_and_none_of_its_series(tmp_path):
+    run, verdicts, _ = run_of(tmp_path)
+    records = read_records(run / "results.jsonl")
+    burn = next(r for r in records if r["check"] == "burn" and r["node"] == "gpu00001")
+    small = json.loads(kept_line(burn))
+    assert "series" not in json.dumps(small) and "tflops_series" not in json.dumps(small)
+    assert key_figures(small) == key_figures(burn)  # the hottest °C too, from its series
+    assert small["data"]["devices"][3] == {"device": "cuda:3", "name": bench.MODEL,
+                                           "uuid": "GPU-00000-3"}
+    allreduce = next(r for r in records if r["check"] == "allreduce")
+    assert kept(allreduce)["data"]["figures"]["sweep"] == allreduce["data"]["figures"]["sweep"]
+    assert len(kept_line(burn)) < len(json.dumps(burn)) / 5
+
+
+def test_a_big_fleet_is_published_without_reading_a_passing_nodes_document(tmp_path, big):
+    run, verdicts, inventory = run_of(tmp_path)
+    bad = failing(verdicts)
+    # Every passing node's line of results.jsonl made unreadable (its head kept): a
+    # publish that parsed one would lose that node's figures.
+    lines = (run / "results.jsonl").read_text().splitlines(keepends=True)
+    cut = [ln if json.loads(ln)["node"] in bad else ln[:200] + "\n" for ln in lines]
+    (run / "results.jsonl").write_text("".join(cut))
+    assert publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts),
+                   nodes=inventory) == []
+    summary = Summary(run / "summary.html")
+    lazy = summary.lazy()
+    passing = lazy["gpu00002"]
+    burn = next(blocks for check, _, blocks in passing["p"] if check == "burn")
+    rows = next(b for b in burn if b[0] == "table")[2]
+    assert len(rows) == 16 and rows[0][0] == "burn TFLOPS cuda:0", rows[:2]
+    assert "burnin_device_flops_per_second{" in (run / "metrics.prom").read_text()
+    prom = (run / "metrics.prom").read_text()
+    assert prom.count('node="gpu00002"') > 40
+    # The failing nodes' sections are whole: their burn charts, drawn from the series.
+    thermal = bad[0]
+    whole = lazy.get(thermal) or {}
+    assert thermal in summary.sections or any(b[0] == "charts" for _, _, blocks in whole["p"]
+                                              for b in blocks)
+    assert f"id='n-{thermal}-burn'" in summary.text and "TFLOPS per device over the burn" \
+        in summary.text
+    telemetry = json.loads((run / "nodes" / thermal / "telemetry.json").read_text())
+    assert len(telemetry["cuda:3"]["series"]["temp_c"]) == 60
+
+
+def test_without_a_whole_kept_file_publish_reads_results_jsonl_and_keeps_as_it_reads(
+        tmp_path, big):
+    run, verdicts, _ = run_of(tmp_path)
+    kept_lines = (run / KEPT).read_text().splitlines(keepends=True)
+    (run / KEPT).write_text("".join(kept_lines[:-1]))  # a run killed between the appends
+    records = read_for_page(run, set(failing(verdicts)))
+    assert len(records) == len(kept_lines)
+    whole = [r for r in records if "kept_figures" not in r]
+    assert {r["node"] for r in whole} == set(failing(verdicts))
+    passing = [r for r in records if "kept_figures" in r]
+    assert passing and all("tflops_series" not in json.dumps(r) for r in passing)
+    (run / KEPT).unlink()
+    assert len(read_for_page(run, set())) == len(kept_lines)
+
+
+def test_a_kept_file_is_only_used_whole(tmp_path, monkeypatch):
+    run, verdicts, _ = run_of(tmp_path, nodes=4, failing_nodes=1)
+    calls = []
+    real = figures.kept
+    monkeypatch.setattr(figures, "kept", lambda r: calls.append(r) or real(r))
+    read_for_page(run, set(failing(verdicts)))
+    assert calls == [], "a whole kept file was there: nothing needed keeping again"
+
+
+def test_the_trend_reads_an_earlier_runs_saved_figures(tmp_path):
+    reports = tmp_path / "reports"
+    past = reports / "20261121T000000Z-e0"
+    v, inv = bench.synthetic_run(past, 4, 30, failing=0, seed=10)
+    publish(past, "synthetic", past.name, v, bench.floors(v), nodes=inv)
+    saved = trend._figures_of(past)
+    assert saved == trend._from_prom(past / "metrics.prom") and len(saved) == 4
+    # What the saved figures are read from: metrics.prom and results.jsonl made junk
+    # (older than them), the trend is the same.
+    for name in ("metrics.prom", "results.jsonl"):
+        (past / name).write_text("junk\n")
+        os.utime(past / name, (1, 1))
+    assert trend._figures_of(past) == saved
+    (past / trend.FIGURES).write_text("[1, 2")
+    assert trend._figures_of(past) == {}  # junk saved figures: metrics.prom, junk too
+
+
+def test_a_big_fleets_passing_sections_stay_small(tmp_path, big):
+    """A passing node of a big fleet costs the page its figures, not its telemetry: the
+    bound that keeps 10,000 nodes' page under 10 MB."""
+    run, verdicts, inventory = run_of(tmp_path, nodes=240, failing_nodes=0)
+    publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts), nodes=inventory)
+    packed = sum(len(text) for name, text in Summary(run / "summary.html").scripts.items()
+                 if name.startswith("sections-"))
+    assert packed / 240 < 400, f"{packed / 240:.0f} bytes a passing node's section"
+
+
+def test_metrics_prom_is_the_same_from_kept_records_as_from_whole_ones(tmp_path):
+    from burnin import metrics
+    run, verdicts, _ = run_of(tmp_path, nodes=8, failing_nodes=2)
+    whole = metrics.render("c", "r", 1.0, verdicts, read_records(run / "results.jsonl"))
+    assert whole.count("burnin_device_flops_per_second{") == 2 * 8 * 8  # burn, sdc
+    for _ in range(2):  # from KEPT, then from results.jsonl kept as it is read
+        kept_records = read_for_page(run, set(failing(verdicts)))
+        assert metrics.render("c", "r", 1.0, verdicts, kept_records) == whole
+        (run / KEPT).unlink(missing_ok=True)
