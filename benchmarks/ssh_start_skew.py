@@ -1,0 +1,249 @@
+"""The SSH fan-out's start skew and its controller CPU per node, on N real SSH test hosts.
+
+Builds N hosts (tests/testhosts.py: network namespaces, one sshd each) and runs the
+health check's probe on all of them at once through burnin's launch layer (burnin.run.Run,
+as the suite does, without pytest), twice per repeat: `cold` (the run's first check:
+connect, authenticate, stage the probes, start) and `warm` (a later check, such as the
+burn after health: the connections are held, only the start is left). The probe is light
+on purpose: each node's `python:` is a wrapper that notes the moment it starts (bash's
+$EPOCHREALTIME, no fork) and replays a recorded document (tests/replay.py) holding the
+lifeline for --hold-s; the skew measured is the controller's, not torch's import.
+
+Start skew: the last probe's start minus the first's, as the hosts saw them. On this
+machine the hosts' sshd and shells share the controller's cores, so the measured skew is
+an upper bound; the extrapolation uses the controller's own CPU per node, since on a
+fleet every node has its own CPUs: skew(10,000) ~ 10,000 x the CPU per node spent before
+the probe starts (one core: paramiko's work is bound by the GIL).
+
+Controller CPU per node (this process, every thread: getrusage), split by phase with
+per-thread CPU clocks (paramiko's transport threads included): connect (TCP, key
+exchange, host key check), auth, staging (the node's holder and the probes), start (the
+probe's command, up to its read loop), read (the loop over its output), lifeline (the
+heartbeats), close; `other` is the rest (thread pool, parsing and shape checks; no
+verdicts are asked for).
+
+    python benchmarks/ssh_start_skew.py [--hosts 200] [--repeat 3] [--hold-s 6]
+
+Prints, last, the extrapolated warm skew at 10,000 nodes against the quick profile's
+burn (60 s): `skew/burn = X` (goal: under 0.1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+import paramiko  # noqa: E402
+from replay import replay_python  # noqa: E402
+from testhosts import TestHosts  # noqa: E402
+
+from burnin.checks import CHECKS  # noqa: E402
+from burnin.inventory import load_inventory  # noqa: E402
+from burnin.run import Run  # noqa: E402
+from burnin.transports import ssh  # noqa: E402
+
+FLEET = 10_000
+PHASES = ("connect", "auth", "staging", "start", "read", "lifeline", "close")
+
+
+def quick_burn_s() -> float:
+    return float(CHECKS["burn"].resolve("quick", None, None)["duration_s"])
+
+
+def thread_cpu(thread) -> float:
+    """CPU seconds of a live thread (0 once it has ended: its time is in the process's)."""
+    try:
+        return time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    except (OSError, TypeError, ValueError, AttributeError):
+        return 0.0
+
+
+def as_thread(c) -> threading.Thread | None:
+    """The paramiko Transport (a thread) of an SSHClient, or the Transport itself."""
+    c = c.get_transport() if hasattr(c, "get_transport") else c
+    return c if isinstance(c, threading.Thread) else None
+
+
+def paramiko_thread(t) -> threading.Thread | None:
+    """The paramiko Transport behind an SshTransport."""
+    return as_thread(getattr(t, "_client", None))
+
+
+class Costs:
+    """CPU seconds per phase, summed over nodes, from hooks around burnin's own functions."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.cpu = dict.fromkeys(PHASES, 0.0)
+
+    def add(self, phase: str, seconds: float) -> None:
+        with self.lock:
+            self.cpu[phase] += seconds
+
+    def reset(self) -> dict[str, float]:
+        with self.lock:
+            out, self.cpu = self.cpu, dict.fromkeys(PHASES, 0.0)
+        return out
+
+    def around(self, phase: str, of=paramiko_thread, within: str = ""):
+        """Wrap a method of an SshTransport (or a paramiko Transport: of=itself): the
+        calling thread's CPU plus its paramiko thread's while it runs. `within`: the
+        phase that wraps this one, from which its time is taken out."""
+        def wrap(fn):
+            @functools.wraps(fn)
+            def timed(obj, *a, **kw):
+                before = of(obj)
+                t0, p0 = time.thread_time(), thread_cpu(before)
+                try:
+                    return fn(obj, *a, **kw)
+                finally:
+                    after = of(obj)
+                    p1 = thread_cpu(after) if after is before else p0
+                    spent = time.thread_time() - t0 + max(0.0, p1 - p0)
+                    self.add(phase, spent)
+                    if within:
+                        self.add(within, -spent)
+            return timed
+        return wrap
+
+    def install(self) -> None:
+        """Hook the phases (functions looked up at call time, so patching them works)."""
+        connect = ssh.connect
+
+        def timed_connect(node):
+            t0 = time.thread_time()
+            client, hops = connect(node)
+            # The transport thread began with this connection: its CPU so far is the key
+            # exchange and the authentication (which is taken out: the hook below).
+            self.add("connect", time.thread_time() - t0 + thread_cpu(as_thread(client)))
+            return client, hops
+        ssh.connect = timed_connect
+        paramiko.Transport.auth_publickey = self.around("auth", of=lambda t: t, within="connect")(
+            paramiko.Transport.auth_publickey)
+        for name, phase in (("_hold", "staging"), ("run", "start"), ("close", "close")):
+            setattr(ssh.SshTransport, name,
+                    self.around(phase)(getattr(ssh.SshTransport, name)))
+        # The read loop (and the kill after it) runs inside run(): counted apart from the
+        # start, so that `start` is what each node costs before its probe runs.
+        ssh.read_bounded = self.around("read", of=lambda source: as_thread(source.client),
+                                       within="start")(ssh.read_bounded)
+        for name in ("_feed", "_heartbeats"):  # the lifeline: per command, or one thread
+            fn = getattr(ssh, name, None)
+            if fn is not None:
+                setattr(ssh, name, self.thread_body(fn, "lifeline"))
+
+    def thread_body(self, fn, phase: str):
+        @functools.wraps(fn)
+        def timed(*a, **kw):
+            t0 = time.thread_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                self.add(phase, time.thread_time() - t0)
+        return timed
+
+
+def process_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def starts(log: Path, hosts: int) -> list[float]:
+    got = [float(f.read_text()) for f in log.iterdir()]
+    if len(got) != hosts:
+        raise SystemExit(f"{len(got)} of {hosts} probes noted their start")
+    return sorted(got)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hosts", type=int, default=200)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--hold-s", type=float, default=6.0,
+                   help="seconds each probe holds the lifeline before it answers")
+    args = p.parse_args()
+    costs = Costs()
+    costs.install()
+    with tempfile.TemporaryDirectory() as d, TestHosts(args.hosts, Path(d) / "hosts") as hosts:
+        log = Path(d) / "starts"
+        log.mkdir()
+        replay = replay_python(Path(d) / "replay", delay_s=args.hold_s)
+        wrapper = Path(d) / "python"
+        wrapper.write_text(f"#!/bin/bash\necho $EPOCHREALTIME > {log}/$HOSTNAME\n"
+                           f'exec {replay} "$@"\n')
+        wrapper.chmod(0o755)
+        inv = load_inventory(hosts.write_inventory(Path(d) / "inv.yaml", python=str(wrapper)))
+        rows: dict[str, list[dict]] = {"cold": [], "warm": [], "close": []}
+        for i in range(args.repeat):
+            run = Run(inv, list(inv.nodes), "quick", Path(d) / "reports", f"skew{i}",
+                      fanout=args.hosts)
+            try:
+                for kind in ("cold", "warm"):
+                    for f in log.iterdir():
+                        f.unlink()
+                    costs.reset()
+                    cpu0, t0 = process_cpu(), time.time()
+                    outcomes = run.execute("health")
+                    cpu = process_cpu() - cpu0
+                    bad = [f"{n}: {o.reason}" for n, o in outcomes.items() if not o.ok]
+                    if bad:
+                        raise SystemExit(f"{len(bad)} probes failed: {bad[:3]}")
+                    s = starts(log, args.hosts)
+                    phases = costs.reset()
+                    rows[kind].append({"skew": s[-1] - s[0], "first": s[0] - t0,
+                                       "last": s[-1] - t0, "cpu": cpu, **phases})
+            finally:
+                costs.reset()
+                cpu0 = process_cpu()
+                run.close()
+                rows["close"].append({"cpu": process_cpu() - cpu0, **costs.reset()})
+        report(rows, args.hosts)
+
+
+def report(rows: dict[str, list[dict]], n: int) -> None:
+    def med(kind: str, key: str) -> float:
+        return statistics.median(r.get(key, 0.0) for r in rows[kind])
+
+    ms = 1000 / n
+    load = os.getloadavg()[0]
+    print(f"{n} hosts, {len(rows['cold'])} repeat(s), load {load:.1f}; medians:")
+    for kind in ("cold", "warm"):
+        split = ", ".join(f"{k} {med(kind, k) * ms:.2f}" for k in PHASES if k != "close")
+        total = med(kind, "cpu")
+        runs = ", ".join(f"{r['skew']:.2f}" for r in rows[kind])
+        print(f"  {kind}: start skew {med(kind, 'skew'):.2f} s (first probe after "
+              f"{med(kind, 'first'):.2f} s, last after {med(kind, 'last'):.2f} s; runs "
+              f"{runs}); controller CPU {total * ms:.2f} ms per node: {split}, other "
+              f"{(total - sum(med(kind, k) for k in PHASES)) * ms:.2f}")
+    print(f"  close: controller CPU {med('close', 'cpu') * ms:.2f} ms per node "
+          f"(close {med('close', 'close') * ms:.2f}); cold + close "
+          f"{(med('cold', 'cpu') + med('close', 'cpu')) * ms:.2f} ms per node")
+    burn = quick_burn_s()
+    # Before the last probe starts, the controller has done every node's work up to its
+    # start; one core (the GIL) does it. Warm: a later check, connections held.
+    for kind, keys in (("cold", ("connect", "auth", "staging", "start")),
+                       ("warm", ("start",))):
+        per_node = sum(med(kind, k) for k in keys) / n
+        print(f"  {kind} skew at {FLEET:,} nodes, extrapolated: {per_node * FLEET:.1f} s "
+              f"({' + '.join(keys)}: {per_node * 1000:.2f} ms per node)")
+    warm = med("warm", "start") / n * FLEET
+    print(f"{n} hosts: warm skew at {FLEET:,} nodes {warm:.1f} s against the quick "
+          f"profile's {burn:g} s burn: skew/burn = {warm / burn:.4f}")
+
+
+if __name__ == "__main__":
+    main()
