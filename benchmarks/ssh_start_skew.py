@@ -161,6 +161,14 @@ def process_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def settle(threads: int) -> None:
+    """Wait (bounded) for the threads the probes started to end (the lifeline's: after
+    its next beat), so that their CPU is counted."""
+    deadline = time.monotonic() + 2 * ssh.HEARTBEAT_S
+    while threading.active_count() > threads and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def starts(log: Path, hosts: int) -> list[float]:
     got = [float(f.read_text()) for f in log.iterdir()]
     if len(got) != hosts:
@@ -196,8 +204,10 @@ def main() -> None:
                     for f in log.iterdir():
                         f.unlink()
                     costs.reset()
+                    threads = threading.active_count()
                     cpu0, t0 = process_cpu(), time.time()
                     outcomes = run.execute("health")
+                    settle(threads)
                     cpu = process_cpu() - cpu0
                     bad = [f"{n}: {o.reason}" for n, o in outcomes.items() if not o.ok]
                     if bad:
