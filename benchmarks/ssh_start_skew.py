@@ -9,11 +9,14 @@ on purpose: each node's `python:` is a wrapper that notes the moment it starts (
 $EPOCHREALTIME, no fork) and replays a recorded document (tests/replay.py) holding the
 lifeline for --hold-s; the skew measured is the controller's, not torch's import.
 
-Start skew: the last probe's start minus the first's, as the hosts saw them. On this
-machine the hosts' sshd and shells share the controller's cores, so the measured skew is
-an upper bound; the extrapolation uses the controller's own CPU per node, since on a
-fleet every node has its own CPUs: skew(10,000) ~ 10,000 x the CPU per node spent before
-the probe starts (one core: paramiko's work is bound by the GIL).
+Start skew: the last probe's start minus the first's, as the hosts saw them; and on the
+controller's side, from the first probe that had its command and settings to the last
+(the read loop's start). On this machine the hosts' sshd, shells and probes share the
+controller's 2 cores, so the skew the hosts see is an upper bound. The extrapolation to
+10,000 nodes uses the controller's own CPU per node (on a fleet every node has its own
+CPUs), on one core (paramiko's work holds the GIL): the skew is 10,000 x the CPU of a
+probe's start, once every node is ready; were nodes readied one by one as their probes
+start (as before), it is 10,000 x connect + auth + staging + start.
 
 Controller CPU per node (this process, every thread: getrusage), split by phase with
 per-thread CPU clocks (paramiko's transport threads included): connect (TCP, key
@@ -88,6 +91,12 @@ class Costs:
     def __init__(self):
         self.lock = threading.Lock()
         self.cpu = dict.fromkeys(PHASES, 0.0)
+        self.sent: list[float] = []  # when each probe had its command and settings
+
+    def started(self) -> list[float]:
+        with self.lock:
+            out, self.sent = sorted(self.sent), []
+        return out
 
     def add(self, phase: str, seconds: float) -> None:
         with self.lock:
@@ -138,8 +147,14 @@ class Costs:
                     self.around(phase)(getattr(ssh.SshTransport, name)))
         # The read loop (and the kill after it) runs inside run(): counted apart from the
         # start, so that `start` is what each node costs before its probe runs.
-        ssh.read_bounded = self.around("read", of=lambda source: as_thread(source.client),
-                                       within="start")(ssh.read_bounded)
+        read = self.around("read", of=lambda source: as_thread(source.client),
+                           within="start")(ssh.read_bounded)
+
+        def timed_read(*a, **kw):
+            with self.lock:
+                self.sent.append(time.time())
+            return read(*a, **kw)
+        ssh.read_bounded = timed_read
         for name in ("_feed", "_heartbeats"):  # the lifeline: per command, or one thread
             fn = getattr(ssh, name, None)
             if fn is not None:
@@ -212,10 +227,11 @@ def main() -> None:
                     bad = [f"{n}: {o.reason}" for n, o in outcomes.items() if not o.ok]
                     if bad:
                         raise SystemExit(f"{len(bad)} probes failed: {bad[:3]}")
-                    s = starts(log, args.hosts)
+                    s, sent = starts(log, args.hosts), costs.started()
                     phases = costs.reset()
                     rows[kind].append({"skew": s[-1] - s[0], "first": s[0] - t0,
-                                       "last": s[-1] - t0, "cpu": cpu, **phases})
+                                       "last": s[-1] - t0, "sent": sent[-1] - sent[0],
+                                       "cpu": cpu, **phases})
             finally:
                 costs.reset()
                 cpu0 = process_cpu()
@@ -229,30 +245,28 @@ def report(rows: dict[str, list[dict]], n: int) -> None:
         return statistics.median(r.get(key, 0.0) for r in rows[kind])
 
     ms = 1000 / n
-    load = os.getloadavg()[0]
-    print(f"{n} hosts, {len(rows['cold'])} repeat(s), load {load:.1f}; medians:")
+    print(f"{n} hosts, {len(rows['cold'])} repeat(s), load {os.getloadavg()[0]:.1f}; medians:")
     for kind in ("cold", "warm"):
         split = ", ".join(f"{k} {med(kind, k) * ms:.2f}" for k in PHASES if k != "close")
         total = med(kind, "cpu")
         runs = ", ".join(f"{r['skew']:.2f}" for r in rows[kind])
-        print(f"  {kind}: start skew {med(kind, 'skew'):.2f} s (first probe after "
-              f"{med(kind, 'first'):.2f} s, last after {med(kind, 'last'):.2f} s; runs "
-              f"{runs}); controller CPU {total * ms:.2f} ms per node: {split}, other "
+        print(f"  {kind}: start skew {med(kind, 'skew'):.2f} s (runs {runs}; first probe "
+              f"after {med(kind, 'first'):.2f} s, last after {med(kind, 'last'):.2f} s); "
+              f"controller's side {med(kind, 'sent'):.2f} s")
+        print(f"  {kind}: controller CPU {total * ms:.2f} ms per node: {split}, other "
               f"{(total - sum(med(kind, k) for k in PHASES)) * ms:.2f}")
     print(f"  close: controller CPU {med('close', 'cpu') * ms:.2f} ms per node "
           f"(close {med('close', 'close') * ms:.2f}); cold + close "
           f"{(med('cold', 'cpu') + med('close', 'cpu')) * ms:.2f} ms per node")
+    ready = sum(med("cold", k) for k in ("connect", "auth", "staging")) / n
+    start = min(med("cold", "start"), med("warm", "start")) / n
+    print(f"  at {FLEET:,} nodes, extrapolated: getting every node ready {ready * FLEET:.0f} s "
+          f"of one core (connect + auth + staging, {ready * 1000:.2f} ms per node); "
+          f"node by node {(ready + start) * FLEET:.0f} s of skew")
     burn = quick_burn_s()
-    # Before the last probe starts, the controller has done every node's work up to its
-    # start; one core (the GIL) does it. Warm: a later check, connections held.
-    for kind, keys in (("cold", ("connect", "auth", "staging", "start")),
-                       ("warm", ("start",))):
-        per_node = sum(med(kind, k) for k in keys) / n
-        print(f"  {kind} skew at {FLEET:,} nodes, extrapolated: {per_node * FLEET:.1f} s "
-              f"({' + '.join(keys)}: {per_node * 1000:.2f} ms per node)")
-    warm = med("warm", "start") / n * FLEET
-    print(f"{n} hosts: warm skew at {FLEET:,} nodes {warm:.1f} s against the quick "
-          f"profile's {burn:g} s burn: skew/burn = {warm / burn:.4f}")
+    print(f"{n} hosts: start skew at {FLEET:,} nodes {start * FLEET:.1f} s ({start * 1000:.2f} "
+          f"ms per start) against the quick profile's {burn:g} s burn: "
+          f"skew/burn = {start * FLEET / burn:.4f}")
 
 
 if __name__ == "__main__":

@@ -242,7 +242,12 @@ class _Channel:
 
     def read(self, timeout_s: float) -> tuple[bytes, bytes]:
         c = self.chan
-        select.select([c], [], [], timeout_s)
+        if c.eof_received and not c.recv_ready() and not c.recv_stderr_ready():
+            # The output is over and only the exit status is to come: paramiko leaves the
+            # channel readable for good after EOF, and select() would spin until then.
+            c.status_event.wait(timeout_s)
+        else:
+            select.select([c], [], [], timeout_s)
         out, err = bytearray(), bytearray()
         while c.recv_ready():
             out += c.recv(1 << 16)
