@@ -22,9 +22,9 @@ start (as before), it is 10,000 x connect + auth + staging + start.
 Controller CPU per node (this process, every thread: getrusage), split by phase with
 per-thread CPU clocks (paramiko's transport threads included): connect (TCP, key
 exchange, host key check), auth, staging (the node's holder and the probes), start (the
-probe's command, up to its read loop), read (the loop over its output), lifeline (the
-heartbeats), close; `other` is the rest (thread pool, parsing and shape checks; no
-verdicts are asked for).
+probe's command, up to its read loop), read (the loop over its output), finish (its
+exit status, its channel closed), lifeline (the heartbeats), close; `other` is the rest
+(thread pool, parsing and shape checks; no verdicts are asked for).
 
     python benchmarks/ssh_start_skew.py [--hosts 200] [--repeat 3] [--hold-s 6]
 
@@ -60,7 +60,7 @@ from burnin.run import Run  # noqa: E402
 from burnin.transports import ssh  # noqa: E402
 
 FLEET = 10_000
-PHASES = ("connect", "auth", "staging", "start", "read", "lifeline", "close")
+PHASES = ("connect", "auth", "staging", "start", "read", "finish", "lifeline", "close")
 
 
 def quick_burn_s() -> float:
@@ -143,19 +143,39 @@ class Costs:
         ssh.connect = timed_connect
         paramiko.Transport.auth_publickey = self.around("auth", of=lambda t: t, within="connect")(
             paramiko.Transport.auth_publickey)
-        for name, phase in (("_hold", "staging"), ("run", "start"), ("close", "close")):
+        for name, phase in (("_hold", "staging"), ("close", "close")):
             setattr(ssh.SshTransport, name,
                     self.around(phase)(getattr(ssh.SshTransport, name)))
-        # The read loop (and the kill after it) runs inside run(): counted apart from the
-        # start, so that `start` is what each node costs before its probe runs.
-        read = self.around("read", of=lambda source: as_thread(source.client),
-                           within="start")(ssh.read_bounded)
+        # A command, in three: its start (up to its read loop: what each node costs before
+        # its probe runs), the read loop, and its finish (exit status, channel closed).
+        local = threading.local()
+
+        def spend(phase: str) -> None:
+            t, p, tr = local.mark
+            now_t, now_p = time.thread_time(), thread_cpu(tr)
+            self.add(phase, now_t - t + max(0.0, now_p - p))
+            local.mark = (now_t, now_p, tr)
+        run, read = ssh.SshTransport.run, ssh.read_bounded
+
+        def timed_run(obj, *a, **kw):
+            tr = paramiko_thread(obj)
+            local.mark, local.phase = (time.thread_time(), thread_cpu(tr), tr), "start"
+            try:
+                return run(obj, *a, **kw)
+            finally:
+                spend(local.phase)
 
         def timed_read(*a, **kw):
+            spend("start")
             with self.lock:
                 self.sent.append(time.time())
-            return read(*a, **kw)
-        ssh.read_bounded = timed_read
+            local.phase = "read"
+            try:
+                return read(*a, **kw)
+            finally:
+                spend("read")
+                local.phase = "finish"
+        ssh.SshTransport.run, ssh.read_bounded = timed_run, timed_read
         for name in ("_feed", "_heartbeats"):  # the lifeline: per command, or one thread
             fn = getattr(ssh, name, None)
             if fn is not None:
