@@ -14,6 +14,7 @@ entries go into the client's host keys, and RejectPolicy refuses a host that has
 from __future__ import annotations
 
 import errno
+import hmac
 import os
 import shlex
 import socket
@@ -129,7 +130,7 @@ class KnownHosts:
         """`name`'s keys in file order, one per key type."""
         found = list(self.named.get(name, ()))
         found += [(n, key) for n, h, key in self.hashed
-                  if paramiko.HostKeys.hash_host(name, h) == h]
+                  if hmac.compare_digest(paramiko.HostKeys.hash_host(name, h), h)]
         by_type: dict[str, paramiko.PKey] = {}
         for _, key in sorted(found, key=lambda f: f[0]):
             by_type.setdefault(key.get_name(), key)
