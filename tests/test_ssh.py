@@ -235,7 +235,7 @@ def test_a_runs_first_probes_start_only_once_every_node_is_staged(make_hosts, tm
     once). h2's link is slowed until the probes take seconds to reach it; each probe, as
     it starts, counts the nodes whose staged directory holds the probes."""
     hosts = make_hosts(2)
-    hosts.rate_limit(hosts[1], "100kbit")
+    hosts.rate_limit(hosts[1], "100kbit", burst="4kb")  # the 56 kB of probes: 4 s
     remote = Path(hosts.inventory()["defaults"]["workdir"])
     log = tmp_path / "staged"
     log.mkdir()
