@@ -1,7 +1,7 @@
 """burnin against pdsh: the health probe on N real SSH test hosts, side by side.
 
 Builds N hosts (tests/testhosts.py: network namespaces, one sshd each), then alternates
-`pytest suites/ -k health --inventory` (paramiko, SFTP staging, judging, reports: the
+`pytest suites/ -k health --inventory` (paramiko, probes staged, judging, reports: the
 health check alone, as pdsh runs only the health probe) with
 `pdsh -R ssh -f N` running the same probe on the same hosts (OpenSSH client, no staging:
 the probe is read from the shared file system). Reports wall-time medians, each tool's own

@@ -45,6 +45,11 @@ class Launch:
     cancel: threading.Event = field(default_factory=threading.Event)
     launchers: Launchers = field(init=False)
     _transports: dict[str, Transport] = field(default_factory=dict)
+    # The run's first probe gets every node ready first (prepared); why a node was not,
+    # for that node's first probe to report (a later one tries again, as it would have).
+    _prepared: bool = False
+    _unprepared: dict[str, Exception] = field(default_factory=dict)
+    _preparing: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
         self.launchers = Launchers(self.nodes, self.probes_dir, self.run_id, self.cancel)
@@ -82,9 +87,13 @@ class Launch:
                                        {node.name: timeout_s}, {node.name: on_progress},
                                        max_output, schema)[node.name]
         try:
+            self.prepare()
             transport = self.transport(node)
             if self.cancel.is_set():
                 return ProbeOutcome(node.name, spec.probe_name, False, NOT_STARTED)
+            failed = self._unprepared.pop(node.name, None)
+            if failed is not None:
+                raise failed
             return run_probe(transport, spec.probe_name, payload, timeout_s,
                              max_output=max_output or spec.max_output,
                              on_progress=on_progress, schema=schema or spec.schema,
@@ -93,6 +102,26 @@ class Launch:
             return unreachable(node.name, spec.probe_name, e)
         except Exception as e:  # a bug of ours, never the node's: the run ends incomplete
             return _fault(node, spec, e)
+
+    def prepare(self) -> None:
+        """Once per run, before its first probe: connect to every node that runs one by one
+        (ssh), hold it and stage the probes, `fanout` at once. Then the first check's
+        probes start together, each only its own start apart, rather than node by node
+        as their connections come up (benchmarks/ssh_start_skew.py: the start skew)."""
+        with self._preparing:  # the other fan-out threads wait here, then start together
+            if self._prepared:
+                return
+            self._prepared = True
+            apart = [n for n in self.nodes if self.launcher(n) is None]
+
+            def ready(node: Node) -> None:
+                if self.cancel.is_set():
+                    return
+                try:
+                    self.transport(node).prepare()
+                except Exception as e:  # NodeUnreachable, or a bug: its probe reports it
+                    self._unprepared[node.name] = e
+            self.fan_out(apart, ready)
 
     def probe_together(self, launcher: Launcher, nodes: list[Node], spec: ProbeSpec,
                        payloads: dict[str, dict], timeouts: dict[str, float],

@@ -104,6 +104,18 @@ def test_ssh_fanout_vs_pdsh():
     assert ratios(lines[-1], "burnin / pdsh"), lines
 
 
+def test_ssh_start_skew():
+    need(os.geteuid() == 0, "test hosts need root")
+    need(Path("/usr/sbin/sshd").exists(), "openssh-server is not installed")
+    lines = run_benchmark("ssh_start_skew.py", "--hosts", "4", "--repeat", "1",
+                          "--hold-s", "1", "--settle-s", "0")
+    for kind in ("cold", "warm"):  # every phase measured, the skew as the hosts saw it
+        assert any(re.match(rf"  {kind}: start skew \d+\.\d+ s", ln) for ln in lines), lines
+        assert any(re.match(rf"  {kind}: controller CPU \d+\.\d+ ms per node: connect ", ln)
+                   for ln in lines), lines
+    assert ratios(lines[-1], "skew/burn"), lines
+
+
 def test_verdict_calibration_captures_and_replays_every_rule():
     lines = run_benchmark("verdict_calibration.py", "--runs", "1", "--node-runs", "30",
                           "--trials", "5", "--sizes", "3")

@@ -120,9 +120,20 @@ def quiet_python(tmp_path: Path) -> str:
     return script(tmp_path / "quiet-python", f"exec {sys.executable} \"$@\" 2>>{tmp_path}/err\n")
 
 
+def watching(tmp_path: Path, probes: int) -> None:
+    """Wait until `probes` sdc probes (run by quiet_python) have read their settings and
+    watch their controller: a probe still importing torch cannot notice it is gone (the
+    probes start together, so one may have started a moment ago)."""
+    err = tmp_path / "err"
+    wait_for(lambda: err.exists() and err.read_text(errors="replace").count(
+        " device(s): ") >= probes,
+        120, "every probe watching its controller")
+
+
 def test_a_killed_controller_leaves_no_probe_burning(make_hosts, tmp_path, finding):
     hosts = make_hosts(3)
     proc, _, _ = start(hosts, tmp_path, "sdc", python=quiet_python(tmp_path))
+    watching(tmp_path, len(hosts.hosts))
     os.killpg(proc.pid, signal.SIGKILL)  # no handler runs: the lifeline must do it
     proc.wait()
     took = wait_for(lambda: not probes_on(hosts, "sdc"), 15, "every probe gone")
@@ -133,6 +144,7 @@ def test_a_probe_whose_sshd_dies_stops_itself(make_hosts, tmp_path, finding):
     hosts = make_hosts(2)
     proc, _, _ = start(hosts, tmp_path, "sdc", python=quiet_python(tmp_path))
     try:
+        watching(tmp_path, len(hosts.hosts))
         hosts.kill_all_sshd(hosts[1])  # the connection to h2 drops under its probe
         took = wait_for(lambda: not any(p in probes_on(hosts, "sdc") for p in
                                         hosts.pids(hosts[1])), 15, "h2's probe gone")

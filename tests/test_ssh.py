@@ -227,3 +227,24 @@ def test_ssh_agent_is_used_when_no_identity_file_is_given(make_hosts, tmp_path,
     finally:
         agent.kill()
         agent.wait()
+
+
+def test_a_runs_first_probes_start_only_once_every_node_is_staged(make_hosts, tmp_path):
+    """The start skew: no probe starts while another node is still being staged, so the
+    first check's probes run together (the burn and the all-reduce need their nodes at
+    once). h2's link is slowed until the probes take seconds to reach it; each probe, as
+    it starts, counts the nodes whose staged directory holds the probes."""
+    hosts = make_hosts(2)
+    hosts.rate_limit(hosts[1], "100kbit", burst="4kb")  # the 56 kB of probes: 4 s
+    remote = Path(hosts.inventory()["defaults"]["workdir"])
+    log = tmp_path / "staged"
+    log.mkdir()
+    py = script(tmp_path / "py", f"ls {remote}/burnin-*/health.py | wc -l > {log}/$(hostname)\n"
+                f'exec {replay_python(tmp_path / "replay")} "$@"\n')
+    inv = load_inventory(hosts.write_inventory(tmp_path / "inv.yaml", python=py))
+    run = Run(inv, list(inv.nodes), "quick", tmp_path / "reports", "r1")
+    try:
+        assert all(o.ok for o in run.execute("health").values())
+    finally:
+        run.close()
+    assert {f.name: int(f.read_text()) for f in log.iterdir()} == {"h1": 2, "h2": 2}

@@ -219,3 +219,17 @@ def test_nodes_behind_a_bastion_are_reached_through_it(pytester, make_hosts):
     assert cases["h1"]["health"] == ("passed", "")
     for h in behind:
         assert "no answer from" in cases[h.name]["health"][1], cases[h.name]
+
+
+def test_a_probe_that_never_reads_large_settings_does_not_hang_its_node(make_hosts, tmp_path):
+    """The settings go out from the calling thread: a probe that prints its document and
+    exits without reading 4 MB of them (more than the channel's window) ends the wait,
+    and its document is read."""
+    hosts = make_hosts(1)
+    doc = REPO / "tests" / "corpus" / "health.cpu.json"
+    t = transport(hosts, tmp_path, python=script(tmp_path / "py", f"exec cat {doc}\n"))
+    try:
+        out = run_probe(t, "health", {"blob": "y" * (4 << 20)}, timeout_s=120, lifeline=True)
+    finally:
+        t.close()
+    assert out.ok, out.reason

@@ -197,10 +197,11 @@ class TestHosts:
     def link_down(self, h: Host) -> None:
         sh("ip", "link", "set", h.veth, "down")
 
-    def rate_limit(self, h: Host, rate: str = "100mbit") -> None:
+    def rate_limit(self, h: Host, rate: str = "100mbit", burst: str = "64kb") -> None:
         """Slow the host's link for real: a token bucket on its bridge-side veth (this
-        kernel has no netem), which limits what reaches the host."""
-        sh("tc", "qdisc", "add", "dev", h.veth, "root", "tbf", "rate", rate, "burst", "64kb",
+        kernel has no netem), which limits what reaches the host; the first `burst` bytes
+        pass at full speed."""
+        sh("tc", "qdisc", "add", "dev", h.veth, "root", "tbf", "rate", rate, "burst", burst,
            "latency", "50ms")
 
     def block_outbound(self, h: Host) -> None:

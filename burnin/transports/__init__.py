@@ -81,6 +81,11 @@ class Transport:
     def python(self) -> str:
         return self.node.python or "python3"
 
+    def prepare(self) -> None:
+        """Get the node ready for probes ahead of the first (ssh: connect, hold the node,
+        stage the probes), so that a run's first probes start together; raises
+        NodeUnreachable. Nothing to do for most transports."""
+
     def probe_command(self, probe: str) -> list[str]:
         """The argv that runs probe `probe` on the node, staging it first if needed."""
         raise NotImplementedError

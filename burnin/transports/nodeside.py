@@ -10,9 +10,14 @@ them run as the login user. Every transport that stages on a node runs this one 
 the SSH holder below, and the srun bootstrap (srun_step.py puts it in front).
 
 HOLDER keeps a node for one run: it checks the staging directory is safe, takes the
-node's lock, makes a private directory for the probes and prints `ready <dir>`; then it
-holds both until its stdin closes (the run ends, or the controller or its connection
-dies), removes the directory and exits, which releases the lock. A node already held
+node's lock, makes a private directory for the probes and prints `ready <dir>`; it reads
+the probes from its stdin (`probes <n>` and n bytes, zlib-compressed: a JSON line of
+[[file name, size], ...] and the files' bytes one after the other: one stream instead of
+an SFTP request per file),
+writes them into that directory (plain names only, never through a link) and prints
+`staged <count>` (or `unstaged <why>`); then it holds the lock and the directory until
+its stdin closes (the run ends, or the controller or its connection dies), removes the
+directory and exits, which releases the lock. A node already held
 by another run answers `busy <who>` (held by this run, under pytest-xdist by another
 worker's connection, it goes on). An unsafe workdir answers `unsafe <why>`.
 """
@@ -57,7 +62,7 @@ def unsafe_workdir(workdir):
 '''
 
 HOLDER = SAFE_WORKDIR + r"""
-import fcntl, shutil, socket, sys, tempfile, time
+import fcntl, json, re, shutil, socket, sys, tempfile, time, zlib
 workdir, name, run_id = os.path.expanduser(sys.argv[1]), sys.argv[2], sys.argv[3]
 
 def say(line):
@@ -86,6 +91,22 @@ else:
 where = tempfile.mkdtemp(prefix="burnin-", dir=path)
 say("ready " + where)
 try:
+    head = sys.stdin.buffer.readline().split()
+    if len(head) == 2 and head[0] == b"probes" and head[1].isdigit():
+        try:
+            index, _, data = zlib.decompress(sys.stdin.buffer.read(int(head[1]))).partition(b"\n")
+            files, at = json.loads(index), 0
+            for fname, size in files:
+                if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", fname):
+                    raise ValueError("not a plain file name: %r" % fname)
+                fd = os.open(os.path.join(where, fname),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data[at:at + size])
+                at += size
+            say("staged %d" % len(files))
+        except Exception as e:
+            say("unstaged %s: %s" % (type(e).__name__, e))
     while sys.stdin.buffer.read(4096):
         pass
 finally:

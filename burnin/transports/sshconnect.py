@@ -1,16 +1,28 @@
 """Opening an SSH connection to a node the way burnin trusts: strict host keys (the
 node's, and a bastion's), key authentication only, a timeout on every step, an optional
 ProxyJump through a bastion, and a dead link noticed within DEAD_LINK_S. Every refusal
-is explained in words an operator can act on; hints are quoted for a shell."""
+is explained in words an operator can act on; hints are quoted for a shell.
+
+What every connection of a run shares is read once (benchmarks/ssh_start_skew.py measured
+why): the known_hosts file, indexed by host name (paramiko's SSHClient parses the whole
+file for every connection, and its load is quadratic in the file's lines: 19 ms per
+connection at 200 hosts, seconds at 10,000), and the private key. Both are read again
+when their file changes. The checks themselves are paramiko's, unchanged: the node's
+entries go into the client's host keys, and RejectPolicy refuses a host that has none.
+"""
 
 from __future__ import annotations
 
 import errno
+import hmac
 import os
 import shlex
 import socket
+import threading
+from collections.abc import Callable
 
 import paramiko
+from paramiko.hostkeys import HostKeyEntry
 
 from burnin.nodes import Node
 from burnin.transports import NodeUnreachable
@@ -20,6 +32,11 @@ KEEPALIVE_S = 5
 # TCP_USER_TIMEOUT bounds unacknowledged data (the heartbeat keeps some in flight). Then
 # the connection fails and the node fails "connection lost", not at the probe's timeout.
 DEAD_LINK_S = 30
+# How often paramiko's thread for a connection wakes up, idle, to see whether it should
+# stop (paramiko's default is 0.1 s: ten wake-ups a second per node, a core's worth at
+# 10,000 nodes). A close is noticed by the socket closing; keepalives (KEEPALIVE_S) and
+# handshake time-outs are looked at on these wake-ups, which stay well within them.
+ACTIVE_CHECK_S = 1.0
 
 
 def connect(node: Node) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
@@ -32,7 +49,7 @@ def connect(node: Node) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
     try:
         if ssh.proxy_jump:
             user, host, port = parse_jump(ssh.proxy_jump, ssh.user)
-            bastion = _client(known_hosts)
+            bastion = _client(known_hosts, _host_key_name(host, port))
             hops.append(bastion)
             _open(bastion, host, port, user, key_file, known_hosts, ssh.connect_timeout_s,
                   f"bastion {host}:{port}")
@@ -44,7 +61,7 @@ def connect(node: Node) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
             except Exception as e:
                 raise NodeUnreachable(f"bastion {host}:{port} cannot reach "
                                       f"{node.address}:{ssh.port}: {e}") from None
-        client = _client(known_hosts)
+        client = _client(known_hosts, _host_key_name(node.address, ssh.port))
         _open(client, node.address, ssh.port, ssh.user, key_file, known_hosts,
               ssh.connect_timeout_s, f"{node.address}:{ssh.port}", sock)
         if not hops:
@@ -63,26 +80,102 @@ def parse_jump(spec: str, default_user: str | None) -> tuple[str | None, str, in
     return (user or default_user), host, int(port) if port.isdigit() else 22
 
 
-def _client(known_hosts: str) -> paramiko.SSHClient:
-    client = paramiko.SSHClient()
+def _host_key_name(address: str, port: int) -> str:
+    """The name known_hosts files (and paramiko's check) use for a host."""
+    return address if port == 22 else f"[{address}]:{port}"
+
+
+def _client(known_hosts: str, name: str) -> paramiko.SSHClient:
+    """A client that knows `name`'s host keys from `known_hosts` (read-only: never written
+    back) and refuses any host it has none for."""
     try:
-        client.load_system_host_keys(known_hosts)  # read-only: never written back
+        keys = _cached(known_hosts, KnownHosts)
     except FileNotFoundError:
         raise NodeUnreachable(f"known_hosts file {known_hosts} does not exist; host keys "
                               "are checked strictly") from None
-    except (OSError, paramiko.SSHException) as e:
+    except (OSError, UnicodeError, paramiko.SSHException) as e:
         raise NodeUnreachable(f"cannot read known_hosts {known_hosts}: {e}") from None
+    client = paramiko.SSHClient()
+    for key in keys.lookup(name):
+        client.get_host_keys().add(name, key.get_name(), key)
     client.set_missing_host_key_policy(paramiko.RejectPolicy())
     return client
+
+
+class KnownHosts:
+    """A known_hosts file, read the way paramiko's HostKeys reads it (the same line
+    parser, the first key of a type for a host wins), indexed by host name. Hashed
+    entries (`|1|salt|hash`) cannot be indexed: each lookup hashes the name once per
+    hashed entry, as paramiko does."""
+
+    def __init__(self, path: str):
+        self.named: dict[str, list[tuple[int, paramiko.PKey]]] = {}
+        self.hashed: list[tuple[int, str, paramiko.PKey]] = []
+        with open(path) as f:
+            for lineno, line in enumerate(f, 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                try:
+                    entry = HostKeyEntry.from_line(line, lineno)
+                except paramiko.SSHException:
+                    continue
+                for h in entry.hostnames if entry is not None else ():
+                    if h.startswith("|1|"):
+                        self.hashed.append((lineno, h, entry.key))
+                    else:
+                        self.named.setdefault(h, []).append((lineno, entry.key))
+
+    def lookup(self, name: str) -> list[paramiko.PKey]:
+        """`name`'s keys in file order, one per key type."""
+        found = list(self.named.get(name, ()))
+        found += [(n, key) for n, h, key in self.hashed
+                  if hmac.compare_digest(paramiko.HostKeys.hash_host(name, h), h)]
+        by_type: dict[str, paramiko.PKey] = {}
+        for _, key in sorted(found, key=lambda f: f[0]):
+            by_type.setdefault(key.get_name(), key)
+        return list(by_type.values())
+
+
+_files: dict[tuple[str, type], tuple[tuple, object]] = {}
+_files_lock = threading.Lock()
+
+
+def _cached(path: str, read: Callable[[str], object]):
+    """read(path), again only when the file changed (size, time, inode), once per process
+    whatever the number of threads asking."""
+    with _files_lock:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+        known = _files.get((path, read))
+        if known is None or known[0] != stamp:
+            known = _files[(path, read)] = (stamp, read(path))
+        return known[1]
+
+
+def _private_key(path: str) -> paramiko.PKey:
+    try:
+        return paramiko.PKey.from_path(path)
+    except TypeError as e:  # cryptography's word for an encrypted key read without one
+        if "password" not in str(e):
+            raise
+        raise paramiko.PasswordRequiredException(str(e)) from None
+
+
+class _Transport(paramiko.Transport):
+    _active_check_timeout = ACTIVE_CHECK_S  # paramiko's knob, read when it is made
 
 
 def _open(client, address, port, user, key_file, known_hosts, timeout, where,
           sock=None) -> None:
     try:
-        client.connect(address, port=port, username=user, key_filename=key_file,
+        # The key is read once per run (paramiko reads the file once per connection, as
+        # each of three key types in turn).
+        key = _cached(key_file, _private_key) if key_file else None
+        client.connect(address, port=port, username=user, pkey=key,
                        allow_agent=key_file is None, look_for_keys=False, timeout=timeout,
                        banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
-                       sock=sock)
+                       sock=sock, transport_factory=_Transport)
     except Exception as e:
         client.close()
         raise NodeUnreachable(explain(e, address, port, user, known_hosts, key_file,
