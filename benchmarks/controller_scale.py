@@ -16,7 +16,10 @@ the planted error, never "controller error").
         [--checks health,all] [--fleets pass,fail] [--modes serial,-n2]
     python benchmarks/controller_scale.py --nodes 256 --fleets max --checks all
 
-Prints the failing/passing wall-time ratio last (goal: 2 or less).
+First, the anchor: bare pytest running as many trivial tests (nodes x checks, shaped as
+the suites are), so that each row also says burnin's time as a ratio of pytest's own
+(--no-anchor leaves it out). Prints the failing/passing wall-time ratio last (goal: 2 or
+less).
 """
 
 from __future__ import annotations
@@ -118,20 +121,54 @@ def one_run(nodes: int, workdir: Path, docs: Path, fleet: str, checks: str,
         "BURNIN_INSTANT_MODE": "fail" if fleet == "fail" else fleet}
     select = ["-k", "health"] if checks == "health" else []
     argv = pytest_argv(inv, workdir / "reports", ["-p", "instant_transport", *select, *extra])
-    # Peak RSS of children is a high-water mark: run each measurement in a fresh helper.
-    code = ("import resource, subprocess, sys, time; t = time.monotonic(); "
-            "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
-            "w = time.monotonic() - t; "
-            "m = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss; "
-            "print(r.returncode, w, m)")
-    out = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True,
-                         text=True, check=True, cwd=workdir).stdout.split()
-    rc, wall, maxrss_kib = int(out[0]), float(out[1]), int(out[2])
+    rc, wall, rss, cpu = measured(argv, env, workdir)
     if rc != (1 if fleet == "fail" else 0):
         raise SystemExit(f"pytest exited {rc} for a {fleet}ing fleet")
     check_report((workdir / "reports" / "latest" / "junit.xml").read_text(), nodes, fleet,
                  checks)
-    return wall, maxrss_kib / 1024
+    return wall, rss, cpu
+
+
+def measured(argv: list[str], env: dict, cwd: Path) -> tuple[int, float, float, float]:
+    """(exit status, wall s, peak RSS MiB of its largest process, CPU s of all its
+    processes) of one command."""
+    # Peak RSS of children is a high-water mark: run each measurement in a fresh helper.
+    code = ("import resource, subprocess, sys, time; t = time.monotonic(); "
+            "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
+            "w = time.monotonic() - t; "
+            "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+            "print(r.returncode, w, u.ru_maxrss, u.ru_utime + u.ru_stime)")
+    out = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True,
+                         text=True, check=True, cwd=cwd).stdout.split()
+    return int(out[0]), float(out[1]), int(out[2]) / 1024, float(out[3])
+
+
+BARE = """import pytest
+
+NODES = [f"n{{i:05d}}" for i in range(1, {nodes} + 1)]
+
+
+@pytest.fixture(scope="session")
+def fleet():
+    return object()
+
+"""
+
+
+def anchor(nodes: int, workdir: Path, extra: list[str]) -> tuple[float, float, float]:
+    """pytest's own cost, the anchor: one trivial test per (node, check), as burnin's
+    suites are shaped (a session fixture, a parameter with the node's name as its id), and
+    nothing else: no plugin of burnin's, no probe, no report."""
+    path = workdir / "test_bare.py"
+    path.write_text(BARE.format(nodes=nodes) + "".join(
+        f"@pytest.mark.parametrize('host', NODES, ids=NODES)\ndef test_{c}(host, fleet):\n"
+        f"    pass\n\n\n" for c in CHECKS))
+    rc, wall, rss, cpu = measured([sys.executable, "-m", "pytest", str(path), "-q", "-p",
+                                   "no:cacheprovider", "-p", "no:burnin", *extra],
+                                  dict(os.environ), workdir)
+    if rc != 0:
+        raise SystemExit(f"bare pytest exited {rc}")
+    return wall, rss, cpu
 
 
 def main() -> None:
@@ -142,10 +179,24 @@ def main() -> None:
     p.add_argument("--checks", default="health,all", help="health (-k health) and/or all")
     p.add_argument("--fleets", default="pass,fail", help="pass, fail, max")
     p.add_argument("--modes", default="serial,-n2", help="serial and/or -n2 (xdist)")
+    p.add_argument("--no-anchor", action="store_true",
+                   help="leave out bare pytest with as many trivial tests (the anchor)")
     args = p.parse_args()
     walls: dict[tuple, float] = {}
+    bare: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as d:
         docs = capture_documents(Path(d))
+        for mode in [] if args.no_anchor else args.modes.split(","):
+            runs = []
+            for _ in range(args.repeat):
+                with tempfile.TemporaryDirectory() as w:
+                    runs.append(anchor(args.nodes, Path(w), MODES[mode]))
+            bare[mode] = (statistics.median(r[0] for r in runs),
+                          statistics.median(r[2] for r in runs))
+            print(f"{args.nodes} nodes x {len(CHECKS)} checks, bare pytest, {mode}: wall median "
+                  f"{bare[mode][0]:.1f} s (runs {', '.join(f'{r[0]:.1f}' for r in runs)}), CPU "
+                  f"median {bare[mode][1]:.1f} s, peak RSS max {max(r[1] for r in runs):.0f} "
+                  f"MiB, load {os.getloadavg()[0]:.1f}", flush=True)
         for checks in args.checks.split(","):
             for mode in args.modes.split(","):
                 for fleet in args.fleets.split(","):
@@ -155,10 +206,18 @@ def main() -> None:
                             runs.append(one_run(args.nodes, Path(w), docs, fleet, checks,
                                                 MODES[mode]))
                     wall = statistics.median(r[0] for r in runs)
+                    cpu = statistics.median(r[2] for r in runs)
                     walls[(checks, mode, fleet)] = wall
+                    # CPU seconds (user + system, every process of the run): on a shared
+                    # machine the steadier figure; wall time waits for the others too.
                     print(f"{args.nodes} nodes, {checks}, {mode}, {fleet}ing fleet: wall median "
-                          f"{wall:.1f} s (runs {', '.join(f'{r[0]:.1f}' for r in runs)}), peak "
-                          f"RSS max {max(r[1] for r in runs):.0f} MiB", flush=True)
+                          f"{wall:.1f} s (runs {', '.join(f'{r[0]:.1f}' for r in runs)}), CPU "
+                          f"median {cpu:.1f} s (runs {', '.join(f'{r[2]:.1f}' for r in runs)}), "
+                          f"peak RSS max {max(r[1] for r in runs):.0f} MiB, load "
+                          f"{os.getloadavg()[0]:.1f}" + (  # the anchor has every check
+                              f"; burnin / bare pytest: wall {wall / bare[mode][0]:.2f}, CPU "
+                              f"{cpu / bare[mode][1]:.2f}" if mode in bare and checks == "all"
+                              else ""), flush=True)
     ratios = [walls[(c, m, "fail")] / walls[(c, m, "pass")] for c, m, f in walls
               if f == "pass" and (c, m, "fail") in walls]
     if ratios:

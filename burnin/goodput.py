@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass
 
 from burnin.checks import CHECKS
-from burnin.figures import Figure, Measure, key_figures
+from burnin.figures import Figure, Measure
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def of_run(run) -> tuple[dict[str, Speed], int]:
     for name, spec in CHECKS.items():
         if not any(m.speed for m in spec.measures) or not run.store.has(name):
             continue
-        for node, o in run.outcomes(name).items():
-            figures.setdefault(node, []).extend(
-                (name, f) for f in key_figures(o.to_record(run.run_id, name)))
+        # The run keeps these once the check is judged; its documents it lets go.
+        for node, figs in run.figures(name).items():
+            figures.setdefault(node, []).extend((name, f) for f in figs)
     model = {n.name: n.gpu_model or "" for n in run.nodes}
     return speeds(figures, model), run.inventory.goodput.job_nodes or len(run.nodes)

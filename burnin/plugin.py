@@ -8,39 +8,34 @@ the `node` fixture), so it never gets in the way of other test suites.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from burnin import __version__, goodput, track
-from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES, applicable
-from burnin.files import write_atomically
-from burnin.gate import GateReport, settle, split_by_quarantine
+from burnin import goodput, track
+from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES
+from burnin.collection import check_of, check_of_id, inapplicable, is_check, node_param
+from burnin.gate import GateReport, split_by_quarantine
 from burnin.inventory import InventoryError, load_inventory, select_nodes
 from burnin.ledger import Ledger, LedgerError, LedgerLost, ledger_path
 from burnin.nodes import Node
 from burnin.outcome import Outcome
+from burnin.plugin_end import RunEnd
 from burnin.preflight import NotReady, check_controller, mark_running
 from burnin.progress import Progress
 from burnin.rejudge import keep_inventory
 from burnin.reports import (
     CaseResult,
     floors_of,
-    point_latest,
     publish,
-    render_junit,
     verdicts_of,
-    write_junit,
 )
 from burnin.run import DEFAULT_FANOUT, Run, new_run_id
 from burnin.verdict import clean
 
 STATE = pytest.StashKey["BurninState"]()
-REPORT_FORMAT = "1"  # junit.xml's burnin_report property: burnin wrote this report
 DEFAULT_INVENTORY = "inventories/localhost.yaml"
 FAILURE_LISTING = 200  # failed tests above which pytest's per-failure section is left out
 
@@ -63,7 +58,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="dry run: judge and report, but neither write the ledger nor act")
 
 
-class BurninState:
+class BurninState(RunEnd):
     """Per-process plugin state; the Run is built only when a burnin check is collected."""
 
     def __init__(self, config: pytest.Config):
@@ -263,107 +258,6 @@ class BurninState:
                                        verdicts_of(self.cases), floors_of(self.cases),
                                        self._in_ledger(run), nodes=run.nodes + self.held)
 
-    def _finish(self, run: Run, session: pytest.Session, interrupted: bool) -> None:
-        """The verdicts into the ledger and junit.xml. A complete run's report is written
-        first under another name, so that a full disk is found before anyone is
-        quarantined; it takes its place once the ledger holds the run. An interrupted run
-        and a controller fault quarantine nobody, and their report says so."""
-        # Every check asked for, also where no node ran it (all of them in quarantine).
-        checks = [c for c in CHECKS if c in (self.requested | {c for _, c in self.cases})]
-        for node in self.held:
-            entry = self.ledger.get(node.name)
-            why = (f"in quarantine since run {entry.run_id}: {'; '.join(entry.reasons)}; "
-                   "--revalidate re-tests it") if entry else "in quarantine"
-            for check in checks:
-                self.cases[(node.name, check)] = CaseResult(node.name, check, Outcome.SKIPPED,
-                                                            why[:4000], why)
-        junit = run.run_dir / "junit.xml"
-        if interrupted or self.fault:
-            self._write_incomplete(run, session, interrupted)
-            return
-        try:  # what admitting each node costs a job: its properties in junit.xml
-            self.speeds, self.job_nodes = goodput.of_run(run)
-        except Exception as e:  # a part of the report, not a verdict: the run goes on
-            self.report_problems.append(f"relative speeds not computed: {e}")
-        try:  # what the ledger remembers of each node: failures, trend, repeat offenders
-            self.tracked = track.of_ledger(
-                self.ledger, [n.name for n in run.nodes],
-                {n: s.speed for n, s in self.speeds.items()}, self.job_nodes or len(run.nodes),
-                run.inventory.goodput, run.inventory.quarantine, time.time())
-            self.tracked.save(run.run_dir)
-        except Exception as e:  # a part of the report, not a verdict: the run goes on
-            self.report_problems.append(f"the nodes' history not read from the ledger: {e}")
-        pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
-        write_atomically(pending, self._junit(run, self._report_properties(
-            run, session.exitstatus)), durable=True)
-        self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases,
-                           self.config.getoption("revalidate"),
-                           act=not self.config.getoption("no_quarantine"), speeds=self.speeds)
-        os.replace(pending, junit)
-        # `latest` has pointed at this run since it started (burnin/preflight.py), unless
-        # another run has started since: a completed run is the one to admit from.
-        point_latest(run.reports_dir, run.run_id)
-
-    def _junit(self, run: Run, props: dict[str, str]) -> str:
-        return render_junit(run.inventory.cluster, run.run_id,
-                            [(n.name, n.address) for n in run.nodes + self.held], self.cases,
-                            props, {n.name: self._node_properties(run, n)
-                                    for n in run.nodes + self.held})
-
-    def _write_incomplete(self, run: Run, session: pytest.Session,
-                          interrupted: bool = False) -> None:
-        """junit.xml of a run that did not complete: every verdict it reached, and
-        complete=false with why, which `burnin admit` refuses. Best effort: where even this
-        cannot be written, the report `latest` points at is this run's unfinished one."""
-        why = "interrupted" if interrupted else f"controller fault: {self.fault}"
-        props = {**self._report_properties(run, session.exitstatus), "complete": "false",
-                 "incomplete": why}
-        try:
-            write_junit(run.run_dir / "junit.xml", run.inventory.cluster, run.run_id,
-                        [(n.name, n.address) for n in run.nodes + self.held], self.cases,
-                        props, {n.name: self._node_properties(run, n)
-                                for n in run.nodes + self.held})
-        except OSError as e:
-            self.report_problems.append(f"junit.xml of the incomplete run not written: {e}")
-        try:
-            (run.run_dir / ".junit.xml.pending").unlink()
-        except OSError:
-            pass
-
-    def _in_ledger(self, run: Run) -> dict[str, bool] | None:
-        """{node: in quarantine} at the end of the run, for metrics.prom; None when the
-        ledger cannot be read now (the series is left out, the run goes on)."""
-        try:
-            held = self.ledger.quarantined()
-        except (OSError, LedgerError):
-            return None
-        return {n.name: n.name in held for n in run.nodes + self.held}
-
-    def _run_properties(self, run: Run) -> dict[str, str]:
-        """The properties every testsuite of the run's junit.xml carries."""
-        props = {"burnin_report": REPORT_FORMAT, "burnin_version": __version__,
-                 "profile": run.profile, "nodes_in_run": str(len(run.nodes))}
-        if run.inventory.require:
-            props["admission_require"] = ",".join(run.inventory.require)
-        return props
-
-    def _report_properties(self, run: Run, status) -> dict[str, str]:
-        """What `burnin admit` needs to trust the report: that burnin wrote it, that the run
-        completed (callers say otherwise), and what it was asked to run."""
-        requested = self.requested or {c for _, c in self.cases}
-        return {**self._run_properties(run), "complete": "true",
-                "exit_status": str(int(status)),
-                "requested_checks": ",".join(c for c in CHECKS if c in requested)}
-
-    def _node_properties(self, run: Run, node: Node) -> dict[str, str]:
-        gpus, equipped = run.known_gpus(node), run.known_equipped(node)
-        speed = self.speeds.get(node.name)
-        return {"gpus": "unknown" if gpus is None else str(gpus),
-                "equipped_checks": "unknown" if equipped is None else ",".join(sorted(equipped)),
-                "applicable_checks": ",".join(applicable(gpus, len(run.nodes), equipped)),
-                **(speed.properties(self.job_nodes) if speed else {}),
-                **(self.tracked.properties(node.name) if self.tracked else {})}
-
     def _bound_failure_listing(self) -> None:
         """pytest's FAILURES section pairs each failure with every report (quadratic: some
         14 s at 3,000 failing nodes, minutes at 10,000). Past FAILURE_LISTING failed
@@ -448,26 +342,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("node", nodes, ids=[n.name for n in nodes])
 
 
-def check_of(item: pytest.Item) -> str:
-    """The check a test judges: its function's name without 'test_' (test_health: health)."""
-    name = getattr(item, "originalname", item.name)
-    return name[5:] if name.startswith("test_") else name
-
-
-def check_of_id(nodeid: str) -> str:
-    """check_of() from a test id, 'suites/test_sdc.py::test_sdc[n1]' -> 'sdc'."""
-    name = nodeid.rpartition("::")[2].partition("[")[0]
-    return name[5:] if name.startswith("test_") else name
-
-
-def _node_param(item: pytest.Item):
-    callspec = getattr(item, "callspec", None)
-    return callspec.params.get("node") if callspec is not None else None
-
-
 def _text(report: pytest.TestReport) -> str:
     """What a report says, as text: a skip's reason, not the (file, line, reason) tuple
-    pytest keeps for it."""
+    pytest keeps for it. A passed phase says nothing: asking pytest for its text anyway
+    builds a terminal writer per report (three per testcase, 300,000 at 10,000 nodes)."""
+    if report.passed:
+        return ""
     if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
         reason = str(report.longrepr[2])
         return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
@@ -476,26 +356,6 @@ def _text(report: pytest.TestReport) -> str:
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def is_check(item: pytest.Item) -> bool:
-    return "node" in getattr(item, "fixturenames", ()) and check_of(item) in CHECKS
-
-
-def inapplicable(run: Run, items: list[pytest.Item]) -> list[pytest.Item]:
-    """The items whose check does not apply to their node (pcie on a CPU-only node, the
-    inter-node all-reduce of a lone node). A `gpus: auto` node's count is learned from its
-    health facts (Run.gpus: the health probe runs now if it has not, once for the run,
-    shared with xdist workers through the run directory), and only when a GPU-only check
-    of that node is among the items: otherwise nothing is run for collection."""
-    checks = [(i, CHECKS[check_of(i)], i.callspec.params["node"]) for i in items if is_check(i)]
-    learn = {n.name for _, c, n in checks if c.gpu_only and n.gpus is None}
-    gpus = {n.name: run.gpus(n) if n.name in learn else n.gpus for _, _, n in checks}
-    # A check needing a tool (dcgm) applies where the node's health facts found it.
-    look = {n.name for _, c, n in checks if c.tool is not None and gpus[n.name] != 0}
-    equipped = {n.name: run.equipped(n) if n.name in look else None for _, _, n in checks}
-    return [i for i, c, n in checks
-            if not c.applies(gpus[n.name], len(run.nodes), equipped[n.name])]
 
 
 # trylast: after -k and -m have deselected, so that only what will run is considered.
@@ -507,7 +367,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     order = {c: i for i, c in enumerate(CHECKS)}
     run = state.run()
     placeholders = [i for i in items if "node" in getattr(i, "fixturenames", ())
-                    and not isinstance(_node_param(i), Node)]
+                    and not isinstance(node_param(i), Node)]
     if placeholders:  # a check with no node to run on: requested, but nothing to test
         state.requested |= {check_of(i) for i in placeholders if check_of(i) in CHECKS}
         config.hook.pytest_deselected(items=placeholders)

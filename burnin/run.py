@@ -35,6 +35,7 @@ from pathlib import Path
 from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
 from burnin.checks.groups import GroupRun
 from burnin.checks.health import facts_baseline, facts_equipped, facts_gpus
+from burnin.figures import Figure, key_figures
 from burnin.launch import DEFAULT_FANOUT, Launch
 from burnin.nodes import Inventory, Node
 from burnin.probe import ProbeOutcome, payload
@@ -62,6 +63,23 @@ def raise_open_files_limit(connections: int) -> None:
             pass
 
 
+@dataclass(frozen=True)
+class NodeFacts:
+    """What later checks and the report need of a node's facts document (health), kept
+    when the document itself is let go (Run.release)."""
+
+    gpus: int | None
+    equipped: frozenset[str] | None
+    baselines: dict[str, dict]
+
+    @classmethod
+    def of(cls, outcome: ProbeOutcome) -> NodeFacts:
+        baselines = {c.name: facts_baseline(outcome, c.name) for c in CHECKS.values()
+                     if c.baseline is not None}
+        return cls(facts_gpus(outcome), facts_equipped(outcome),
+                   {k: v for k, v in baselines.items() if v is not None})
+
+
 def new_run_id() -> str:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{os.urandom(3).hex()}"
@@ -87,6 +105,10 @@ class Run:
     # summarised alone; left out of the fleet, and failed with the reason.
     _unjudged: dict[str, dict[str, str]] = field(default_factory=dict)
     _verdicts: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+    # What the run keeps of a check's documents once it is judged (Run.release): the
+    # speed-bearing figures (goodput), and of the facts check each node's NodeFacts.
+    _figures: dict[str, dict[str, list[Figure]]] = field(default_factory=dict)
+    _facts: dict[str, NodeFacts] | None = None
 
     def __post_init__(self):
         raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
@@ -181,6 +203,7 @@ class Run:
         with self._lock:
             if check not in self._verdicts:
                 self._verdicts[check] = self._judge_all(check)
+                self._release(check)
             return self._verdicts[check][node.name]
 
     def judged(self, check: str, node: str) -> Verdict | None:
@@ -219,6 +242,34 @@ class Run:
                                   f"is no node's doing: {next(iter(raised.values()))}")
         return out
 
+    def _release(self, check: str) -> None:
+        """Figures, not documents: once every node of `check` is judged, the run keeps the
+        verdicts, its speed-bearing figures (figures()) and, of the facts check, each
+        node's NodeFacts; each document shrinks to its scalar figures and errors
+        (store.kept). results.jsonl has them whole; a fleet of 10,000 nodes would
+        otherwise hold every check's documents (all of burn's telemetry) to the end."""
+        spec = CHECKS[check]
+        outcomes = self.outcomes(check)
+        if spec.facts and self._facts is None:
+            self._facts = {name: NodeFacts.of(o) for name, o in outcomes.items()}
+        if any(m.speed for m in spec.measures):
+            self._figures[check] = self._speed_figures(check, outcomes)
+        self.store.release(check)
+
+    def figures(self, check: str) -> dict[str, list[Figure]]:
+        """{node: its speed-bearing figures of `check`} (the Measures marked `speed`; what
+        goodput prices), kept when the check was judged, or read from its outcomes."""
+        with self._lock:
+            if check in self._figures:
+                return self._figures[check]
+            return self._speed_figures(check, self.outcomes(check))
+
+    def _speed_figures(self, check: str, outcomes: dict[str, ProbeOutcome]
+                       ) -> dict[str, list[Figure]]:
+        speed = {m.metric for m in CHECKS[check].measures if m.speed}
+        return {name: [f for f in key_figures(o.to_record(self.run_id, check))
+                       if f.metric in speed] for name, o in outcomes.items()}
+
     def _judging(self, spec: Check, node: Node, fleet) -> Judging:
         known = not spec.facts
         return Judging(settings=self.settings(spec.name, node), fleet=fleet,
@@ -231,6 +282,8 @@ class Run:
         health facts show; None while unknown (its health probe failed)."""
         if node.gpus is not None:
             return node.gpus
+        if self._facts is not None:
+            return self._facts[node.name].gpus
         return facts_gpus(self.outcomes(FACTS)[node.name])
 
     def known_gpus(self, node: Node) -> int | None:
@@ -242,6 +295,9 @@ class Run:
     def equipped(self, node: Node) -> frozenset[str] | None:
         """The checks needing a tool whose tool the node's health facts found; None while
         unknown (its health probe failed, or a node held in quarantine did not run it)."""
+        if self._facts is not None:
+            facts = self._facts.get(node.name)
+            return facts.equipped if facts else None
         return facts_equipped(self.outcomes(FACTS).get(node.name))
 
     def known_equipped(self, node: Node) -> frozenset[str] | None:
@@ -253,6 +309,9 @@ class Run:
         when it ran in this run; never runs it."""
         if not self.has_outcomes(FACTS):
             return None
+        if self._facts is not None:
+            facts = self._facts.get(node.name)
+            return facts.baselines.get(check) if facts else None
         return facts_baseline(self.outcomes(FACTS).get(node.name), check)
 
     def devices(self, node: Node) -> int | None:

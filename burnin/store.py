@@ -14,7 +14,7 @@ import json
 import threading
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from burnin.figures import KEPT, kept_line
@@ -56,6 +56,13 @@ class OutcomeStore:
         """Take `check`'s outcomes as recorded (burnin rejudge): its probe is not run."""
         with self.lock:
             self._outcomes[check] = outcomes
+
+    def release(self, check: str) -> None:
+        """Let go of `check`'s documents (judged: Run.release), keeping each outcome's
+        scalar figures and errors (kept()); results.jsonl has them whole."""
+        with self.lock:
+            if check in self._outcomes:
+                self._outcomes[check] = {n: kept(o) for n, o in self._outcomes[check].items()}
 
     def has(self, check: str) -> bool:
         """Whether `check` has run in this run (here or in another xdist worker)."""
@@ -125,6 +132,18 @@ def _flock(path: Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def kept(outcome: ProbeOutcome) -> ProbeOutcome:
+    """A judged outcome as the run keeps it: its document's scalar figures (a group
+    member's `excluded`, a count) and its errors; no device list, series or nested
+    figures, which only the judge and results.jsonl needed."""
+    data = outcome.data
+    if not data:
+        return outcome
+    figures = {k: v for k, v in (data.get("figures") or {}).items()
+               if not isinstance(v, (dict, list))}
+    return replace(outcome, data={"figures": figures, "errors": list(data.get("errors", ()))})
 
 
 def _read_outcomes(path: Path) -> dict[str, ProbeOutcome]:

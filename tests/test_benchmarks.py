@@ -68,7 +68,12 @@ def test_controller_scale_runs_passing_and_failing_fleets():
     rows = [ln for ln in lines if ln.startswith("20 nodes, ")]
     assert len(rows) == 4, lines
     for row in rows:
-        assert re.search(r"wall median \d+\.\d s .* peak RSS max [1-9]\d* MiB", row), row
+        assert re.search(r"wall median \d+\.\d s .* CPU median \d+\.\d s .* peak RSS max "
+                         r"[1-9]\d* MiB", row), row
+    # The anchor, bare pytest with as many trivial tests, and the whole suite against it.
+    assert any(re.match(r"20 nodes x \d+ checks, bare pytest, serial: wall median", ln)
+               for ln in lines), lines
+    assert all(ratios(row, "bare pytest: wall") for row in rows if ", all, " in row)
     assert ratios(lines[-1], "worst") and "(over 2 pairs)" in lines[-1], lines[-1]
 
 
