@@ -125,18 +125,13 @@ def test_of_run_prices_the_checks_that_ran_for_the_inventory_s_job_size():
 
     from burnin.goodput import of_run
     from burnin.nodes import GoodputSettings, Node
-    from burnin.probe import ProbeOutcome
-
-    def burn(node, tf):
-        return ProbeOutcome(node, "burn", True, data={"devices": [
-            {"device": "cuda:0", "tflops": tf}]})
-    outcomes = {"burn": {"n1": burn("n1", 10.0), "n2": burn("n2", 10.0),
-                         "n3": burn("n3", 9.0), "a1": burn("a1", 4.0)}}
+    kept = {"burn": {n: [tflops("cuda:0", tf)[1]] for n, tf in
+                     (("n1", 10.0), ("n2", 10.0), ("n3", 9.0), ("a1", 4.0))}}
     run = SimpleNamespace(  # a1 an A100: compared with none of the H100s
-        run_id="r1", nodes=[Node(n, n, gpu_model="A100-SXM4-80GB" if n == "a1" else
-                                 "H100-SXM5-80GB") for n in outcomes["burn"]],
-        store=SimpleNamespace(has=lambda name: name in outcomes),
-        outcomes=lambda name: outcomes[name],
+        nodes=[Node(n, n, gpu_model="A100-SXM4-80GB" if n == "a1" else "H100-SXM5-80GB")
+               for n in kept["burn"]],
+        store=SimpleNamespace(has=lambda name: name in kept),
+        figures=lambda name: kept[name],
         inventory=SimpleNamespace(goodput=GoodputSettings(job_nodes=64)))
     got, job_nodes = of_run(run)
     assert job_nodes == 64 and got["n3"].speed == 0.9 and got["n1"].speed == 1.0
@@ -144,5 +139,5 @@ def test_of_run_prices_the_checks_that_ran_for_the_inventory_s_job_size():
     assert got["n3"].figure == "burn TFLOPS cuda:0"
     run.inventory = SimpleNamespace(goodput=GoodputSettings())
     assert of_run(run)[1] == 4  # the run's node count
-    outcomes.clear()
+    kept.clear()
     assert of_run(run) == ({}, 4)
