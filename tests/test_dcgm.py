@@ -385,7 +385,11 @@ def test_dcgmi_outliving_a_killed_probe_still_stops_its_diagnostic(tmp_path):
             time.sleep(0.05)
         assert (tmp_path / "stopped").exists(), "dcgmi died with the probe"
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the test's own group is left
-        except ProcessLookupError:
-            pass
+        # Whatever of the test's own group is left, while something of it may be: once
+        # dcgmi has stopped, the group is empty and its number free for another test's
+        # new session (an srun step), which a SIGKILL to it would take down.
+        if not (tmp_path / "stopped").exists():
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
