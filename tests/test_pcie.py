@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import sys
 import textwrap
 import threading
@@ -119,26 +120,37 @@ def test_a_gpu_slowed_below_the_probe_fails_alone_by_index_and_uuid(pytester, nv
         nodes:
           - name: g1
         """))
-    stop, throttled = threading.Event(), threading.Event()
-    slower = threading.Thread(target=throttle_worker, args=(2, stop, throttled), daemon=True)
-    slower.start()
-    # The probe and its workers (which inherit it) run ahead of whatever else this machine
-    # runs, as a real node's GPUs do not share their copy engines with another test: a
-    # healthy worker starved through all its rounds was once the slowest (1.4 of 35 GB/s).
-    before = os.getpriority(os.PRIO_PROCESS, 0)
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, -10)
-    except PermissionError:  # not root: the run takes its chances with the machine's load
-        pass
-    try:
-        result, reports = run_suite(pytester, inv, "-k", "pcie")
-    finally:
-        os.setpriority(os.PRIO_PROCESS, 0, before)
-        stop.set()
-        slower.join()
-    assert throttled.is_set(), "the throttle never found GPU 2's worker"
-    (record,) = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()]
-    rates = {d["device"]: d["h2d"]["gbps"] for d in record["data"]["devices"]}
+    for _attempt in range(3):
+        stop, throttled = threading.Event(), threading.Event()
+        slower = threading.Thread(target=throttle_worker, args=(2, stop, throttled),
+                                  daemon=True)
+        slower.start()
+        # The probe and its workers (which inherit it) run ahead of whatever else this
+        # machine runs, as a real node's GPUs do not share their copy engines with another
+        # test: a healthy worker starved through all its rounds was once the slowest.
+        before = os.getpriority(os.PRIO_PROCESS, 0)
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, -10)
+        except PermissionError:  # not root: the run takes its chances with the load
+            pass
+        try:
+            result, reports = run_suite(pytester, inv, "-k", "pcie")
+        finally:
+            os.setpriority(os.PRIO_PROCESS, 0, before)
+            stop.set()
+            slower.join()
+        assert throttled.is_set(), "the throttle never found GPU 2's worker"
+        (record,) = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()]
+        devices = record["data"]["devices"]
+        # The emulated GPUs' copies are this machine's memcpy: a run in which the machine
+        # starved a healthy one below a tenth of its peers measured the machine, not the
+        # judge, and is run again (its own figures say so; at most three runs).
+        healthy = [d for d in devices if d["device"] != "cuda:2"]
+        starved = any(d[way]["gbps"] < 0.1 * statistics.median(h[way]["gbps"] for h in devices)
+                      for d in healthy for way in ("h2d", "d2h"))
+        if not starved:
+            break
+    rates = {d["device"]: d["h2d"]["gbps"] for d in devices}
     assert min(rates, key=rates.get) == "cuda:2", f"the throttle did not bite: {rates}"
     outcome, message = junit_cases(reports)["g1"]["pcie"]
     assert outcome == "failure", message
