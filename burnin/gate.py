@@ -117,5 +117,5 @@ def node_runs(run_id: str, by_node: dict[str, list[CaseResult]], speeds: dict[st
         out.append(NodeRun(node, run_id, now, str(worst), tuple(c.check for c in bad),
                            tuple(f"{c.check}: {c.message}" for c in bad),
                            speed.speed if speed else None,
-                           {"set_by": speed.properties(1)["speed_set_by"]} if speed else {}))
+                           {"set_by": speed.set_by} if speed else {}))
     return out

@@ -27,6 +27,12 @@ class Speed:
     value: float
     median: float      # the fleet's median of that figure (same model, a vote a node)
 
+    @property
+    def set_by(self) -> str:
+        """What sets the speed, as junit.xml and the ledger's kept runs say it."""
+        return (f"{self.check}: {self.figure} {self.value:.4g} against the fleet's median "
+                f"{self.median:.4g}")
+
     def cost(self, job_nodes: int) -> float:
         """Node-hours a job of `job_nodes` nodes loses per hour by taking this node in."""
         return job_nodes * max(0.0, 1.0 - self.speed)
@@ -38,8 +44,7 @@ class Speed:
     def properties(self, job_nodes: int) -> dict[str, str]:
         """The node's junit.xml properties (`burnin admit --min-speed` reads the first)."""
         return {"relative_speed": f"{self.speed:.4f}",
-                "speed_set_by": f"{self.check}: {self.figure} {self.value:.4g} against the "
-                                f"fleet's median {self.median:.4g}",
+                "speed_set_by": self.set_by,
                 "goodput_job_nodes": str(job_nodes),
                 "goodput_cost_node_hours_per_hour": f"{self.cost(job_nodes):.4f}",
                 "goodput_pays_for_itself": "true" if self.pays(job_nodes) else "false"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -52,11 +53,12 @@ def script(path: Path, body: str) -> str:
     return str(path)
 
 
-def trio_inventory(pytester: pytest.Pytester, path: Path, tail: str = "") -> Path:
+def trio_inventory(pytester: pytest.Pytester, path: Path, tail: str = "",
+                   ledger: str | None = None) -> Path:
     """n1 and n2, whose probes replay the real ones' recorded documents (tests/replay.py),
     and n3, whose python is the test's own `py3` script (healthy, slowed or broken below
-    the probe); the ledger in the test's directory. `tail`: YAML lines appended as they
-    are (indented two spaces, they continue `quarantine:`)."""
+    the probe); the ledger in the test's directory, or at `ledger` (a path or URL). `tail`:
+    YAML lines appended as they are (indented two spaces, they continue `quarantine:`)."""
     from replay import replay_python
     replay = replay_python(pytester.path / "replay")
     path.write_text(textwrap.dedent(f"""\
@@ -67,6 +69,6 @@ def trio_inventory(pytester: pytest.Pytester, path: Path, tail: str = "") -> Pat
           - name: n3
             python: {pytester.path / 'py3'}
         quarantine:
-          ledger: {pytester.path / 'ledger.db'}
+          ledger: {json.dumps(ledger or str(pytester.path / 'ledger.db'))}
         """) + tail)
     return path

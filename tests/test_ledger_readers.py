@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 
 import pgserver
 import pytest
 from replay import replay_python
 from requires import need
-from suiterun import junit_cases, run_suite, script
+from suiterun import junit_cases, run_suite, script, trio_inventory
 
 from burnin.ledger import Ledger
 
@@ -23,19 +22,7 @@ pytestmark = pytest.mark.slow
 
 def inventory(pytester, ledger: str) -> str:
     """n1, n2 healthy and n3 (whose python `py3` decides), with `ledger`."""
-    inv = pytester.path / "inv.yaml"
-    replay = replay_python(pytester.path / "replay")
-    inv.write_text(textwrap.dedent(f"""\
-        version: 1
-        defaults: {{transport: local, gpus: 0, python: {replay}}}
-        nodes:
-          - name: n[1-2]
-          - name: n3
-            python: {pytester.path / 'py3'}
-        quarantine:
-          ledger: {json.dumps(ledger)}
-        """))
-    return str(inv)
+    return str(trio_inventory(pytester, pytester.path / "inv.yaml", ledger=ledger))
 
 
 def n3(pytester, body: str) -> None:
