@@ -15,7 +15,6 @@ import os
 import random
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from burnin.files import private_dirs, write_atomically
@@ -29,33 +28,20 @@ from burnin.ledger_backends import (
     SqliteBackend,
     parse_location,
 )
-from burnin.ledger_runs import RUN_COLUMNS, NodeRun, RunLog  # noqa: F401  (NodeRun: callers)
+from burnin.ledger_read import (  # noqa: F401  (Entry: callers)
+    HISTORY_COLUMNS,
+    QUARANTINE_COLUMNS,
+    Entry,
+    LedgerReads,
+    _entry,
+)
+from burnin.ledger_runs import DAY, RUN_COLUMNS, NodeRun, RunLog  # noqa: F401  (NodeRun: callers)
 from burnin.text import safe_text
 
 # A serialization failure (PostgreSQL) is retried this often, with growing random
 # pauses (at most PAUSE_S each), before the run hears of it: some 10 s of contention.
 WRITE_ATTEMPTS = 20
-DAY = 86400.0  # seconds
 PAUSE_S = 1.0
-QUARANTINE_COLUMNS = ("node", "cluster", "checks", "reasons", "figures", "run_id", "since",
-                      "updated", "set_by", "clean_runs", "drained_by_burnin", "by_hand")
-HISTORY_COLUMNS = ("node", "time", "event", "who", "why", "run_id")
-
-
-@dataclass(frozen=True)
-class Entry:
-    node: str
-    cluster: str
-    checks: tuple[str, ...]
-    reasons: tuple[str, ...]
-    figures: dict
-    run_id: str
-    since: float
-    updated: float
-    set_by: str
-    clean_runs: int
-    drained_by_burnin: bool
-    by_hand: bool = False  # quarantined by an operator: clean runs never release it
 
 
 class LedgerLost(Exception):
@@ -63,7 +49,7 @@ class LedgerLost(Exception):
     node it held, so nothing opens it until a person restores it (or says to start anew)."""
 
 
-class Ledger(RunLog):
+class Ledger(RunLog, LedgerReads):
     def __init__(self, where: str | Path, create: bool = True):
         """Open the ledger at `where` (a path, sqlite:///path or postgresql://...),
         creating it when it was never there (`create`). LedgerLost when burnin made an
@@ -299,16 +285,6 @@ class Ledger(RunLog):
         return db.execute("SELECT COUNT(*) FROM history WHERE node = ? AND event = ? AND "
                           "time >= ?", (node, "quarantined", since)).fetchone()[0]
 
-    def repeat_offenders(self, times: int, days: float,
-                         now: float | None = None) -> dict[str, int]:
-        """{node: times quarantined within `days`} of every node quarantined at least
-        `times` times in that window, in or out of quarantine now."""
-        since = (time.time() if now is None else now) - days * DAY
-        rows = self._read(lambda db: db.execute(
-            "SELECT node, COUNT(*) FROM history WHERE event = ? AND time >= ? GROUP BY node "
-            "ORDER BY node", ("quarantined", since)).fetchall())
-        return {node: n for node, n in rows if n >= times}
-
     def set_drained(self, node: str, drained: bool) -> None:
         self._write(lambda db: db.execute(
             "UPDATE quarantine SET drained_by_burnin = ? WHERE node = ?", (int(drained), node)))
@@ -340,44 +316,6 @@ class Ledger(RunLog):
         db.execute("INSERT INTO history (node, time, event, who, why, run_id) "
                    "VALUES (?,?,?,?,?,?)", (node, now, event, who, safe_text(why), run_id))
 
-    # --- reads -----------------------------------------------------------------------
-
-    def get(self, node: str) -> Entry | None:
-        entries = self._entries("WHERE node = ?", (node,))
-        return entries[0] if entries else None
-
-    def entries(self) -> list[Entry]:
-        return self._entries("ORDER BY node", ())
-
-    def quarantined(self) -> set[str]:
-        return {e.node for e in self.entries()}
-
-    def history(self, node: str) -> list[dict]:
-        rows = self._read(lambda db: db.execute(
-            "SELECT time, event, who, why, run_id FROM history WHERE node = ? ORDER BY id",
-            (node,)).fetchall())
-        return [dict(zip(("time", "event", "who", "why", "run_id"), r, strict=True))
-                for r in rows]
-
-    def _entries(self, where: str, args: tuple) -> list[Entry]:
-        rows = self._read(lambda db: db.execute(
-            f"SELECT {', '.join(QUARANTINE_COLUMNS)} FROM quarantine {where}", args).fetchall())
-        return [_entry(r) for r in rows]
-
-    # --- whole-ledger copies (burnin ledger copy) -----------------------------------
-
-    def dump(self) -> tuple[list[tuple], list[tuple], list[tuple]]:
-        """(quarantine rows, history rows in order, kept runs in order), read in one
-        snapshot, without writing (a source this user may only read can be copied)."""
-        def work(db):
-            return (db.execute(f"SELECT {', '.join(QUARANTINE_COLUMNS)} FROM quarantine "
-                               "ORDER BY node").fetchall(),
-                    db.execute(f"SELECT {', '.join(HISTORY_COLUMNS)} FROM history "
-                               "ORDER BY id").fetchall(),
-                    db.execute(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs "
-                               "ORDER BY id").fetchall())
-        with self._guard(), self._backend.transaction(self._backend.begin_snapshot) as db:
-            return work(db)
 
     def load(self, quarantine: list[tuple], history: list[tuple], runs: list[tuple],
              force: bool) -> None:
@@ -404,11 +342,6 @@ class Ledger(RunLog):
                            f"VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
                            [tuple(r) for r in runs])
         self._write(work)
-
-
-def _entry(r) -> Entry:
-    return Entry(r[0], r[1], tuple(json.loads(r[2])), tuple(json.loads(r[3])),
-                 json.loads(r[4]), r[5], r[6], r[7], r[8], r[9], bool(r[10]), bool(r[11]))
 
 
 def ledger_path(configured: str | None, reports_dir: Path) -> Path | str:

@@ -25,8 +25,8 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MODULES = ("admit", "gate", "ledger", "ledger_runs", "track", "goodput", "schema", "verdict",
-           "probe", "text", "checks.base",
+MODULES = ("admit", "gate", "ledger", "ledger_read", "ledger_runs", "track", "goodput", "schema",
+           "verdict", "probe", "text", "checks.base",
            "checks.sdc", "checks.burn", "checks.health", "checks.storage", "checks.allreduce",
            "checks.allreduce_internode",
            "checks.memory", "checks.pcie", "checks.fabric", "checks.dcgm")
