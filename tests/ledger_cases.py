@@ -69,6 +69,21 @@ def test_record_failures_inserts_new_nodes_and_updates_known_ones(new_ledger, cl
     assert ledger.record_failure("n3", "c1", [], [], {}, "r5") is False
 
 
+def test_a_run_failing_more_nodes_than_one_lookup_holds_knows_every_one_already_held(
+        new_ledger):
+    # record_failures looks the run's nodes up 500 at a time: a node past the first chunk,
+    # or at a chunk's edge, already in quarantine is failed again, not new
+    ledger = new_ledger()
+    nodes = [f"n{i:04}" for i in range(1201)]
+    failures = [(n, ["burn"], ["slow"], {}) for n in nodes]
+    assert set(ledger.record_failures("c1", failures, "r1").values()) == {True}
+    again = ledger.record_failures("c1", failures[::-1], "r2")
+    assert [n for n, new in again.items() if new] == []
+    assert len(again) == 1201
+    assert {ledger.history(n)[-1]["event"] for n in ("n0000", "n0499", "n0500", "n0501",
+                                                     "n1000", "n1200")} == {"failed-again"}
+
+
 def test_record_clean_counts_and_releases_at_release_after(new_ledger, clock):
     ledger = new_ledger()
     assert ledger.record_clean("nobody", "r1", 1) == (0, False)
@@ -177,9 +192,10 @@ def test_a_repeat_offender_is_not_released_by_clean_runs_only_by_hand(new_ledger
     assert ledger.record_clean("n1", "v1", 1, (3, 30)) == (1, False)
     assert ledger.record_clean("n1", "v2", 1, (3, 30)) == (2, False)
     assert ledger.get("n1").clean_runs == 2
-    assert ledger.history("n1")[-1]["why"] == ("clean re-validation run 2; a repeat offender "
-                                               "(quarantined 3 times in 30 days): released "
-                                               "only by hand")
+    last = ledger.history("n1")[-1]
+    assert (last["event"], last["who"], last["run_id"]) == ("clean", "burnin", "v2")
+    assert last["why"] == ("clean re-validation run 2; a repeat offender (quarantined 3 times "
+                           "in 30 days): released only by hand")
     assert ledger.record_clean("n2", "v1", 1, (3, 30)) == (1, True)
     assert ledger.release("n1", "board replaced", "bob") is not None
     assert ledger.get("n1") is None

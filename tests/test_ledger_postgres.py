@@ -16,6 +16,7 @@ from ledger_cases import (  # noqa: F401
     test_a_node_quarantined_by_hand_is_released_only_by_hand,
     test_a_node_twice_in_one_run_is_new_once_then_failed_again,
     test_a_repeat_offender_is_not_released_by_clean_runs_only_by_hand,
+    test_a_run_failing_more_nodes_than_one_lookup_holds_knows_every_one_already_held,
     test_a_write_that_fails_rolls_back_all_of_it_and_re_raises,
     test_check_writable_keeps_nothing,
     test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_anything,
