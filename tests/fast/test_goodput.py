@@ -84,6 +84,25 @@ def test_min_speed_keeps_out_a_slower_node_and_one_of_unknown_speed():
     assert not decisions["nan"].admitted
     assert all(d.admitted for d in decide(report, ["health"]))  # off by default
     assert too_slow({"relative_speed": "0.97"}, 0.97) == []  # the bound itself passes
+    assert decisions["none"].reasons == (
+        "relative speed: not in the report, which --min-speed 0.97 needs (no check that "
+        "measures a speed ran on the node)",)
+    assert too_slow({"relative_speed": "0.5"}, 0.97) == [
+        "relative speed 0.500, below --min-speed 0.97 (set by ?)"]
+
+
+def test_min_speed_adds_to_a_node_s_other_reasons_and_needs_no_properties_at_all():
+    report = Report(cases={"n1": [("health", Outcome.FAILED, "ECC off")],
+                           "n2": [("health", Outcome.PASSED, "")]},
+                    properties={"n1": {"relative_speed": "0.5"}})  # n2: no properties
+    decisions = {d.node: d for d in decide(report, ["health"], min_speed=0.9,
+                                           quarantined={"n1": "burn: slow"})}
+    assert decisions["n1"].reasons == (
+        "in quarantine: burn: slow", "relative speed 0.500, below --min-speed 0.9 (set by ?)",
+        "health: failure: ECC off")
+    assert decisions["n2"].reasons == (
+        "relative speed: not in the report, which --min-speed 0.9 needs (no check that "
+        "measures a speed ran on the node)",)
 
 
 def test_break_even_and_paying_at_the_bound():
