@@ -206,6 +206,14 @@ def run(modules: list[str]) -> int:
         return 2
     if not modules and (REPO / "mutants").exists():
         shutil.rmtree(REPO / "mutants")  # a whole run starts clean: stats of today's tests
+    for module in modules:
+        # mutmut keeps a module's results while its source is unchanged: a mutant that
+        # survived yesterday's tests would still be listed after today's test kills it
+        stem = REPO / "mutants" / (module.replace(".", "/") + ".py")
+        for path in (stem, stem.with_name(stem.name + ".meta"),
+                     stem.with_name(stem.name + ".spans"),
+                     REPO / "mutants" / "mutmut-stats.json"):
+            path.unlink(missing_ok=True)
     children = os.environ.get("MUTMUT_CHILDREN", "2")
     for module in modules or MODULES:
         print(f"== burnin.{module}", flush=True)

@@ -145,6 +145,9 @@ def test_a_measure_names_its_family_label_chart_and_key_from_the_figures_labels(
     assert m.label_of((("check", "burn"),)) == "burn TFLOPS "  # a missing label reads as ''
     with pytest.raises(ValueError, match="Measure m: worst must be 'low' or 'high'"):
         Measure("m", "GB/s", "f", "l", worst="middle")
+    hot = Measure("gpu_temp", "C", "{check} temperature", "{device}", worst="high",
+                  chart="{check}: hottest first")
+    assert hot.worst == "high" and hot.chart_of(labels) == "burn: hottest first"
 
 
 def test_the_peer_bound_is_the_fraction_or_the_runs_spread_up_to_half():
@@ -156,6 +159,8 @@ def test_the_peer_bound_is_the_fraction_or_the_runs_spread_up_to_half():
     assert words == "0.7 x 100.000 GB/s (6 x the robust spread of 5.0% below it)"
     assert peer_bound(100.0, 0.5, 0.9, 6, "GB/s")[0] == 50.0  # held at half
     assert peer_bound(100.0, 0.5, 0, 6, "GB/s")[0] == 0  # fraction 0: off
+    # a spread exactly as wide as the fraction's margin: the fraction's words
+    assert peer_bound(100.0, 0.25, 0.5, 2, "GB/s") == (50.0, "0.5 x 100.000 GB/s")
     # each node one vote: its devices' median deviation from the center
     assert node_spread([[90.0, 110.0], [100.0, 100.0, 100.0, 130.0]], 100.0) == \
         pytest.approx(1.4826 * 0.05)

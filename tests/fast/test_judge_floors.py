@@ -42,6 +42,7 @@ def test_allreduce_states_the_models_floor_only_for_its_rank_count():
         "allreduce": 400.0}
     four = allreduce(450.0, ranks=4)
     assert floors("allreduce", four, fleet={}, model=H100, devices=4, gpus=4) == {}
+    assert floors("allreduce", full, fleet={}, devices=8, gpus=8) == {}  # no model, no floor
     assert floors("allreduce", four, {"min_busbw_gbps": 120}, fleet={}, model=H100,
                   devices=4, gpus=4) == {"allreduce": 120.0}
 
@@ -51,6 +52,17 @@ def test_storage_states_each_phases_floor():
                                                      "integrity_errors": 0})
     assert floors("storage", o, {"min_read_gbps_per_gpu": 1.5}, devices=1, gpus=0) == {
         "storage read": 1.5}
+
+
+def test_pcie_states_its_floor_and_its_aggregate_floor():
+    o = outcome("pcie", [{"device": "cuda:0", "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-0",
+                          **{d: {"bytes": 1, "copies": 3, "seconds": 1.0, "gbps": 55.0}
+                             for d in ("h2d", "d2h")}}],
+                {"aggregate": None, "gpus": 1})
+    empty = {"gpu": {}, "aggregate": {}}
+    assert floors("pcie", o, fleet=empty, model=H100, devices=1, gpus=1) == {"pcie": 50.0}
+    assert floors("pcie", o, {"min_gbps": 20, "min_aggregate_gbps": 90}, fleet=empty,
+                  devices=1, gpus=1) == {"pcie": 20.0, "pcie aggregate": 90.0}
 
 
 def test_a_verdicts_floors_are_plain_numbers_without_the_unset():

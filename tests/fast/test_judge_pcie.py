@@ -110,6 +110,19 @@ def test_pcie_against_the_fleet_and_the_node():
     assert judge("pcie", lone, fleet=EMPTY) == ((), ()), "one GPU has no peers on its node"
 
 
+def test_pcie_peer_spreads_widen_the_margin_by_the_runs_own_spread():
+    # the run's GPUs of this model stray 5% (robust spread): 6 spreads (the default) widen
+    # the margin to 30%, 2 spreads leave the fraction's 20%
+    fleet = {"gpu": {NAME: {"h2d": (50.0, 3), "d2h": (50.0, 3)}},
+             "spread": {NAME: {"h2d": (0.05, None), "d2h": (0.05, None)}}, "aggregate": {}}
+    o = pcie(gpu(0, h2d=38.0))
+    assert judge("pcie", o, fleet=fleet) == ((), ())
+    assert judge("pcie", o, fleet=fleet, drop=("peer_spreads",)) == ((), ()), "6 by default"
+    assert judge("pcie", o, fleet=fleet, settings={"peer_spreads": 2})[0] == (
+        "cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): host-to-device 38.000 GB/s, below 0.8 x "
+        "50.000 GB/s, the median of the run's 3 nodes with this model",)
+
+
 def test_pcie_all_gpus_at_once():
     o = pcie(gpu(0, 100.0, 100.0, concurrent=(20.0, 50.0)),
              gpu(1, 100.0, 100.0, concurrent=(50.0, 50.0)),

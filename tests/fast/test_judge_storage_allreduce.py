@@ -231,6 +231,9 @@ def test_allreduce_fleet_median_of_voters():
     assert summary("allreduce", outcomes) == {("", 8): {"median": 20.0, "nodes": 3,
                                                          "spread": 1.4826 * 0.5}}
     assert summary("allreduce", {}) == {}
+    dead = {f"n{i}": allreduce([size(2, 0.0)], node=f"n{i}") for i in range(3)}
+    assert summary("allreduce", dead) == {("", 8): {"median": 0.0, "nodes": 3,
+                                                     "spread": None}}, "no spread about 0"
     by_model = summary("allreduce", outcomes, models={"n1": H100, "n2": H100})
     assert by_model == {("H100", 8): {"median": 20.0, "nodes": 2, "spread": 1.4826 * 0.5},
                         ("", 8): {"median": 20.0, "nodes": 1, "spread": 0.0}}
@@ -286,3 +289,11 @@ def test_allreduce_peer_bound_widens_with_the_runs_spread_up_to_half_the_median(
                                   for i in range(1, 4)})
     (failure,), _ = judge("allreduce", allreduce([size(1, 330.0)]), fleet=quiet, gpus=8)
     assert "below 0.85 x 400.000 GB/s, the median of the run's 3 nodes" in failure
+    # the setting: 1 spread is a margin of 14.8%, under the fraction's 15%
+    assert judge("allreduce", allreduce([size(1, 250.0)]), fleet=peers, gpus=8,
+                 settings={"peer_spreads": 1})[0] == (
+        "intra-node busbw 250.000 GB/s at 9.53674e-07 MiB, the best of the sweep (8 ranks), "
+        "below 0.85 x 400.000 GB/s, the median of the run's 10 nodes of this model and rank "
+        "count",)
+    assert judge("allreduce", allreduce([size(1, 250.0)]), fleet=peers, gpus=8,
+                 drop=("peer_spreads",))[0] == (), "6 by default"

@@ -310,3 +310,15 @@ def test_a_progress_line_too_long_is_dropped_and_the_buffer_stays_bounded():
     feed(b"x" * MAX_PROGRESS_LINE)
     feed(b'BURNIN_PROGRESS {"device": "tail"}\nBURNIN_PROGRESS {"device": "e"}\n')
     assert seen[-1] == {"device": "e"} and {"device": "tail"} not in seen
+
+
+def test_every_probe_reads_its_run_and_its_node_from_one_payload():
+    from burnin.nodes import StorageSettings
+    from burnin.probe import payload
+    node = Node("n1", "10.0.0.1", gpus=8, gpu_model="H100", cpu_devices=2,
+                storage=StorageSettings("/data", "/data"), env={"NCCL_IB_HCA": "mlx5"})
+    assert payload("burn", node, "r1", "quick", 8, {"seconds": 60}) == {
+        "check": "burn", "node": "n1", "run_id": "r1", "profile": "quick", "gpus": 8,
+        "cpu_devices": 2, "gpu_model": "H100", "storage": {"path": "/data", "mount": "/data"},
+        "settings": {"seconds": 60}, "env": {"NCCL_IB_HCA": "mlx5"}}
+    assert "env" not in payload("burn", Node("n2", "n2"), "r1", "quick", None, {})
