@@ -57,7 +57,7 @@ from testhosts import TestHosts  # noqa: E402
 from burnin.checks import CHECKS  # noqa: E402
 from burnin.inventory import load_inventory  # noqa: E402
 from burnin.run import Run  # noqa: E402
-from burnin.transports import ssh  # noqa: E402
+from burnin.transports import fanout, ssh  # noqa: E402
 
 FLEET = 10_000
 PHASES = ("connect", "auth", "staging", "start", "read", "finish", "lifeline", "close")
@@ -93,6 +93,7 @@ class Costs:
         self.lock = threading.Lock()
         self.cpu = dict.fromkeys(PHASES, 0.0)
         self.sent: list[float] = []  # when each probe had its command and settings
+        self.loops: list[tuple[int, float, float]] = []  # the start gate's: (sends, wall, CPU)
 
     def started(self) -> list[float]:
         with self.lock:
@@ -106,7 +107,12 @@ class Costs:
     def reset(self) -> dict[str, float]:
         with self.lock:
             out, self.cpu = self.cpu, dict.fromkeys(PHASES, 0.0)
-        return out
+            loops, self.loops = self.loops, []
+        # The settings written in one loop once every probe has started (fanout.StartGate;
+        # none before it): that loop's wall per node is what sets the skew.
+        sends = sum(n for n, _, _ in loops)
+        return {**out, "sends": sends, "loop_wall": sum(w for _, w, _ in loops),
+                "loop_cpu": sum(c for _, _, c in loops)}
 
     def around(self, phase: str, of=paramiko_thread, within: str = ""):
         """Wrap a method of an SshTransport (or a paramiko Transport: of=itself): the
@@ -176,6 +182,19 @@ class Costs:
                 spend("read")
                 local.phase = "finish"
         ssh.SshTransport.run, ssh.read_bounded = timed_run, timed_read
+        gate = getattr(fanout, "StartGate", None)
+        if gate is not None:
+            write = gate._write
+
+            def timed_write(sends):
+                w0, c0 = time.perf_counter(), time.thread_time()
+                try:
+                    return write(sends)
+                finally:
+                    with self.lock:
+                        self.loops.append((len(sends), time.perf_counter() - w0,
+                                           time.thread_time() - c0))
+            gate._write = staticmethod(timed_write)
         for name in ("_feed", "_heartbeats"):  # the lifeline: per command, or one thread
             fn = getattr(ssh, name, None)
             if fn is not None:
@@ -195,6 +214,31 @@ class Costs:
 def process_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+class Sampler:
+    """The process's CPU, sampled while a check runs: its rate while every probe runs (from
+    the last start to the first probe's earliest possible end) is the steady-state cost."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.25):
+            self.samples.append((time.time(), process_cpu()))
+
+    def rate(self, start: float, end: float) -> float | None:
+        """CPU seconds per second between `start` and `end` (wall clock), or None."""
+        self.stop.set()
+        self.thread.join()
+        inside = [x for x in self.samples if start <= x[0] <= end]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 1.0:
+            return None
+        (ta, ca), (tb, cb) = inside[0], inside[-1]
+        return (cb - ca) / (tb - ta)
 
 
 def settle(threads: int) -> None:
@@ -232,9 +276,12 @@ def main() -> None:
         log.mkdir()
         replay = replay_python(Path(d) / "replay", delay_s=args.hold_s)
         wrapper = Path(d) / "python"
-        wrapper.write_text(f"#!/bin/bash\necho $EPOCHREALTIME > {log}/$HOSTNAME\n"
+        # The probe's start as it sees it: the moment its settings line arrives (bash's
+        # read takes one line, byte by byte, and leaves the lifeline to the probe).
+        wrapper.write_text(f"#!/bin/bash\nIFS= read -r settings\n"
+                           f"echo $EPOCHREALTIME > {log}/$HOSTNAME\n"
                            f"sleep {args.settle_s:g}\n"
-                           f'exec {replay} "$@"\n')
+                           f'exec {replay} "$@" < <(printf "%s\\n" "$settings"; exec cat)\n')
         wrapper.chmod(0o755)
         inv = load_inventory(hosts.write_inventory(Path(d) / "inv.yaml", python=str(wrapper)))
         rows: dict[str, list[dict]] = {"cold": [], "warm": [], "close": []}
@@ -248,6 +295,7 @@ def main() -> None:
                     costs.reset()
                     threads = threading.active_count()
                     cpu0, t0 = process_cpu(), time.time()
+                    sampler = Sampler()
                     outcomes = run.execute("health")
                     settle(threads)
                     cpu = process_cpu() - cpu0
@@ -256,9 +304,10 @@ def main() -> None:
                         raise SystemExit(f"{len(bad)} probes failed: {bad[:3]}")
                     s, sent = starts(log, args.hosts), costs.started()
                     phases = costs.reset()
+                    steady = sampler.rate(s[-1] + 0.5, s[0] + args.settle_s + args.hold_s)
                     rows[kind].append({"skew": s[-1] - s[0], "first": s[0] - t0,
                                        "last": s[-1] - t0, "sent": sent[-1] - sent[0],
-                                       "cpu": cpu, **phases})
+                                       "cpu": cpu, "steady": steady, **phases})
             finally:
                 costs.reset()
                 cpu0 = process_cpu()
@@ -288,10 +337,27 @@ def report(rows: dict[str, list[dict]], n: int) -> None:
     ready = sum(med("cold", k) for k in ("connect", "auth", "staging")) / n
     # With every node ready first, a probe's start is the same work in the first check as
     # in a later one: the median over both.
-    start = statistics.median(r["start"] for r in rows["cold"] + rows["warm"]) / n
+    both = rows["cold"] + rows["warm"]
+    start = statistics.median(r["start"] for r in both) / n
+    steady = [r["steady"] for r in both if r["steady"] is not None]
+    print(f"  a probe's start: controller CPU {start * 1000:.3f} ms per node (its session, "
+          f"command and settings); running: "
+          + (f"{statistics.median(steady) / n * 1000:.3f} ms of CPU per probe per second "
+             f"(runs {', '.join(f'{x / n * 1000:.3f}' for x in steady)})" if steady
+             else "too short a run to measure its CPU per second"))
+    if all(r["sends"] for r in both):
+        # Probes wait at the start gate and get their settings in one loop: the skew is
+        # that loop's, whatever each start cost before it.
+        per = statistics.median(r["loop_wall"] / r["sends"] for r in both)
+        loop_cpu = statistics.median(r["loop_cpu"] / r["sends"] for r in both)
+        print(f"  the settings loop: {per * 1e6:.0f} us of wall per node "
+              f"({loop_cpu * 1e6:.0f} us of CPU), {statistics.median(r['sends'] for r in both):g} "
+              f"sends in one loop")
     print(f"  at {FLEET:,} nodes, extrapolated: getting every node ready {ready * FLEET:.0f} s "
           f"of one core (connect + auth + staging, {ready * 1000:.2f} ms per node); "
           f"node by node {(ready + start) * FLEET:.0f} s of skew")
+    if all(r["sends"] for r in both):
+        start = per
     burn = quick_burn_s()
     print(f"{n} hosts: start skew at {FLEET:,} nodes {start * FLEET:.1f} s ({start * 1000:.2f} "
           f"ms per start) against the quick profile's {burn:g} s burn: "

@@ -30,6 +30,7 @@ from pathlib import Path
 import paramiko
 
 from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreachable, Transport
+from burnin.transports.fanout import start_gate
 from burnin.transports.nodeside import HOLDER
 from burnin.transports.reading import read_bounded
 from burnin.transports.sshconnect import connect
@@ -39,6 +40,8 @@ STAGE_TIMEOUT_S = 60
 
 
 class SshTransport(Transport):
+    starts_together = True
+
     def __init__(self, node, probes_dir: Path, run_id: str = "unnamed"):
         super().__init__(node, probes_dir, run_id)
         self._client: paramiko.SSHClient | None = None
@@ -135,11 +138,14 @@ class SshTransport(Transport):
             chan.exec_command(line)
         except Exception as e:
             raise NodeUnreachable(f"cannot start a command on {self.where}: {e}") from None
+        data = stdin + b"\n" if lifeline else stdin
+        sent = self._start_together(chan, data)
         try:
             # Settings are a few kB, within the channel's window; the time-out bounds a
             # probe that neither reads them nor exits (its deadline then kills it).
             chan.settimeout(self.node.ssh.connect_timeout_s)
-            chan.sendall(stdin + b"\n" if lifeline else stdin)
+            if sent < len(data):
+                chan.sendall(data[sent:])
             if not lifeline:
                 chan.shutdown_write()
         except Exception:
@@ -164,6 +170,24 @@ class SshTransport(Transport):
         finally:
             LIFELINE.release(chan)
             chan.close()
+
+    def _start_together(self, chan: paramiko.Channel, data: bytes) -> int:
+        """Wait at the fan-out's start gate, if any, for the other nodes' probes to start
+        (fanout.py); the bytes of `data` written from the gate's loop, the rest being
+        this thread's to write. The probe reads its settings before it measures anything,
+        so the probes' work starts together, a send apart."""
+        gate = start_gate()
+        if gate is None:
+            return 0
+        sent = 0
+
+        def send_now() -> None:  # in the gate's loop: what fits the window, never waiting
+            nonlocal sent
+            if chan.get_transport().clear_to_send.is_set():  # not during a key exchange
+                sent = chan.send(data)  # one packet: settings are a few kB
+        chan.settimeout(0.0)
+        gate.arrive(send_now, self.node.ssh.connect_timeout_s)
+        return sent
 
     def _kill_group(self, pidfile: str | None) -> str:
         """Kill the command's whole process group; '' when done, else why it could not be."""
