@@ -10,14 +10,18 @@ $EPOCHREALTIME, no fork), sleeps --settle-s and replays a recorded document
 (tests/replay.py) holding the lifeline for --hold-s; the skew measured is the
 controller's, not torch's import.
 
-Start skew: the last probe's start minus the first's, as the hosts saw them; and on the
-controller's side, from the first probe that had its command and settings to the last
-(the read loop's start). On this machine the hosts' sshd, shells and probes share the
-controller's 2 cores, so the skew the hosts see is an upper bound. The extrapolation to
-10,000 nodes uses the controller's own CPU per node (on a fleet every node has its own
-CPUs), on one core (paramiko's work holds the GIL): the skew is 10,000 x the CPU of a
-probe's start, once every node is ready; were nodes readied one by one as their probes
-start (as before), it is 10,000 x connect + auth + staging + start.
+Start skew: the last probe's start minus the first's, as the hosts saw them (a probe
+starts when its settings arrive: it waits for them before it measures anything); and on
+the controller's side, from the first probe that had its command and settings to the
+last (the read loop's start). On this machine the hosts' sshd, shells and probes share
+the controller's 2 cores, so the skew the hosts see is an upper bound. The extrapolation
+to 10,000 nodes uses the controller's own CPU per node (on a fleet every node has its own
+CPUs), on one core (paramiko's work holds the GIL): with the start gate (fanout.py: every
+probe started, then the settings written in one loop) 10,000 x that loop's CPU per node;
+without it (before), 10,000 x the CPU of a probe's start, once every node is ready; were
+nodes readied one by one as their probes start (before that), 10,000 x connect + auth +
+staging + start. Running: the controller's CPU per running probe per second, from the
+last start to the first probe's earliest end (read loops, paramiko's threads, heartbeats).
 
 Controller CPU per node (this process, every thread: getrusage), split by phase with
 per-thread CPU clocks (paramiko's transport threads included): connect (TCP, key
@@ -350,14 +354,15 @@ def report(rows: dict[str, list[dict]], n: int) -> None:
         # that loop's, whatever each start cost before it.
         per = statistics.median(r["loop_wall"] / r["sends"] for r in both)
         loop_cpu = statistics.median(r["loop_cpu"] / r["sends"] for r in both)
-        print(f"  the settings loop: {per * 1e6:.0f} us of wall per node "
-              f"({loop_cpu * 1e6:.0f} us of CPU), {statistics.median(r['sends'] for r in both):g} "
-              f"sends in one loop")
+        print(f"  the settings loop: {loop_cpu * 1e6:.0f} us of CPU per node "
+              f"({per * 1e6:.0f} us of wall here, where the hosts' sshd and shells share the "
+              f"cores: {per * FLEET:.1f} s at {FLEET:,} nodes), "
+              f"{statistics.median(r['sends'] for r in both):g} sends in one loop")
     print(f"  at {FLEET:,} nodes, extrapolated: getting every node ready {ready * FLEET:.0f} s "
           f"of one core (connect + auth + staging, {ready * 1000:.2f} ms per node); "
           f"node by node {(ready + start) * FLEET:.0f} s of skew")
     if all(r["sends"] for r in both):
-        start = per
+        start = loop_cpu  # as before, the controller's CPU: on a fleet each node has its own
     burn = quick_burn_s()
     print(f"{n} hosts: start skew at {FLEET:,} nodes {start * FLEET:.1f} s ({start * 1000:.2f} "
           f"ms per start) against the quick profile's {burn:g} s burn: "
