@@ -5,10 +5,11 @@ only: nothing depends on how fast this machine is."""
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 
-from burnin.transports.fanout import fan_out, stand_aside, start_gate
+from burnin.transports.fanout import Cancel, fan_out, stand_aside, start_gate
 
 HANG_S = 60.0  # a test that waits this long has hung
 
@@ -146,3 +147,14 @@ def test_the_gate_is_taken_once_per_item():
 
     fan_out(range(2), fn, limit=2)
     assert sorted(got) == [False, False, True, True]
+
+
+def test_the_runs_cancel_wakes_a_select_when_it_is_set():
+    """A read loop sleeps in select() on its channel and the run's cancel: a cancel that
+    did not wake it would be noticed only at the loop's backstop (ssh.IDLE_POLL_S)."""
+    cancel = Cancel()
+    assert select.select([cancel], [], [], 0)[0] == []
+    threading.Timer(0.2, cancel.set).start()
+    assert select.select([cancel], [], [], HANG_S)[0] == [cancel] and cancel.is_set()
+    cancel.set()  # twice is as once
+    assert select.select([cancel], [], [], 0)[0] == [cancel]
