@@ -9,6 +9,9 @@ import select
 import threading
 import time
 
+from burnin.nodes import Node
+from burnin.probe import run_probe, run_probes
+from burnin.transports import CommandResult
 from burnin.transports.fanout import Cancel, fan_out, stand_aside, start_gate
 
 HANG_S = 60.0  # a test that waits this long has hung
@@ -158,3 +161,40 @@ def test_the_runs_cancel_wakes_a_select_when_it_is_set():
     assert select.select([cancel], [], [], HANG_S)[0] == [cancel] and cancel.is_set()
     cancel.set()  # twice is as once
     assert select.select([cancel], [], [], 0)[0] == [cancel]
+
+
+class Otherwise:
+    """A transport (local: a subprocess) or a launcher (srun: a job step) that starts its
+    command its own way, and runs until released; duck-typed, as a test's transport may be
+    (no starts_together: it does not wait at the gate)."""
+
+    def __init__(self):
+        self.node = Node("n1", "n1")
+        self.release = threading.Event()
+
+    def probe_command(self, probe):
+        return ["python3", f"probes/{probe}.py"]
+
+    def run(self, *args, **kwargs):
+        self.release.wait(HANG_S)
+        result = CommandResult(0, b"", b"", 0.0)
+        return {"n1": [result]} if isinstance(args[0], list) and args[0] and \
+            isinstance(args[0][0], Node) else result
+
+
+def test_probes_started_otherwise_stand_aside_and_hold_no_ssh_probe():
+    for start in (lambda o: run_probe(o, "health", {}, 60),
+                  lambda o: run_probes(o, [o.node], "health", {"n1": {}}, {"n1": 60})):
+        events: list = []
+        other = Otherwise()
+
+        def fn(i, other=other, start=start, events=events):
+            return start(other) if i == 0 else started(events)(i)
+        t = threading.Thread(target=fan_out, args=(range(2), fn, 2), daemon=True)
+        t.start()
+        deadline = time.monotonic() + HANG_S / 2
+        while ("on", 1) not in events and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ("on", 1) in events  # while item 0's command still runs
+        other.release.set()
+        t.join(HANG_S)
