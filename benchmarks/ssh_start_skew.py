@@ -10,14 +10,18 @@ $EPOCHREALTIME, no fork), sleeps --settle-s and replays a recorded document
 (tests/replay.py) holding the lifeline for --hold-s; the skew measured is the
 controller's, not torch's import.
 
-Start skew: the last probe's start minus the first's, as the hosts saw them; and on the
-controller's side, from the first probe that had its command and settings to the last
-(the read loop's start). On this machine the hosts' sshd, shells and probes share the
-controller's 2 cores, so the skew the hosts see is an upper bound. The extrapolation to
-10,000 nodes uses the controller's own CPU per node (on a fleet every node has its own
-CPUs), on one core (paramiko's work holds the GIL): the skew is 10,000 x the CPU of a
-probe's start, once every node is ready; were nodes readied one by one as their probes
-start (as before), it is 10,000 x connect + auth + staging + start.
+Start skew: the last probe's start minus the first's, as the hosts saw them (a probe
+starts when its settings arrive: it waits for them before it measures anything); and on
+the controller's side, from the first probe that had its command and settings to the
+last (the read loop's start). On this machine the hosts' sshd, shells and probes share
+the controller's 2 cores, so the skew the hosts see is an upper bound. The extrapolation
+to 10,000 nodes uses the controller's own CPU per node (on a fleet every node has its own
+CPUs), on one core (paramiko's work holds the GIL): with the start gate (fanout.py: every
+probe started, then the settings written in one loop) 10,000 x that loop's CPU per node;
+without it (before), 10,000 x the CPU of a probe's start, once every node is ready; were
+nodes readied one by one as their probes start (before that), 10,000 x connect + auth +
+staging + start. Running: the controller's CPU per running probe per second, from the
+last start to the first probe's earliest end (read loops, paramiko's threads, heartbeats).
 
 Controller CPU per node (this process, every thread: getrusage), split by phase with
 per-thread CPU clocks (paramiko's transport threads included): connect (TCP, key
@@ -57,7 +61,7 @@ from testhosts import TestHosts  # noqa: E402
 from burnin.checks import CHECKS  # noqa: E402
 from burnin.inventory import load_inventory  # noqa: E402
 from burnin.run import Run  # noqa: E402
-from burnin.transports import ssh  # noqa: E402
+from burnin.transports import fanout, ssh  # noqa: E402
 
 FLEET = 10_000
 PHASES = ("connect", "auth", "staging", "start", "read", "finish", "lifeline", "close")
@@ -93,6 +97,7 @@ class Costs:
         self.lock = threading.Lock()
         self.cpu = dict.fromkeys(PHASES, 0.0)
         self.sent: list[float] = []  # when each probe had its command and settings
+        self.loops: list[tuple[int, float, float]] = []  # the start gate's: (sends, wall, CPU)
 
     def started(self) -> list[float]:
         with self.lock:
@@ -106,7 +111,12 @@ class Costs:
     def reset(self) -> dict[str, float]:
         with self.lock:
             out, self.cpu = self.cpu, dict.fromkeys(PHASES, 0.0)
-        return out
+            loops, self.loops = self.loops, []
+        # The settings written in one loop once every probe has started (fanout.StartGate;
+        # none before it): that loop's wall per node is what sets the skew.
+        sends = sum(n for n, _, _ in loops)
+        return {**out, "sends": sends, "loop_wall": sum(w for _, w, _ in loops),
+                "loop_cpu": sum(c for _, _, c in loops)}
 
     def around(self, phase: str, of=paramiko_thread, within: str = ""):
         """Wrap a method of an SshTransport (or a paramiko Transport: of=itself): the
@@ -176,6 +186,19 @@ class Costs:
                 spend("read")
                 local.phase = "finish"
         ssh.SshTransport.run, ssh.read_bounded = timed_run, timed_read
+        gate = getattr(fanout, "StartGate", None)
+        if gate is not None:
+            write = gate._write
+
+            def timed_write(sends):
+                w0, c0 = time.perf_counter(), time.thread_time()
+                try:
+                    return write(sends)
+                finally:
+                    with self.lock:
+                        self.loops.append((len(sends), time.perf_counter() - w0,
+                                           time.thread_time() - c0))
+            gate._write = staticmethod(timed_write)
         for name in ("_feed", "_heartbeats"):  # the lifeline: per command, or one thread
             fn = getattr(ssh, name, None)
             if fn is not None:
@@ -195,6 +218,31 @@ class Costs:
 def process_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+class Sampler:
+    """The process's CPU, sampled while a check runs: its rate while every probe runs (from
+    the last start to the first probe's earliest possible end) is the steady-state cost."""
+
+    def __init__(self):
+        self.samples: list[tuple[float, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.25):
+            self.samples.append((time.time(), process_cpu()))
+
+    def rate(self, start: float, end: float) -> float | None:
+        """CPU seconds per second between `start` and `end` (wall clock), or None."""
+        self.stop.set()
+        self.thread.join()
+        inside = [x for x in self.samples if start <= x[0] <= end]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 1.0:
+            return None
+        (ta, ca), (tb, cb) = inside[0], inside[-1]
+        return (cb - ca) / (tb - ta)
 
 
 def settle(threads: int) -> None:
@@ -232,9 +280,12 @@ def main() -> None:
         log.mkdir()
         replay = replay_python(Path(d) / "replay", delay_s=args.hold_s)
         wrapper = Path(d) / "python"
-        wrapper.write_text(f"#!/bin/bash\necho $EPOCHREALTIME > {log}/$HOSTNAME\n"
+        # The probe's start as it sees it: the moment its settings line arrives (bash's
+        # read takes one line, byte by byte, and leaves the lifeline to the probe).
+        wrapper.write_text(f"#!/bin/bash\nIFS= read -r settings\n"
+                           f"echo $EPOCHREALTIME > {log}/$HOSTNAME\n"
                            f"sleep {args.settle_s:g}\n"
-                           f'exec {replay} "$@"\n')
+                           f'exec {replay} "$@" < <(printf "%s\\n" "$settings"; exec cat)\n')
         wrapper.chmod(0o755)
         inv = load_inventory(hosts.write_inventory(Path(d) / "inv.yaml", python=str(wrapper)))
         rows: dict[str, list[dict]] = {"cold": [], "warm": [], "close": []}
@@ -248,6 +299,7 @@ def main() -> None:
                     costs.reset()
                     threads = threading.active_count()
                     cpu0, t0 = process_cpu(), time.time()
+                    sampler = Sampler()
                     outcomes = run.execute("health")
                     settle(threads)
                     cpu = process_cpu() - cpu0
@@ -256,9 +308,10 @@ def main() -> None:
                         raise SystemExit(f"{len(bad)} probes failed: {bad[:3]}")
                     s, sent = starts(log, args.hosts), costs.started()
                     phases = costs.reset()
+                    steady = sampler.rate(s[-1] + 0.5, s[0] + args.settle_s + args.hold_s)
                     rows[kind].append({"skew": s[-1] - s[0], "first": s[0] - t0,
                                        "last": s[-1] - t0, "sent": sent[-1] - sent[0],
-                                       "cpu": cpu, **phases})
+                                       "cpu": cpu, "steady": steady, **phases})
             finally:
                 costs.reset()
                 cpu0 = process_cpu()
@@ -288,10 +341,28 @@ def report(rows: dict[str, list[dict]], n: int) -> None:
     ready = sum(med("cold", k) for k in ("connect", "auth", "staging")) / n
     # With every node ready first, a probe's start is the same work in the first check as
     # in a later one: the median over both.
-    start = statistics.median(r["start"] for r in rows["cold"] + rows["warm"]) / n
+    both = rows["cold"] + rows["warm"]
+    start = statistics.median(r["start"] for r in both) / n
+    steady = [r["steady"] for r in both if r["steady"] is not None]
+    print(f"  a probe's start: controller CPU {start * 1000:.3f} ms per node (its session, "
+          f"command and settings); running: "
+          + (f"{statistics.median(steady) / n * 1000:.3f} ms of CPU per probe per second "
+             f"(runs {', '.join(f'{x / n * 1000:.3f}' for x in steady)})" if steady
+             else "too short a run to measure its CPU per second"))
+    if all(r["sends"] for r in both):
+        # Probes wait at the start gate and get their settings in one loop: the skew is
+        # that loop's, whatever each start cost before it.
+        per = statistics.median(r["loop_wall"] / r["sends"] for r in both)
+        loop_cpu = statistics.median(r["loop_cpu"] / r["sends"] for r in both)
+        print(f"  the settings loop: {loop_cpu * 1e6:.0f} us of CPU per node "
+              f"({per * 1e6:.0f} us of wall here, where the hosts' sshd and shells share the "
+              f"cores: {per * FLEET:.1f} s at {FLEET:,} nodes), "
+              f"{statistics.median(r['sends'] for r in both):g} sends in one loop")
     print(f"  at {FLEET:,} nodes, extrapolated: getting every node ready {ready * FLEET:.0f} s "
           f"of one core (connect + auth + staging, {ready * 1000:.2f} ms per node); "
           f"node by node {(ready + start) * FLEET:.0f} s of skew")
+    if all(r["sends"] for r in both):
+        start = loop_cpu  # as before, the controller's CPU: on a fleet each node has its own
     burn = quick_burn_s()
     print(f"{n} hosts: start skew at {FLEET:,} nodes {start * FLEET:.1f} s ({start * 1000:.2f} "
           f"ms per start) against the quick profile's {burn:g} s burn: "

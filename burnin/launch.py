@@ -20,7 +20,7 @@ from burnin.nodes import Node
 from burnin.probe import ProbeOutcome, run_probe, run_probes, unreachable
 from burnin.schema import Obj
 from burnin.transports import Launcher, Launchers, NodeUnreachable, Transport, transport_for
-from burnin.transports.fanout import fan_out
+from burnin.transports.fanout import Cancel, fan_out
 
 DEFAULT_FANOUT = 256
 NOT_STARTED = "not started: the run was interrupted"
@@ -42,7 +42,7 @@ class Launch:
     run_id: str
     fanout: int = DEFAULT_FANOUT
     # Set when the run is interrupted: every probe's command is killed, nothing new starts.
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=Cancel)
     launchers: Launchers = field(init=False)
     _transports: dict[str, Transport] = field(default_factory=dict)
     # The run's first probe gets every node ready first (prepared); why a node was not,

@@ -26,6 +26,7 @@ from burnin.transports import (
     Transport,
     is_busy,
 )
+from burnin.transports.fanout import stand_aside
 from burnin.verdict import clean
 
 SCHEMA_VERSION = 1
@@ -112,6 +113,8 @@ def run_probe(transport: Transport, probe: str, settings: dict, timeout_s: float
     on_stderr = _progress_lines(on_progress) if on_progress else None
     if lifeline:
         settings = {**settings, "watchdog_s": WATCHDOG_S}
+    if not getattr(transport, "starts_together", False):
+        stand_aside()  # the fan-out's other probes need not wait for this one to start
     try:
         argv = transport.probe_command(probe)
         result = transport.run(argv, json.dumps(settings).encode(), timeout_s, max_output,
@@ -132,6 +135,7 @@ def run_probes(launcher: Launcher, nodes: list, probe: str, payloads: dict[str, 
     stdins = {n.name: json.dumps({**payloads[n.name], "watchdog_s": WATCHDOG_S} if lifeline
                                  else payloads[n.name]).encode() for n in nodes}
     on_stderr = {name: _progress_lines(cb) for name, cb in (on_progress or {}).items()}
+    stand_aside()  # its probes start as the launcher starts them (srun: one job step)
     results = launcher.run(nodes, probe, stdins, timeouts, max_output, on_stderr=on_stderr,
                            lifeline=lifeline, cancel=cancel, tasks=tasks)
     out = {}

@@ -248,3 +248,43 @@ def test_a_runs_first_probes_start_only_once_every_node_is_staged(make_hosts, tm
     finally:
         run.close()
     assert {f.name: int(f.read_text()) for f in log.iterdir()} == {"h1": 2, "h2": 2}
+
+
+def test_probes_get_their_settings_once_every_node_has_started_and_a_dead_one_leaves(
+        make_hosts, tmp_path):
+    """The start gate (burnin/transports/fanout.py): every probe's command is started, then
+    the settings, which a probe waits for before it measures anything, go out in one loop.
+    h2's link dies after the first check: its start gets no answer, and h1's probe, started,
+    waits for its settings until h2's start has given up (its connect_timeout_s), not
+    longer; h2 fails alone, with its own reason."""
+    hosts = make_hosts(2)
+    log = tmp_path / "waited"
+    log.mkdir()
+    py = tmp_path / "py"
+    py.write_text("#!/bin/bash\nt0=$EPOCHREALTIME\nIFS= read -r settings\n"
+                  f'echo "$t0 $EPOCHREALTIME" > {log}/$(hostname)\n'
+                  f'exec {replay_python(tmp_path / "replay")} "$@" '
+                  '< <(printf "%s\\n" "$settings"; exec cat)\n')
+    py.chmod(0o755)
+    timeout = 3
+    inv = load_inventory(hosts.write_inventory(tmp_path / "inv.yaml", python=str(py), nodes={
+        "h2": {"ssh": {"connect_timeout_s": timeout}}}))
+    run = Run(inv, list(inv.nodes), "quick", tmp_path / "reports", "r1")
+    try:
+        assert all(o.ok for o in run.execute("health").values())  # connected, staged
+        for f in log.iterdir():
+            f.unlink()
+        hosts.link_down(hosts[1])
+        t0 = time.monotonic()
+        out = run.execute("health")
+        took = time.monotonic() - t0
+    finally:
+        run.close()
+    assert out["h1"].ok, out["h1"].reason
+    assert not out["h2"].ok and "cannot start a command on" in out["h2"].reason, out["h2"]
+    assert [f.name for f in log.iterdir()] == ["h1"]
+    started, got = map(float, (log / "h1").read_text().split())
+    # Without the gate h1 has its settings a send after its start; with it, once h2's start
+    # has failed: its time-out (less h1's own start), and not much past it (a hang bound).
+    assert got - started > timeout / 2, got - started
+    assert took < 60, took

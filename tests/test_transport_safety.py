@@ -21,6 +21,7 @@ from burnin.ledger import Ledger
 from burnin.probe import run_probe
 from burnin.run import PROBES_DIR
 from burnin.transports import NodeUnreachable, sshconnect
+from burnin.transports.fanout import fan_out
 from burnin.transports.ssh import SshTransport
 
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
@@ -233,3 +234,43 @@ def test_a_probe_that_never_reads_large_settings_does_not_hang_its_node(make_hos
     finally:
         t.close()
     assert out.ok, out.reason
+
+
+def test_a_probe_that_never_reads_its_settings_does_not_hold_the_others(make_hosts,
+                                                                        tmp_path):
+    """The settings go out from one loop for all nodes (the fan-out's start gate): only
+    what fits a node's window goes from there, never waiting; h1's probe neither reads its
+    4 MB of settings (more than the window) nor exits, and h2's still gets all of its own
+    and answers while h1's runs on."""
+    hosts = make_hosts(2)
+    doc = REPO / "tests" / "corpus" / "health.cpu.json"
+    py = script(tmp_path / "py", f'if [ "$(hostname)" = h1 ]; then exec sleep 600; fi\n'
+                f"head -n 1 > /dev/null\nexec cat {doc}\n")
+    nodes = load_inventory(hosts.write_inventory(tmp_path / "inv.yaml", python=py)).nodes
+    ts = [SshTransport(n, PROBES_DIR, "r1") for n in nodes]
+    cancel = threading.Event()
+    answered = {}
+
+    def one(t):
+        out = run_probe(t, "health", {"blob": "y" * (4 << 20)}, timeout_s=120,
+                        lifeline=True, cancel=cancel)
+        answered[t.node.name] = (out, cancel.is_set())
+        if t.node.name == "h2":
+            cancel.set()  # h1's probe is killed only now
+        return out
+    run = threading.Thread(target=fan_out, args=(ts, one, 2, cancel), daemon=True)
+    run.start()
+    try:
+        deadline = time.monotonic() + 300  # a hang: h2's settings held behind h1's window
+        while "h2" not in answered and time.monotonic() < deadline:
+            time.sleep(0.1)
+        cancel.set()
+        run.join(60)
+    finally:
+        for t in ts:
+            t.close()
+    assert "h2" in answered, "h2's probe never answered"
+    out, cancelled = answered["h2"]
+    assert out.ok and not cancelled, out.reason
+    out, _ = answered["h1"]
+    assert not out.ok and "the run was interrupted" in out.reason, out.reason

@@ -72,6 +72,10 @@ class CommandResult:
 class Transport:
     """Runs commands on one node. One instance per node per run, closed at the end."""
 
+    # Whether run() starts the command, then waits at the fan-out's start gate before it
+    # writes stdin (fanout.py: StartGate), so that a fan-out's probes start together.
+    starts_together = False
+
     def __init__(self, node: Node, probes_dir: Path, run_id: str = "unnamed"):
         self.node = node
         self.probes_dir = probes_dir

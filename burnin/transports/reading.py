@@ -44,10 +44,11 @@ class Reading:
 
 
 def read_bounded(source: Source, deadline: float, max_stdout: int, on_stderr=None,
-                 cancel: threading.Event | None = None) -> Reading:
+                 cancel: threading.Event | None = None, poll_s: float = POLL_S) -> Reading:
     """Read `source` until its output ends, the monotonic `deadline` passes, stdout
     passes `max_stdout` bytes, or `cancel` is set; on_stderr(chunk) sees stderr as it
-    arrives. Memory stays bounded whatever the command prints."""
+    arrives. Memory stays bounded whatever the command prints. A source whose read()
+    wakes up when `cancel` is set may be given a longer `poll_s`."""
     out, err = bytearray(), bytearray()
     timed_out = overflow = cancelled = False
     while not source.ended():
@@ -58,7 +59,7 @@ def read_bounded(source: Source, deadline: float, max_stdout: int, on_stderr=Non
         if cancel is not None and cancel.is_set():
             cancelled = True
             break
-        got_out, got_err = source.read(min(left, POLL_S))
+        got_out, got_err = source.read(min(left, poll_s))
         out += got_out
         if got_err:
             err += got_err

@@ -34,8 +34,10 @@ KEEPALIVE_S = 5
 DEAD_LINK_S = 30
 # How often paramiko's thread for a connection wakes up, idle, to see whether it should
 # stop (paramiko's default is 0.1 s: ten wake-ups a second per node, a core's worth at
-# 10,000 nodes). A close is noticed by the socket closing; keepalives (KEEPALIVE_S) and
-# handshake time-outs are looked at on these wake-ups, which stay well within them.
+# 10,000 nodes). Handshake time-outs are looked at on these wake-ups, which stay well
+# within them. Once the connection is up, it wakes every KEEPALIVE_S (_keep_alive): to
+# send a keepalive on a link idle that long (each wake-up cost 60 us of CPU per node
+# every second; benchmarks/ssh_start_skew.py), and a close wakes it at once (hang_up).
 ACTIVE_CHECK_S = 1.0
 
 
@@ -188,6 +190,7 @@ def _keep_alive(client: paramiko.SSHClient) -> None:
     s = transport.sock
     if not isinstance(s, socket.socket):
         return
+    s.settimeout(KEEPALIVE_S)  # paramiko's thread: a keepalive is all it wakes up for
     options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
     for name, value in (("TCP_KEEPIDLE", KEEPALIVE_S), ("TCP_KEEPINTVL", KEEPALIVE_S),
                         ("TCP_KEEPCNT", DEAD_LINK_S // KEEPALIVE_S - 1),
@@ -199,6 +202,18 @@ def _keep_alive(client: paramiko.SSHClient) -> None:
             s.setsockopt(level, option, value)
         except OSError:
             pass
+
+
+def hang_up(client: paramiko.SSHClient) -> None:
+    """Close the connection, its thread woken at once: paramiko closes the socket, which
+    does not wake a thread waiting in recv() on it; shutting it down does."""
+    t = client.get_transport()
+    if t is not None and isinstance(t.sock, socket.socket):
+        try:
+            t.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+    client.close()
 
 
 def explain(e: Exception, address: str, port: int, user: str | None, known_hosts: str,
