@@ -198,3 +198,24 @@ def test_probes_started_otherwise_stand_aside_and_hold_no_ssh_probe():
         assert ("on", 1) in events  # while item 0's command still runs
         other.release.set()
         t.join(HANG_S)
+
+
+class Together(Otherwise):
+    """A transport that waits at the gate itself (ssh): run_probe leaves the gate to it."""
+
+    starts_together = True
+
+    def run(self, *args, **kwargs):
+        self.gate = start_gate()
+        if self.gate is not None:
+            self.gate.arrive(lambda: None, HANG_S)
+        return CommandResult(0, b"", b"", 0.0)
+
+
+def test_a_probe_through_a_transport_that_starts_together_takes_the_gate_itself():
+    transports = [Together(), Together()]
+    fan_out(range(2), lambda i: run_probe(transports[i], "health", {}, 60), 2)
+    assert all(t.gate is not None for t in transports)
+    alone = Together()
+    run_probe(alone, "health", {}, 60)  # outside a fan-out: no gate
+    assert alone.gate is None
