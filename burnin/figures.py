@@ -171,24 +171,51 @@ def read_for_page(run_dir: Path, whole: set[str]) -> list[dict]:
     return out
 
 
+BATCH = 2_000   # kept lines parsed as one JSON array: the decoder shares their keys
+
+
 def _compact(record: dict) -> dict:
     """A kept record as publish holds it, 10,000 nodes' at once: its figures made now
-    (their lists freed, their labels shared) and its devices' names and words shared
-    (json.loads makes a new string of each), half the memory."""
+    (their lists freed, their labels shared) and its devices' words shared (json.loads
+    makes a new string of each; the keys are shared already, see _parsed)."""
     key_figures(record)
-    return _shared_words(record)
-
-
-def _shared_words(v, depth: int = 0):
-    if isinstance(v, dict) and depth < 6:
-        return {_word(k): _shared_words(x, depth + 1) for k, x in v.items()}
-    if isinstance(v, list) and depth < 6:
-        return [_shared_words(x, depth + 1) for x in v]
-    return _word(v)
+    data = record.get("data")
+    devices = data.get("devices") if isinstance(data, dict) else None
+    if type(devices) is list:
+        data["devices"] = [{k: _word(v) for k, v in d.items()} if type(d) is dict else d
+                           for d in devices]
+    return record
 
 
 def _word(v):
     return sys.intern(v) if type(v) is str and len(v) <= 64 else v
+
+
+def _parsed(lines: list[str]) -> list | None:
+    """A batch of JSON lines, parsed in one call (its decoder keeps one string of each
+    key for the whole batch, where a call per line would make 60,000 of "device"); None
+    when a line in it is not JSON."""
+    try:
+        out = json.loads("[" + ",".join(lines) + "]")
+    except ValueError:
+        return None
+    return out if len(out) == len(lines) else None  # "1,2" on one line is two values
+
+
+def _kept_records(path: Path) -> Iterator[object]:
+    """KEPT's lines parsed, a batch at a time; raises ValueError at a line that is not
+    JSON (a torn last line: the caller falls back to results.jsonl)."""
+    batch: list[str] = []
+    for line in itertools.chain(_lines(path), [None]):
+        if line is not None:
+            batch.append(line)
+            if len(batch) < BATCH:
+                continue
+        parsed = _parsed(batch)
+        if parsed is None:  # find the bad line, keep what precedes it
+            parsed = [json.loads(ln) for ln in batch]
+        yield from parsed
+        batch = []
 
 
 def _read_kept(path: Path, whole: set[str], lines: int, records: list[dict]
@@ -198,18 +225,17 @@ def _read_kept(path: Path, whole: set[str], lines: int, records: list[dict]
     that order); None unless KEPT has a line for each of results.jsonl's `lines` (a run
     killed between the two appends falls back)."""
     out, count, given = [], 0, iter(records)
-    for line in _lines(path):
-        count += 1
-        try:
-            r = json.loads(line)
-        except ValueError:
-            return None
-        if not isinstance(r, dict):
-            out.append(r)
-        elif r.get("node") not in whole:
-            out.append(_compact(r))
-        else:
-            out.extend(itertools.islice(given, 1))
+    try:
+        for r in _kept_records(path):
+            count += 1
+            if not isinstance(r, dict):
+                out.append(r)
+            elif r.get("node") not in whole:
+                out.append(_compact(r))
+            else:
+                out.extend(itertools.islice(given, 1))
+    except ValueError:
+        return None
     out.extend(given)
     return out if count == lines else None
 
