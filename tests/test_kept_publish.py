@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from summarypage import Summary, synthetic
+from summarypage import Summary, drawn_dom, needs_chromium, synthetic
 
 from burnin import figures
 from burnin.figures import KEPT, kept, kept_line, key_figures, read_for_page, read_records
@@ -63,8 +63,13 @@ def test_a_big_fleet_is_published_without_reading_a_passing_nodes_document(tmp_p
     lazy = summary.lazy()
     passing = lazy["gpu00002"]
     burn = next(blocks for check, _, blocks in passing["p"] if check == "burn")
-    rows = next(b for b in burn if b[0] == "table")[2]
-    assert len(rows) == 16 and rows[0][0] == "burn TFLOPS cuda:0", rows[:2]
+    _, names, values = next(b for b in burn if b[0] == "figs")
+    # The figures' names are the page's, stored once for every node that has them.
+    names = summary.packed("sections-frames")[names]
+    assert len(names) == len(values) == 16 and names[0] == ["burn TFLOPS cuda:0", "TFLOPS"]
+    another = next(n for n in lazy if n not in bad and n != "gpu00002")
+    other = next(blocks for check, _, blocks in lazy[another]["p"] if check == "burn")
+    assert other[0][1] == burn[0][1] and other[0][2] != values
     assert "burnin_device_flops_per_second{" in (run / "metrics.prom").read_text()
     prom = (run / "metrics.prom").read_text()
     assert prom.count('node="gpu00002"') > 40
@@ -139,3 +144,34 @@ def test_metrics_prom_is_the_same_from_kept_records_as_from_whole_ones(tmp_path)
         kept_records = read_for_page(run, set(failing(verdicts)))
         assert metrics.render("c", "r", 1.0, verdicts, kept_records) == whole
         (run / KEPT).unlink(missing_ok=True)
+
+
+@needs_chromium
+def test_the_browser_draws_a_passing_nodes_kept_figures_as_python_would(tmp_path, big):
+    from burnin.summary.sections import block_html
+    run, verdicts, inventory = run_of(tmp_path)
+    publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts), nodes=inventory)
+    summary = Summary(run / "summary.html")
+    burn = next(blocks for check, _, blocks in summary.lazy()["gpu00002"]["p"]
+                if check == "burn")
+    figs = ["figs", summary.packed("sections-frames")[burn[0][1]], burn[0][2]]
+    dom = drawn_dom(run / "summary.html", tmp_path / "profile", node="gpu00002")
+    part = dom.split('id="n-gpu00002-burn"')[1].split('class="chk"')[0]
+    assert "<td>burn TFLOPS cuda:0</td><td>TFLOPS</td>" in part
+    # Python's twin and the script give the same table, the same figures formatted alike.
+    assert block_html(figs).replace("'", '"') in part.replace("'", '"')
+
+
+def test_kept_lines_parsed_in_batches_read_as_one_at_a_time(tmp_path, monkeypatch):
+    run, verdicts, _ = run_of(tmp_path, nodes=6, failing_nodes=1)
+    bad = set(failing(verdicts))
+    one = [figures._compact(json.loads(ln)) if json.loads(ln)["node"] not in bad else None
+           for ln in (run / KEPT).read_text().splitlines()]
+    monkeypatch.setattr(figures, "BATCH", 5)  # batches that end inside a node's lines
+    got = read_for_page(run, bad)
+    assert len(got) == len(one) and all(a == b for a, b in zip(one, got, strict=True) if a)
+    # A torn last line (a run killed mid-append) anywhere in a batch: not the kept file then.
+    text = (run / KEPT).read_text()
+    (run / KEPT).write_text(text[:-40])
+    assert figures._read_kept(run / KEPT, bad, len(one), []) is None
+    assert len(read_for_page(run, bad)) == len(one)  # from results.jsonl

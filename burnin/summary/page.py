@@ -131,18 +131,24 @@ def render(report: PageRun) -> str:
 
 def _share_frames(nodes: list[str], data: dict[str, dict], frames: list,
                   index: dict[int, int]) -> None:
-    """Charts' frames (axes, ticks, titles: most of a chart) replaced by their index in
-    one list for the page (`frames`; `index`: id of a frame -> its place): a fleet's
-    thousands of burn charts share a handful."""
+    """Charts' frames (axes, ticks, titles: most of a chart) and kept figures' names
+    ("figs" blocks) replaced by their index in one list for the page (`frames`; `index`:
+    id of a frame -> its place): a fleet's thousands of sections share a handful."""
+    def shared(frame: list) -> int:
+        key = id(frame)
+        if key not in index:
+            index[key] = len(frames)
+            frames.append(frame)
+        return index[key]
     for n in nodes:
         for _, _, blocks in data[n]["p"]:
-            for chart in (c for b in blocks if b[0] == "charts" for c in b[1]):
-                if chart and isinstance(chart.get("f"), list):
-                    key = id(chart["f"])
-                    if key not in index:
-                        index[key] = len(frames)
-                        frames.append(chart["f"])
-                    chart["f"] = index[key]
+            for b in blocks:
+                if b[0] == "charts":
+                    for chart in b[1]:
+                        if chart and isinstance(chart.get("f"), list):
+                            chart["f"] = shared(chart["f"])
+                elif b[0] == "figs" and isinstance(b[1], list):
+                    b[1] = shared(b[1])
 
 
 def _chunks(lazy: list[str], at_load: list[str], section) -> str:

@@ -10,6 +10,8 @@ thousands of sections travel compressed and are drawn when opened):
                                             (a chart's frame, "f", is stored once a page)
     ["pre", text]                           (folded: a probe's stderr)
     ["sparks", [[name, [value per run, oldest first], moved], ...]]
+    ["figs", [[figure, unit], ...], [value, ...]]    (the names stored once a page, as
+                                            a chart's frame: a big fleet's kept figures)
 
 A check names its own part on its Check, as a reference imported when a page is drawn
 (see burnin/summary/checks.py), so that the checks never import the page:
@@ -184,14 +186,28 @@ def generic(view: NodeView, record: dict) -> list:
 
 
 def figures_part(view: NodeView, record: dict) -> list:
-    """A check's part from its kept figures (a passing node of a big fleet): each figure
-    with its unit; the charts are its results.jsonl's."""
-    # Rows as table() would make them (text() of a number is fmt), without its pass over
-    # every cell: 450,000 figures at 10,000 nodes.
-    rows = [[*_named(f.metric, f.labels), fmt(f.value)] for f in key_figures(record)]
-    out = [["table", ["figure", "unit", "value"], rows[:MAX_ROWS]]] if rows else []
-    return out + [note("A passing node of a fleet this size: its figures only; every "
-                       "sample is in results.jsonl.")]
+    """A check's part from its kept figures (a passing node of a big fleet): a "figs"
+    block, the figures' names and units (one list shared by every node that has the same
+    figures: the page stores it once, see page._share_frames) and their values, which the
+    browser formats and lays out as a table; the charts are its results.jsonl's."""
+    figs = key_figures(record)[:MAX_ROWS]
+    if not figs:
+        return [note(KEPT_NOTE)]
+    keys = tuple((f.metric, f.labels) for f in figs)
+    try:
+        names = _names_of(keys)
+    except TypeError:  # a label value that cannot be hashed
+        names = _names_of.__wrapped__(keys)
+    return [["figs", names, [f.value for f in figs]]]
+
+
+KEPT_NOTE = "A passing node of a fleet this size: its figures only; every sample is in " \
+    "results.jsonl."
+
+
+@functools.lru_cache(maxsize=1024)  # the same few lists on every node of a fleet: one each
+def _names_of(keys: tuple) -> list[list[str]]:
+    return [list(_named(metric, labels)) for metric, labels in keys]
 
 
 def _named(metric: str, labels: tuple) -> tuple[str, str]:
@@ -246,6 +262,10 @@ def block_html(b: list) -> str:
     if kind == "sparks":
         return "<table class='figs'><tbody>" + "".join(_spark(*row) for row in b[1]) + \
             "</tbody></table>"
+    if kind == "figs":  # names and units, values: table() of them, then the note
+        rows = [[n, u, fmt(v)] for (n, u), v in zip(b[1], b[2], strict=False)]
+        return block_html(["table", ["figure", "unit", "value"], rows]) + \
+            block_html(note(KEPT_NOTE))
     return ""
 
 
