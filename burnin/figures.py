@@ -101,15 +101,18 @@ def _kept_data(data):
 
 
 def kept(record: dict) -> dict:
-    """A record as KEPT holds it: `kept_figures` (its figures, [metric, labels, value,
-    better]) and `kept_help` ({metric: help}) from the whole document, and the document
-    cut to what the page and metrics.prom read besides (_kept_data). key_figures reads
-    such a record's figures back as they were."""
+    """A record as KEPT holds it: its figures from the whole document, as `kept_keys`
+    (the text of a JSON list of [metric, labels, better, help], the same on every node
+    of a fleet that has the same devices: publish parses each such text once) and
+    `kept_figures` (their values, in that order), and the document cut to what the page
+    and metrics.prom read besides (_kept_data). key_figures reads such a record's figures
+    back as they were."""
     figs = key_figures(record)
     out = {k: v for k, v in record.items() if k != "data"}
     out["data"] = _kept_data(record.get("data"))
-    out["kept_figures"] = [[f.metric, f.labels, f.value, f.better] for f in figs]
-    out["kept_help"] = {f.metric: f.help for f in figs}
+    out["kept_keys"] = json.dumps([[f.metric, f.labels, f.better, f.help] for f in figs],
+                                  separators=(",", ":"), allow_nan=False)
+    out["kept_figures"] = [f.value for f in figs]
     return out
 
 
@@ -259,14 +262,39 @@ def _kept_figures(record: dict) -> list[Figure]:
     made = record.get("_figures")  # the page, the fleet and metrics.prom each ask: made once
     if made is None:
         made = record["_figures"] = _made_figures(record)
-        record["kept_figures"], record["kept_help"] = None, None  # held once, as Figures
+        record["kept_figures"] = record["kept_keys"] = record["kept_help"] = None  # as Figures
     return list(made)
 
 
 _LABELS: dict[tuple, tuple] = {}  # a fleet's figures share a few dozen label sets: held once
+_KEYS: dict[str, tuple] = {}      # kept_keys text -> its keys: a fleet's nodes share a few
 
 
 def _made_figures(record: dict) -> tuple[Figure, ...]:
+    keys, values = record.get("kept_keys"), record.get("kept_figures")
+    if not isinstance(keys, str):  # a kept file from before kept_keys
+        return _made_figures_v1(record)
+    try:
+        shape = _KEYS.get(keys) or _keys_of(keys)
+        return tuple(Figure(m, labels, v, help_text, better) for (m, labels, better, help_text), v
+                     in zip(shape, values, strict=True) if isinstance(v, (int, float)))
+    except (TypeError, ValueError):  # a doctored line
+        return ()
+
+
+def _keys_of(text: str) -> tuple:
+    """A kept_keys text's keys (metric, labels, better, help), checked; held for the next
+    node that has them. ValueError or TypeError for a doctored one."""
+    shape = tuple((m, _shared(tuple(tuple(p) for p in labels)), better, str(help_text))
+                  for m, labels, better, help_text in json.loads(text))
+    if not all(isinstance(k[0], str) and k[2] in ("higher", "lower") for k in shape):
+        raise ValueError("a figure without a metric name")
+    if len(_KEYS) < 4096:
+        _KEYS[text] = shape
+    return shape
+
+
+def _made_figures_v1(record: dict) -> tuple[Figure, ...]:
     helps = record.get("kept_help") if isinstance(record.get("kept_help"), dict) else {}
     try:
         out = []

@@ -175,3 +175,22 @@ def test_kept_lines_parsed_in_batches_read_as_one_at_a_time(tmp_path, monkeypatc
     (run / KEPT).write_text(text[:-40])
     assert figures._read_kept(run / KEPT, bad, len(one), []) is None
     assert len(read_for_page(run, bad)) == len(one)  # from results.jsonl
+
+
+def test_a_kept_file_from_before_kept_keys_reads_the_same_figures(tmp_path):
+    """A run directory kept by an earlier burnin (kept_figures as [metric, labels, value,
+    better] with kept_help) is published from its kept file still."""
+    run, verdicts, _ = run_of(tmp_path, nodes=3, failing_nodes=0)
+    records = read_records(run / "results.jsonl")
+    burn = next(r for r in records if r["check"] == "burn")
+    now = json.loads(kept_line(burn))
+    assert isinstance(now["kept_keys"], str) and len(now["kept_figures"]) == 16
+    old = {k: v for k, v in now.items() if k != "kept_keys"}
+    figs = key_figures(burn)
+    old["kept_figures"] = [[f.metric, f.labels, f.value, f.better] for f in figs]
+    old["kept_help"] = {f.metric: f.help for f in figs}
+    doctored = dict(now, kept_keys=now["kept_keys"].replace('"higher"', '"up"'))
+    short = dict(now, kept_figures=now["kept_figures"][:-1])
+    assert key_figures(json.loads(json.dumps(old))) == figs == key_figures(now)
+    assert key_figures(doctored) == []
+    assert key_figures(short) == []  # values that do not match their keys: none trusted
