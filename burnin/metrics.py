@@ -90,6 +90,20 @@ def _family(name: str, help_text: str, samples: list[str]) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
 
 
+def _placed(f, families: dict[str, tuple[str, dict[str, str]]]) -> tuple:
+    """What every series of a figure's metric and labels shares: ("burnin_" and its name
+    in base units, the factor to them, its labels after the node's as text, its device
+    (None when it has none), and its family's samples, made with the first figure of the
+    family's help). The same as _labels([c, node, *f.labels, (UUID, ...)]), made once."""
+    name, factor, words = _base_unit(f.metric)
+    try:
+        tail, device = _label_tail(f.labels), _device(f.labels)
+    except TypeError:  # a label value that cannot be hashed: made here, as it is
+        tail, device = _label_tail.__wrapped__(f.labels), _device.__wrapped__(f.labels)
+    samples = families.setdefault(name, (f"{f.help}, in {words}.", {}))[1]
+    return f"burnin_{name}", factor, tail, device, samples
+
+
 def _uuids(record: dict) -> dict[str, str]:
     """{device: UUID} of a probe record's devices that have one (GPUs, not CPUs)."""
     out = {}
@@ -130,23 +144,26 @@ def render(cluster: str, run_id: str, finished: float,
                          [f"burnin_node_quarantined{_labels([c, ('node', n)])} {int(q)}"
                           for n, q in sorted(quarantined.items())])
     families: dict[str, tuple[str, dict[str, str]]] = {}
+    placed: dict[tuple, tuple] = {}  # (metric, labels) -> _placed's: a fleet has dozens
     for r in records:
-        uuids = _uuids(r)
+        uuids = None
         head = f'{{cluster="{_esc(cluster)}",node="{_esc(r["node"])}"'
         for f in key_figures(r)[:MAX_SERIES_PER_RECORD]:
-            name, factor, words = _base_unit(f.metric)
-            # The same as _labels([c, node, *f.labels, (UUID, ...)]), its parts made once:
-            # a fleet's nodes share their figures' labels.
             try:
-                tail, device = _label_tail(f.labels), _device(f.labels)
-            except TypeError:  # a label value that cannot be hashed: made here, as it is
-                tail, device = _label_tail.__wrapped__(f.labels), _device.__wrapped__(f.labels)
-            if device in uuids:
-                tail += f',{UUID_LABEL}="{_esc(uuids[device])}"'
-            series = f"burnin_{name}{head}{tail}}}"
+                prefix, factor, tail, device, samples = placed[(f.metric, f.labels)]
+            except KeyError:
+                prefix, factor, tail, device, samples = placed[(f.metric, f.labels)] = \
+                    _placed(f, families)
+            except TypeError:  # a label value that cannot be hashed: placed for itself
+                prefix, factor, tail, device, samples = _placed(f, families)
+            if device is not None:
+                uuids = _uuids(r) if uuids is None else uuids
+                if device in uuids:
+                    tail += f',{UUID_LABEL}="{_esc(uuids[device])}"'
+            series = f"{prefix}{head}{tail}}}"
             # One sample per series: a node repeating a device or port says it once.
-            families.setdefault(name, (f"{f.help}, in {words}.", {})
-                                )[1].setdefault(series, f"{series} {f.value * factor:.12g}")
+            if series not in samples:
+                samples[series] = f"{series} {f.value * factor:.12g}"
     for name, (help_text, samples) in sorted(families.items()):
         lines += _family(f"burnin_{name}", help_text, list(samples.values()))
     if speeds:  # {node: (relative speed, the check that sets it)}, from junit.xml
