@@ -251,7 +251,10 @@ def rank_chart(report: PageRun, fleet: FleetFigures, title: str, axis: Axis, ite
     every dot; the worst few are labelled in place."""
     if not items:
         return ""
-    ordered = sorted(items, key=lambda i: (i[0] if worst == "low" else -i[0], natural_key(i[1])))
+    # Ties in node order: each node's place once, not its natural key per device.
+    place = {n: i for i, n in enumerate(sorted({i[1] for i in items}, key=natural_key))}
+    sign = 1 if worst == "low" else -1
+    ordered = sorted(items, key=lambda i: (sign * i[0], place[i[1]]))
 
     def failed(node: str) -> bool:  # this check, not another: a slow disk is not a slow GPU
         return report.verdicts.get(node, {}).get(check, ("passed", ""))[0] != "passed"

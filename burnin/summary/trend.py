@@ -267,18 +267,31 @@ def family(key: Key) -> tuple[str, str]:
 def families(values: dict[Key, list[float | None]]) -> dict[str, list[float | None]]:
     """A node's figures folded per family (burn TFLOPS, hottest °C, storage read, ...):
     per run the worst device's value, the slowest or the hottest."""
-    rows: dict[str, list[list[float | None]]] = {}
+    keys = tuple(values)
+    try:
+        plan = _plan(keys)
+    except TypeError:  # a label value that cannot be hashed
+        plan = _plan.__wrapped__(keys)
+    series = list(values.values())
+    out = {}
+    for name, pick, members in plan:  # per run (a column), its worst device
+        columns = ([v for v in column if v is not None]
+                   for column in zip(*(series[i] for i in members), strict=True))
+        out[name] = [pick(vs) if vs else None for vs in columns]
+    return out
+
+
+@functools.lru_cache(maxsize=256)  # every node of a fleet has the same figures, in order
+def _plan(keys: tuple[Key, ...]) -> tuple[tuple[str, object, tuple[int, ...]], ...]:
+    """(family, how its worst is picked, the places of its figures in `keys`), by name."""
+    members: dict[str, list[int]] = {}
     worst: dict[str, str] = {}
-    for key, series in values.items():
+    for i, key in enumerate(keys):
         name, end = family(key)
         worst[name] = end
-        rows.setdefault(name, []).append(series)
+        members.setdefault(name, []).append(i)
     pick = {"high": max, "low": min}
-    out = {}
-    for name, series in sorted(rows.items()):  # per run (a column), its worst device
-        columns = ([v for v in column if v is not None] for column in zip(*series, strict=True))
-        out[name] = [pick[worst[name]](vs) if vs else None for vs in columns]
-    return out
+    return tuple((name, pick[worst[name]], tuple(members[name])) for name in sorted(members))
 
 
 def node_trend(view) -> list:
