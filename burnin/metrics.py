@@ -104,6 +104,13 @@ def _placed(f, families: dict[str, tuple[str, dict[str, str]]]) -> tuple:
     return f"burnin_{name}", factor, tail, device, samples
 
 
+def _ends(result) -> tuple[str, list[str]]:
+    """What follows a check's labels in its burnin_check_passed line and in each of its
+    burnin_check_outcome lines, for a check of this outcome."""
+    return (f"}} {int(result == Outcome.PASSED)}",
+            [f',outcome="{_esc(o.value)}"}} {int(result == o)}' for o in RESULTS])
+
+
 def _uuids(record: dict) -> dict[str, str]:
     """{device: UUID} of a probe record's devices that have one (GPUs, not CPUs)."""
     out = {}
@@ -126,13 +133,21 @@ def render(cluster: str, run_id: str, finished: float,
     lines += _family("burnin_last_run_timestamp_seconds", "When the last run finished.",
                      [f"burnin_last_run_timestamp_seconds{_labels([c])} {finished:.0f}"])
     passed, outcome = [], []
+    head = f'{{cluster="{_esc(cluster)}",node="'
+    ends: dict[object, tuple[str, list[str]]] = {}  # an outcome -> its lines' ends
     for node in sorted(verdicts):
+        at = f'{head}{_esc(node)}",check="'
         for check, (result, _) in sorted(verdicts[node].items()):
-            base = _labels([c, ("node", node), ("check", check)])
-            passed.append(f"burnin_check_passed{base} {int(result == Outcome.PASSED)}")
-            for o in RESULTS:  # metrics.prom's label values are the outcomes' own words
-                outcome.append(f"burnin_check_outcome{base[:-1]},outcome=\"{_esc(o.value)}\"}} "
-                               f"{int(result == o)}")
+            base = f'{at}{_esc(check)}"'
+            try:
+                one, each = ends[result]
+            except KeyError:
+                one, each = ends[result] = _ends(result)
+            except TypeError:  # an outcome that cannot be hashed: not ours, made here
+                one, each = _ends(result)
+            passed.append(f"burnin_check_passed{base}{one}")
+            # metrics.prom's label values are the outcomes' own words
+            outcome.extend([f"burnin_check_outcome{base}{end}" for end in each])
     lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
                      "run, else 0 (failed, error or skipped).", passed)
     lines += _family("burnin_check_outcome", "The check's outcome on the node in the last "
