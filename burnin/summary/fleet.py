@@ -115,6 +115,13 @@ def _placed(check: str, f, fleet: FleetFigures) -> tuple | None:
     return fleet.devices.setdefault(key, []), device, m.per_model
 
 
+def sorted_median(values: list[float]) -> float:
+    """statistics.median of values already sorted, either way, without sorting 80,000
+    devices again."""
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
 def resolve(ref: str):
     """The function a Check names as "module:function", imported now."""
     module, _, name = ref.partition(":")
@@ -276,7 +283,7 @@ def rank_chart(report: PageRun, fleet: FleetFigures, title: str, axis: Axis, ite
         chart.label(i + 1, v, f"{node} {device}")
     for floor, name in floors_over(report, key, [i[1] for i in ordered]):
         chart.ref(floor, name)
-    chart.ref(statistics.median(i[0] for i in ordered), "median", MEDIAN)
+    chart.ref(sorted_median([i[0] for i in ordered]), "median", MEDIAN)
     for part in fleet.parts.values():
         for value, name, colour in part.refs.get(key, []):
             chart.ref(value, name, colour)
