@@ -8,6 +8,7 @@ from __future__ import annotations
 import calendar
 import functools
 import json
+import math
 import re
 import time
 import xml.etree.ElementTree as ET
@@ -294,6 +295,21 @@ def _plan(keys: tuple[Key, ...]) -> tuple[tuple[str, object, tuple[int, ...]], .
     return tuple((name, pick[worst[name]], tuple(members[name])) for name in sorted(members))
 
 
+def shown(v: float) -> float:
+    """A value as fmt() shows it, as a number (float(fmt(v)) without the text: a
+    fleet's sparklines hold 200,000 of them): three significant digits, whole from 100."""
+    a = abs(v)
+    if not math.isfinite(v):
+        return v
+    if a >= 100 or v == int(v):
+        return float(round(v)) if v else v  # -0.0 stays itself, as fmt writes it
+    if a >= 10:
+        return round(v, 1)
+    if a >= 1:
+        return round(v, 2)
+    return float(f"{v:.3g}")
+
+
 def node_trend(view) -> list:
     """A node's figures across the runs: a sparkline per family, the moves listed."""
     trend: Trend | None = view.report.trend
@@ -301,8 +317,8 @@ def node_trend(view) -> list:
         return []
     moved = trend.moved(view.node)
     hot = {family(k)[0] for k, *_ in moved}  # families with a moved figure: their point red
-    sparks = [[name, [None if v is None else float(fmt(v).replace("\u2009", "")) for v in series],
-               int(name in hot)] for name, series in families(trend.values[view.node]).items()]
+    sparks = [[name, [None if v is None else shown(v) for v in series], int(name in hot)]
+              for name, series in families(trend.values[view.node]).items()]
     out: list = [["note", f"Over the last {len(trend.runs)} runs of this cluster, oldest first "
                           f"(this run last); {len(moved)} figure{'s' * (len(moved) != 1)} moved by"
                           f" more than {trend.threshold:.0%} since the previous run.",
