@@ -185,13 +185,13 @@ def _compact(record: dict) -> dict:
     data = record.get("data")
     devices = data.get("devices") if isinstance(data, dict) else None
     if type(devices) is list:
-        data["devices"] = [{k: _word(v) for k, v in d.items()} if type(d) is dict else d
-                           for d in devices]
+        for d in devices:  # the model's name and "cuda:0": the same on every node
+            if type(d) is dict:
+                for k in ("name", "device"):
+                    v = d.get(k)
+                    if type(v) is str and len(v) <= 64:
+                        d[k] = sys.intern(v)
     return record
-
-
-def _word(v):
-    return sys.intern(v) if type(v) is str and len(v) <= 64 else v
 
 
 def _parsed(lines: list[str]) -> list | None:
