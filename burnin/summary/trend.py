@@ -123,9 +123,12 @@ def save(run_dir: Path, figures: dict[str, list[Figure]]) -> None:
 def _from_saved(path: Path) -> dict[str, dict[Key, float]]:
     saved = json.loads(path.read_text(encoding="utf-8"))
     keys = [(m, tuple(tuple(p) for p in labels)) for m, labels in saved["keys"]]
-    return {node: {k: v for k, v in zip(keys, row, strict=False)
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    # json.loads makes no subclass of int but bool: a type check is the isinstance one.
+    return {node: {k: v for k, v in zip(keys, row, strict=False) if type(v) in _NUMBERS}
             for node, row in saved["nodes"].items()}
+
+
+_NUMBERS = frozenset((int, float))
 
 
 def _figures_of(run: Path) -> dict[str, dict[Key, float]]:
