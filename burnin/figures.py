@@ -14,7 +14,6 @@ import functools
 import gc
 import itertools
 import json
-import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +29,6 @@ KEPT = ".kept.jsonl"
 # the kept line leaves it out. Sweeps, devices and ports (lists of objects) stay.
 SERIES = 32
 IDENTITY = ("device", "index", "name", "uuid")
-NODE_AT = re.compile(r'"node": ("(?:[^"\\]|\\.)*")')
 
 
 def measure(metric: str) -> Measure | None:
@@ -133,16 +131,6 @@ def _lines(path: Path) -> Iterator[str]:
         yield from f
 
 
-def _node_of(line: str) -> str | None:
-    """The node a results.jsonl line is about, read from its head without parsing the
-    line: "node" is the record's second key, before any probe text."""
-    m = NODE_AT.search(line, 0, 4096)
-    try:
-        return json.loads(m.group(1)) if m else None
-    except ValueError:
-        return None
-
-
 def read_for_page(run_dir: Path, whole: set[str]) -> list[dict]:
     """The records publish draws from: the whole record of each node in `whole` (those
     whose section and evidence are complete), the kept one (figures, no series) of every
@@ -150,17 +138,8 @@ def read_for_page(run_dir: Path, whole: set[str]) -> list[dict]:
     only for `whole`; else (a run from before KEPT, one cut short) from results.jsonl,
     each other node's record kept as it is read, never all held at once."""
     results, kept_path = run_dir / "results.jsonl", run_dir / KEPT
-    out: list[dict] = []
     with paused_gc():
-        lines = 0
-        for line in _lines(results):
-            lines += 1
-            if _node_of(line) in whole:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-        held = _read_kept(kept_path, whole, lines, out) if kept_path.is_file() else None
+        held = _read_kept(kept_path, results, whole) if kept_path.is_file() else None
         if held is not None:
             return held
         out = []
@@ -221,26 +200,39 @@ def _kept_records(path: Path) -> Iterator[object]:
         batch = []
 
 
-def _read_kept(path: Path, whole: set[str], lines: int, records: list[dict]
-               ) -> list[dict] | None:
-    """KEPT's records, each node in `whole` given its whole record (`records`, in
-    results.jsonl's order, which KEPT's lines follow: metrics.prom lists its series in
-    that order); None unless KEPT has a line for each of results.jsonl's `lines` (a run
-    killed between the two appends falls back)."""
-    out, count, given = [], 0, iter(records)
+def _read_kept(path: Path, results: Path, whole: set[str]) -> list[dict] | None:
+    """KEPT's records, each node in `whole` given its whole record from results.jsonl,
+    whose lines KEPT's follow one for one (metrics.prom lists its series in that order):
+    the line numbers to parse are known from KEPT, and results.jsonl's other lines are
+    only counted. None unless KEPT has a line for each of results.jsonl's, and each whole
+    record is the node its kept line says (a run killed between the two appends, or
+    files out of step, fall back to results.jsonl)."""
+    out: list = []
+    wanted: set[int] = set()  # results.jsonl's lines to parse, by number from 0
     try:
         for r in _kept_records(path):
-            count += 1
-            if not isinstance(r, dict):
+            if isinstance(r, dict) and r.get("node") in whole:
+                wanted.add(len(out))
                 out.append(r)
-            elif r.get("node") not in whole:
-                out.append(_compact(r))
             else:
-                out.extend(itertools.islice(given, 1))
+                out.append(_compact(r) if isinstance(r, dict) else r)
     except ValueError:
         return None
-    out.extend(given)
-    return out if count == lines else None
+    count = 0
+    with open(results, "rb") as f:  # bytes: a line is decoded only when it is parsed
+        for count, line in enumerate(f, 1):
+            at = count - 1
+            if at not in wanted:
+                continue
+            try:
+                r = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:  # a torn line: its kept record, figures and all, stands in
+                out[at] = _compact(out[at])
+                continue
+            if not isinstance(r, dict) or r.get("node") != out[at].get("node"):
+                return None
+            out[at] = r
+    return out if count == len(out) else None
 
 
 def key_figures(record: dict) -> list[Figure]:

@@ -173,8 +173,31 @@ def test_kept_lines_parsed_in_batches_read_as_one_at_a_time(tmp_path, monkeypatc
     # A torn last line (a run killed mid-append) anywhere in a batch: not the kept file then.
     text = (run / KEPT).read_text()
     (run / KEPT).write_text(text[:-40])
-    assert figures._read_kept(run / KEPT, bad, len(one), []) is None
+    assert figures._read_kept(run / KEPT, run / "results.jsonl", bad) is None
     assert len(read_for_page(run, bad)) == len(one)  # from results.jsonl
+
+
+def test_kept_lines_out_of_step_with_results_jsonl_are_not_used(tmp_path, monkeypatch):
+    """The whole records are found by line number from KEPT: a KEPT whose lines do not
+    follow results.jsonl's (here two nodes' swapped) is not trusted, and publish reads
+    results.jsonl instead."""
+    run, verdicts, _ = run_of(tmp_path, nodes=4, failing_nodes=1)
+    bad = set(failing(verdicts))
+    lines = (run / KEPT).read_text().splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if json.loads(ln)["node"] in bad)
+    other = next(i for i, ln in enumerate(lines) if json.loads(ln)["node"] not in bad)
+    assert figures._read_kept(run / KEPT, run / "results.jsonl", bad) is not None
+    lines[at], lines[other] = lines[other], lines[at]
+    (run / KEPT).write_text("".join(lines))
+    assert figures._read_kept(run / KEPT, run / "results.jsonl", bad) is None
+    calls = []
+    real = figures.kept
+    monkeypatch.setattr(figures, "kept", lambda r: calls.append(r) or real(r))
+    records = read_for_page(run, bad)
+    assert calls and {r["node"] for r in records if "kept_figures" not in r} == bad
+    whole = [r for r in records if r["node"] in bad]
+    assert whole and all("tflops_series" in json.dumps(r) for r in whole
+                         if r["check"] == "burn")
 
 
 def test_a_kept_file_from_before_kept_keys_reads_the_same_figures(tmp_path):
@@ -194,3 +217,18 @@ def test_a_kept_file_from_before_kept_keys_reads_the_same_figures(tmp_path):
     assert key_figures(json.loads(json.dumps(old))) == figs == key_figures(now)
     assert key_figures(doctored) == []
     assert key_figures(short) == []  # values that do not match their keys: none trusted
+
+
+def test_a_torn_whole_line_leaves_its_kept_record_in_its_place(tmp_path):
+    run, verdicts, _ = run_of(tmp_path, nodes=4, failing_nodes=1)
+    bad = set(failing(verdicts))
+    lines = (run / "results.jsonl").read_text().splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if json.loads(ln)["node"] in bad
+              and json.loads(ln)["check"] == "burn")
+    lines[at] = lines[at][:200] + "\n"
+    (run / "results.jsonl").write_text("".join(lines))
+    records = read_for_page(run, bad)
+    assert len(records) == len(lines) and "kept_figures" in records[at]
+    assert key_figures(records[at]) and records[at]["node"] in bad
+    assert all("kept_figures" not in r for i, r in enumerate(records)
+               if r["node"] in bad and i != at)
