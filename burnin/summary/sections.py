@@ -74,8 +74,11 @@ def part_of(check: str) -> Section:
 def node_env(report: PageRun, node: str) -> list[list[str]]:
     """The environment the node's probes ran under (the inventory's `env:`, as a probe
     recorded it), from its first record that has one: [[name, value], ...], bounded."""
+    records = report.records.get(node, {})
     for check in report.checks:
-        env = mapping(data_of(report.records.get(node, {}).get(check)).get("env"))
+        env = data_of(records.get(check)).get("env")
+        if not isinstance(env, dict) or not env:
+            continue
         pairs = sorted((k[:64], v[:120]) for k, v in env.items()
                        if isinstance(k, str) and isinstance(v, str))
         if pairs:
@@ -88,23 +91,24 @@ def node_data(view: NodeView, trend_part: Callable[[NodeView], list] | None = No
     b: failing, v: [[check, outcome, message]], p: [[check, outcome, blocks]], t: trend}."""
     report, node = view.report, view.node
     info = report.info(node)
-    checks = [c for c in report.checks
-              if c in report.verdicts.get(node, {}) or c in report.records.get(node, {})]
-    verdicts = [[c, str(view.verdict(c)[0]), str(view.verdict(c)[1] or "")[:1200]]
-                for c in checks]
+    given, records = report.verdicts.get(node, {}), report.records.get(node, {})
+    said = [(c, given.get(c, ("", ""))) for c in report.checks if c in given or c in records]
     return {"n": node, "a": info.address if info.address != node else "",
             "l": sorted(info.labels.items()), "x": node_env(report, node),
             "e": int(node in report.evidence),
-            "b": int(report.failing(node)), "v": verdicts,
-            "p": [[c, view.verdict(c)[0], drawn(f"{node} {c}", _part, view, c)] for c in checks],
-            "t": drawn(f"{node} trend", trend_part, view) if trend_part else []}
+            "b": int(report.failing(node)),
+            "v": [[c, str(o), str(m or "")[:1200]] for c, (o, m) in said],
+            "p": [[c, o, drawn((node, c), _part, view, c)] for c, (o, _) in said],
+            "t": drawn((node, "trend"), trend_part, view) if trend_part else []}
 
 
-def drawn(what: str, fn, *args) -> list:
-    """One part: its blocks, or a note saying what could not be drawn and why."""
+def drawn(what, fn, *args) -> list:
+    """One part: its blocks, or a note saying what could not be drawn and why (`what`:
+    its name, or the words of it, (node, check), joined only then)."""
     try:
         return fn(*args)
     except Exception as e:  # a malformed record costs its own part, nothing more
+        what = " ".join(what) if isinstance(what, tuple) else what
         return [note(f"{what}: could not draw this part: {type(e).__name__}: {str(e)[:200]}",
                      "warn")]
 
