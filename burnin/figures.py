@@ -86,12 +86,15 @@ def _series(v) -> bool:
 
 def _kept_data(data):
     """A document as kept: its scalars, its node-wide `figures` without series (the
-    all-reduce's sweep stays), and of each device only who it is (IDENTITY): what the
-    fleet's charts and metrics.prom's UUID labels read besides the figures."""
+    all-reduce's sweep stays), the `env` it ran under, and of each device only who it is
+    (IDENTITY): what the fleet's charts, the node's heading and metrics.prom's UUID
+    labels read besides the figures."""
     if not isinstance(data, dict):
         return data
     out = {k: v for k, v in data.items() if not isinstance(v, (dict, list))}
     out["figures"] = _slim(data.get("figures"))
+    if isinstance(data.get("env"), dict):  # the inventory's env:, in the node's heading
+        out["env"] = _slim(data["env"])
     devices = data.get("devices") if isinstance(data.get("devices"), list) else []
     out["devices"] = [{k: d[k] for k in IDENTITY if k in d} for d in devices
                       if isinstance(d, dict)]

@@ -46,6 +46,9 @@ def test_a_kept_record_has_the_whole_documents_figures_and_none_of_its_series(tm
                                            "uuid": "GPU-00000-3"}
     allreduce = next(r for r in records if r["check"] == "allreduce")
     assert kept(allreduce)["data"]["figures"]["sweep"] == allreduce["data"]["figures"]["sweep"]
+    # The env a probe ran under is in its node's heading, on a big fleet's page too.
+    allreduce["data"]["env"] = {"NCCL_IB_HCA": "mlx5_0", "GLOO_SOCKET_IFNAME": "lo"}
+    assert kept(allreduce)["data"]["env"] == allreduce["data"]["env"]
     assert len(kept_line(burn)) < len(json.dumps(burn)) / 5
 
 
