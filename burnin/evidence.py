@@ -44,7 +44,9 @@ def readable(value, depth: int = 0) -> str:
     would write one sample a line, in pure Python: seconds per failing node of a fleet."""
     pad = "\n" + " " * (depth + 1)
     if isinstance(value, dict) and value:
-        return "{" + ",".join(f"{pad}{_key(k)}: {readable(v, depth + 1)}"
+        get, deeper = _SCALAR.get, depth + 1  # most values are plain scalars: no readable()
+        return "{" + ",".join(f"{pad}{_key(k)}: "
+                              f"{w(v) if (w := get(type(v))) else readable(v, deeper)}"
                               for k, v in value.items()) + "\n" + " " * depth + "}"
     if isinstance(value, list) and value and isinstance(value[0], dict):  # devices, ports
         return "[" + ",".join(pad + readable(v, depth + 1) for v in value) + "\n" + \
@@ -55,6 +57,11 @@ def readable(value, depth: int = 0) -> str:
 # json.dumps' own encoder, without its call's argument checks: 300 failing nodes of a
 # fleet are a quarter of a million values.
 _dumps = json.JSONEncoder().encode
+# What json.dumps writes for the plain scalars, made by the same functions it uses;
+# a float that is not finite (NaN, Infinity) and any subclass go through _dumps.
+_SCALAR = {str: json.encoder.encode_basestring_ascii, int: int.__repr__,
+           bool: lambda v: "true" if v else "false", type(None): lambda v: "null",
+           float: lambda v: float.__repr__(v) if v - v == 0.0 else _dumps(v)}
 
 
 def _key(k) -> str:

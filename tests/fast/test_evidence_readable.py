@@ -20,3 +20,15 @@ def test_a_key_is_written_as_its_own_text_whatever_came_before():
     assert json.loads(readable({1: "a"})) == {"1": "a"}
     assert json.loads(readable({True: "b"})) == {"True": "b"}
     assert json.loads(readable({1.0: "c"})) == {"1.0": "c"}
+
+
+def test_plain_scalars_are_written_as_json_dumps_writes_them():
+    import enum
+    import math
+
+    class Level(enum.IntEnum):
+        HIGH = 1
+    values = [1.5, math.nan, math.inf, -math.inf, -0.0, 1e-7, 123456789.123, 10 ** 20,
+              True, False, None, "é\n\"\u2028\\", Level.HIGH, 0, -3]
+    for v in values:
+        assert readable({"k": v}) == '{\n "k": ' + json.dumps(v) + "\n}", v
