@@ -211,11 +211,13 @@ def load(run_dir: Path, cluster: str, current: dict[str, list[Figure]]) -> Trend
     past = [_figures_of(p) for p in earlier]
     trend = Trend([p.name for p in earlier] + [run_dir.resolve().name])
     for node, figs in current.items():
-        mine = trend.values.setdefault(node, {})
-        theirs = [run.get(node, {}) for run in past]
-        for fig in figs:
-            key = (fig.metric, fig.labels)
-            mine[key] = [run.get(key) for run in theirs] + [fig.value]
+        keys = [(fig.metric, fig.labels) for fig in figs]
+        # Column by column (each run's values of this node's keys, then this run's), the
+        # rows zipped: no Python loop per figure (450,000 at 10,000 nodes).
+        columns = [list(map(run.get(node, {}).get, keys)) for run in past]
+        columns.append([fig.value for fig in figs])
+        rows = map(list, zip(*columns, strict=True))
+        trend.values.setdefault(node, {}).update(zip(keys, rows, strict=True))
     return trend
 
 
