@@ -111,10 +111,18 @@ def kept(record: dict) -> dict:
     figs = key_figures(record)
     out = {k: v for k, v in record.items() if k != "data"}
     out["data"] = _kept_data(record.get("data"))
-    out["kept_keys"] = json.dumps([[f.metric, f.labels, f.better, f.help] for f in figs],
-                                  separators=(",", ":"), allow_nan=False)
+    keys = tuple((f.metric, f.labels, f.better, f.help) for f in figs)
+    try:
+        out["kept_keys"] = _keys_text(keys)
+    except TypeError:  # a label value that cannot be hashed: its own text, then
+        out["kept_keys"] = _keys_text.__wrapped__(keys)
     out["kept_figures"] = [f.value for f in figs]
     return out
+
+
+@functools.lru_cache(maxsize=256)  # a fleet's nodes share a few: the run writes each once
+def _keys_text(keys: tuple) -> str:
+    return json.dumps(keys, separators=(",", ":"), allow_nan=False)
 
 
 def kept_line(record: dict) -> str:

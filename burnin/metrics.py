@@ -111,6 +111,11 @@ def _ends(result) -> tuple[str, list[str]]:
             [f',outcome="{_esc(o.value)}"}} {int(result == o)}' for o in RESULTS])
 
 
+def _uuid_labels(record: dict) -> dict[str, str]:
+    """{device: its UUID label's text, ',UUID="..."'}, made once a record."""
+    return {device: f',{UUID_LABEL}="{_esc(uuid)}"' for device, uuid in _uuids(record).items()}
+
+
 def _uuids(record: dict) -> dict[str, str]:
     """{device: UUID} of a probe record's devices that have one (GPUs, not CPUs)."""
     out = {}
@@ -172,9 +177,8 @@ def render(cluster: str, run_id: str, finished: float,
             except TypeError:  # a label value that cannot be hashed: placed for itself
                 prefix, factor, tail, device, samples = _placed(f, families)
             if device is not None:
-                uuids = _uuids(r) if uuids is None else uuids
-                if device in uuids:
-                    tail += f',{UUID_LABEL}="{_esc(uuids[device])}"'
+                uuids = _uuid_labels(r) if uuids is None else uuids
+                tail += uuids.get(device, "")
             series = f"{prefix}{head}{tail}}}"
             # One sample per series: a node repeating a device or port says it once.
             if series not in samples:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import html
+import itertools
 import math
 import re
 import statistics
@@ -92,7 +93,7 @@ def build(cluster: str, run_id: str, verdicts: dict, records: list[dict], floors
             problems.append(f"{r['node']} {r['check']}: figures that are not numbers, left "
                             "out of the charts (and the record out of metrics.prom)")
         figures.setdefault(r["node"], []).extend(figs)
-        checked.setdefault(r["node"], []).extend((r["check"], f) for f in figs)
+        checked.setdefault(r["node"], []).extend(zip(itertools.repeat(r["check"]), figs))
     return PageRun(cluster, run_id, verdicts, by_node, dict(floors or {}), dict(nodes or {}),
                   evidence, trend, figures, checked, problems, unreadable)
 
