@@ -90,6 +90,32 @@ def _family(name: str, help_text: str, samples: list[str]) -> list[str]:
     return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
 
 
+def _placed(f, families: dict[str, tuple[str, dict[str, str]]]) -> tuple:
+    """What every series of a figure's metric and labels shares: ("burnin_" and its name
+    in base units, the factor to them, its labels after the node's as text, its device
+    (None when it has none), and its family's samples, made with the first figure of the
+    family's help). The same as _labels([c, node, *f.labels, (UUID, ...)]), made once."""
+    name, factor, words = _base_unit(f.metric)
+    try:
+        tail, device = _label_tail(f.labels), _device(f.labels)
+    except TypeError:  # a label value that cannot be hashed: made here, as it is
+        tail, device = _label_tail.__wrapped__(f.labels), _device.__wrapped__(f.labels)
+    samples = families.setdefault(name, (f"{f.help}, in {words}.", {}))[1]
+    return f"burnin_{name}", factor, tail, device, samples
+
+
+def _ends(result) -> tuple[str, list[str]]:
+    """What follows a check's labels in its burnin_check_passed line and in each of its
+    burnin_check_outcome lines, for a check of this outcome."""
+    return (f"}} {int(result == Outcome.PASSED)}",
+            [f',outcome="{_esc(o.value)}"}} {int(result == o)}' for o in RESULTS])
+
+
+def _uuid_labels(record: dict) -> dict[str, str]:
+    """{device: its UUID label's text, ',UUID="..."'}, made once a record."""
+    return {device: f',{UUID_LABEL}="{_esc(uuid)}"' for device, uuid in _uuids(record).items()}
+
+
 def _uuids(record: dict) -> dict[str, str]:
     """{device: UUID} of a probe record's devices that have one (GPUs, not CPUs)."""
     out = {}
@@ -112,13 +138,21 @@ def render(cluster: str, run_id: str, finished: float,
     lines += _family("burnin_last_run_timestamp_seconds", "When the last run finished.",
                      [f"burnin_last_run_timestamp_seconds{_labels([c])} {finished:.0f}"])
     passed, outcome = [], []
+    head = f'{{cluster="{_esc(cluster)}",node="'
+    ends: dict[object, tuple[str, list[str]]] = {}  # an outcome -> its lines' ends
     for node in sorted(verdicts):
+        at = f'{head}{_esc(node)}",check="'
         for check, (result, _) in sorted(verdicts[node].items()):
-            base = _labels([c, ("node", node), ("check", check)])
-            passed.append(f"burnin_check_passed{base} {int(result == Outcome.PASSED)}")
-            for o in RESULTS:  # metrics.prom's label values are the outcomes' own words
-                outcome.append(f"burnin_check_outcome{base[:-1]},outcome=\"{_esc(o.value)}\"}} "
-                               f"{int(result == o)}")
+            base = f'{at}{_esc(check)}"'
+            try:
+                one, each = ends[result]
+            except KeyError:
+                one, each = ends[result] = _ends(result)
+            except TypeError:  # an outcome that cannot be hashed: not ours, made here
+                one, each = _ends(result)
+            passed.append(f"burnin_check_passed{base}{one}")
+            # metrics.prom's label values are the outcomes' own words
+            outcome.extend([f"burnin_check_outcome{base}{end}" for end in each])
     lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
                      "run, else 0 (failed, error or skipped).", passed)
     lines += _family("burnin_check_outcome", "The check's outcome on the node in the last "
@@ -130,23 +164,25 @@ def render(cluster: str, run_id: str, finished: float,
                          [f"burnin_node_quarantined{_labels([c, ('node', n)])} {int(q)}"
                           for n, q in sorted(quarantined.items())])
     families: dict[str, tuple[str, dict[str, str]]] = {}
+    placed: dict[tuple, tuple] = {}  # (metric, labels) -> _placed's: a fleet has dozens
     for r in records:
-        uuids = _uuids(r)
+        uuids = None
         head = f'{{cluster="{_esc(cluster)}",node="{_esc(r["node"])}"'
         for f in key_figures(r)[:MAX_SERIES_PER_RECORD]:
-            name, factor, words = _base_unit(f.metric)
-            # The same as _labels([c, node, *f.labels, (UUID, ...)]), its parts made once:
-            # a fleet's nodes share their figures' labels.
             try:
-                tail, device = _label_tail(f.labels), _device(f.labels)
-            except TypeError:  # a label value that cannot be hashed: made here, as it is
-                tail, device = _label_tail.__wrapped__(f.labels), _device.__wrapped__(f.labels)
-            if device in uuids:
-                tail += f',{UUID_LABEL}="{_esc(uuids[device])}"'
-            series = f"burnin_{name}{head}{tail}}}"
+                prefix, factor, tail, device, samples = placed[(f.metric, f.labels)]
+            except KeyError:
+                prefix, factor, tail, device, samples = placed[(f.metric, f.labels)] = \
+                    _placed(f, families)
+            except TypeError:  # a label value that cannot be hashed: placed for itself
+                prefix, factor, tail, device, samples = _placed(f, families)
+            if device is not None:
+                uuids = _uuid_labels(r) if uuids is None else uuids
+                tail += uuids.get(device, "")
+            series = f"{prefix}{head}{tail}}}"
             # One sample per series: a node repeating a device or port says it once.
-            families.setdefault(name, (f"{f.help}, in {words}.", {})
-                                )[1].setdefault(series, f"{series} {f.value * factor:.12g}")
+            if series not in samples:
+                samples[series] = f"{series} {f.value * factor:.12g}"
     for name, (help_text, samples) in sorted(families.items()):
         lines += _family(f"burnin_{name}", help_text, list(samples.values()))
     if speeds:  # {node: (relative speed, the check that sets it)}, from junit.xml

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from summarypage import Summary, synthetic
+from summarypage import Summary, drawn_dom, needs_chromium, synthetic
 
 from burnin import figures
 from burnin.figures import KEPT, kept, kept_line, key_figures, read_for_page, read_records
@@ -46,6 +46,9 @@ def test_a_kept_record_has_the_whole_documents_figures_and_none_of_its_series(tm
                                            "uuid": "GPU-00000-3"}
     allreduce = next(r for r in records if r["check"] == "allreduce")
     assert kept(allreduce)["data"]["figures"]["sweep"] == allreduce["data"]["figures"]["sweep"]
+    # The env a probe ran under is in its node's heading, on a big fleet's page too.
+    allreduce["data"]["env"] = {"NCCL_IB_HCA": "mlx5_0", "GLOO_SOCKET_IFNAME": "lo"}
+    assert kept(allreduce)["data"]["env"] == allreduce["data"]["env"]
     assert len(kept_line(burn)) < len(json.dumps(burn)) / 5
 
 
@@ -63,8 +66,13 @@ def test_a_big_fleet_is_published_without_reading_a_passing_nodes_document(tmp_p
     lazy = summary.lazy()
     passing = lazy["gpu00002"]
     burn = next(blocks for check, _, blocks in passing["p"] if check == "burn")
-    rows = next(b for b in burn if b[0] == "table")[2]
-    assert len(rows) == 16 and rows[0][0] == "burn TFLOPS cuda:0", rows[:2]
+    _, names, values = next(b for b in burn if b[0] == "figs")
+    # The figures' names are the page's, stored once for every node that has them.
+    names = summary.packed("sections-frames")[names]
+    assert len(names) == len(values) == 16 and names[0] == ["burn TFLOPS cuda:0", "TFLOPS"]
+    another = next(n for n in lazy if n not in bad and n != "gpu00002")
+    other = next(blocks for check, _, blocks in lazy[another]["p"] if check == "burn")
+    assert other[0][1] == burn[0][1] and other[0][2] != values
     assert "burnin_device_flops_per_second{" in (run / "metrics.prom").read_text()
     prom = (run / "metrics.prom").read_text()
     assert prom.count('node="gpu00002"') > 40
@@ -139,3 +147,91 @@ def test_metrics_prom_is_the_same_from_kept_records_as_from_whole_ones(tmp_path)
         kept_records = read_for_page(run, set(failing(verdicts)))
         assert metrics.render("c", "r", 1.0, verdicts, kept_records) == whole
         (run / KEPT).unlink(missing_ok=True)
+
+
+@needs_chromium
+def test_the_browser_draws_a_passing_nodes_kept_figures_as_python_would(tmp_path, big):
+    from burnin.summary.sections import block_html
+    run, verdicts, inventory = run_of(tmp_path)
+    publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts), nodes=inventory)
+    summary = Summary(run / "summary.html")
+    burn = next(blocks for check, _, blocks in summary.lazy()["gpu00002"]["p"]
+                if check == "burn")
+    figs = ["figs", summary.packed("sections-frames")[burn[0][1]], burn[0][2]]
+    dom = drawn_dom(run / "summary.html", tmp_path / "profile", node="gpu00002")
+    part = dom.split('id="n-gpu00002-burn"')[1].split('class="chk"')[0]
+    assert "<td>burn TFLOPS cuda:0</td><td>TFLOPS</td>" in part
+    # Python's twin and the script give the same table, the same figures formatted alike.
+    assert block_html(figs).replace("'", '"') in part.replace("'", '"')
+
+
+def test_kept_lines_parsed_in_batches_read_as_one_at_a_time(tmp_path, monkeypatch):
+    run, verdicts, _ = run_of(tmp_path, nodes=6, failing_nodes=1)
+    bad = set(failing(verdicts))
+    one = [figures._compact(json.loads(ln)) if json.loads(ln)["node"] not in bad else None
+           for ln in (run / KEPT).read_text().splitlines()]
+    monkeypatch.setattr(figures, "BATCH", 5)  # batches that end inside a node's lines
+    got = read_for_page(run, bad)
+    assert len(got) == len(one) and all(a == b for a, b in zip(one, got, strict=True) if a)
+    # A torn last line (a run killed mid-append) anywhere in a batch: not the kept file then.
+    text = (run / KEPT).read_text()
+    (run / KEPT).write_text(text[:-40])
+    assert figures._read_kept(run / KEPT, run / "results.jsonl", bad) is None
+    assert len(read_for_page(run, bad)) == len(one)  # from results.jsonl
+
+
+def test_kept_lines_out_of_step_with_results_jsonl_are_not_used(tmp_path, monkeypatch):
+    """The whole records are found by line number from KEPT: a KEPT whose lines do not
+    follow results.jsonl's (here two nodes' swapped) is not trusted, and publish reads
+    results.jsonl instead."""
+    run, verdicts, _ = run_of(tmp_path, nodes=4, failing_nodes=1)
+    bad = set(failing(verdicts))
+    lines = (run / KEPT).read_text().splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if json.loads(ln)["node"] in bad)
+    other = next(i for i, ln in enumerate(lines) if json.loads(ln)["node"] not in bad)
+    assert figures._read_kept(run / KEPT, run / "results.jsonl", bad) is not None
+    lines[at], lines[other] = lines[other], lines[at]
+    (run / KEPT).write_text("".join(lines))
+    assert figures._read_kept(run / KEPT, run / "results.jsonl", bad) is None
+    calls = []
+    real = figures.kept
+    monkeypatch.setattr(figures, "kept", lambda r: calls.append(r) or real(r))
+    records = read_for_page(run, bad)
+    assert calls and {r["node"] for r in records if "kept_figures" not in r} == bad
+    whole = [r for r in records if r["node"] in bad]
+    assert whole and all("tflops_series" in json.dumps(r) for r in whole
+                         if r["check"] == "burn")
+
+
+def test_a_kept_file_from_before_kept_keys_reads_the_same_figures(tmp_path):
+    """A run directory kept by an earlier burnin (kept_figures as [metric, labels, value,
+    better] with kept_help) is published from its kept file still."""
+    run, verdicts, _ = run_of(tmp_path, nodes=3, failing_nodes=0)
+    records = read_records(run / "results.jsonl")
+    burn = next(r for r in records if r["check"] == "burn")
+    now = json.loads(kept_line(burn))
+    assert isinstance(now["kept_keys"], str) and len(now["kept_figures"]) == 16
+    old = {k: v for k, v in now.items() if k != "kept_keys"}
+    figs = key_figures(burn)
+    old["kept_figures"] = [[f.metric, f.labels, f.value, f.better] for f in figs]
+    old["kept_help"] = {f.metric: f.help for f in figs}
+    doctored = dict(now, kept_keys=now["kept_keys"].replace('"higher"', '"up"'))
+    short = dict(now, kept_figures=now["kept_figures"][:-1])
+    assert key_figures(json.loads(json.dumps(old))) == figs == key_figures(now)
+    assert key_figures(doctored) == []
+    assert key_figures(short) == []  # values that do not match their keys: none trusted
+
+
+def test_a_torn_whole_line_leaves_its_kept_record_in_its_place(tmp_path):
+    run, verdicts, _ = run_of(tmp_path, nodes=4, failing_nodes=1)
+    bad = set(failing(verdicts))
+    lines = (run / "results.jsonl").read_text().splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if json.loads(ln)["node"] in bad
+              and json.loads(ln)["check"] == "burn")
+    lines[at] = lines[at][:200] + "\n"
+    (run / "results.jsonl").write_text("".join(lines))
+    records = read_for_page(run, bad)
+    assert len(records) == len(lines) and "kept_figures" in records[at]
+    assert key_figures(records[at]) and records[at]["node"] in bad
+    assert all("kept_figures" not in r for i, r in enumerate(records)
+               if r["node"] in bad and i != at)

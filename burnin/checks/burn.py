@@ -316,7 +316,7 @@ HOTTEST = Measure("gpu_temperature_max_celsius", "°C", "hottest GPU °C", "hott
                   worst="high", chart="burn: hottest temperature per GPU", key="temp",
                   per_model=True, zero=False, span=20)
 CHECK = Check(
-    name="burn", page="burnin.summary.checks:burn", page_order=20,
+    name="burn", page="burnin.summary.burn_part:burn", page_order=20,
     fleet_page="burnin.summary.fleet_checks:burn",
     measures=(TFLOPS, HOTTEST), evidence=evidence, doc="the node holds full load",
     judge=judge, schema=SCHEMA,

@@ -75,15 +75,13 @@ def fleet_of(report: PageRun) -> FleetFigures:
             try:  # every node of a fleet has the same few dozen: each placed once
                 where = placed[(check, f.metric, f.labels)]
             except KeyError:
-                where = placed[(check, f.metric, f.labels)] = _placed(check, f)
+                where = placed[(check, f.metric, f.labels)] = _placed(check, f, fleet)
             except TypeError:  # a label value that cannot be hashed
-                where = _placed(check, f)
-            if where is None:
-                continue
-            key, device, chart, m = where
-            model = fleet.models.get((node, device), "") if m.per_model else ""
-            fleet.devices.setdefault(key, []).append((f.value, node, device, model))
-            fleet.charts.setdefault(key, chart)
+                where = _placed(check, f, fleet)
+            if where is not None:
+                items, device, per_model = where
+                items.append((f.value, node, device,
+                              fleet.models.get((node, device), "") if per_model else ""))
     for key, items in fleet.devices.items():
         by_model: dict[str, list[float]] = {}
         for v, _, _, model in items:
@@ -102,8 +100,9 @@ def fleet_of(report: PageRun) -> FleetFigures:
     return fleet
 
 
-def _placed(check: str, f) -> tuple | None:
-    """(chart key, device, the chart's entry, Measure) of a figure, None when uncharted."""
+def _placed(check: str, f, fleet: FleetFigures) -> tuple | None:
+    """(the list of its chart's devices, its device, whether charted per model) of a
+    figure, its chart entered in `fleet`; None when it is not charted."""
     spec = CHECKS.get(check)
     m = next((m for m in spec.measures if m.metric == f.metric), None) if spec else None
     if m is None or not m.chart:
@@ -111,8 +110,16 @@ def _placed(check: str, f) -> tuple | None:
     used = {name for _, name, _, _ in Formatter().parse(m.key) if name}
     device = dict(f.labels).get("device") or " ".join(
         f"{k} {v}" for k, v in f.labels if k not in used) or "?"
-    return (m.key_of(f.labels) or m.metric, device,
-            (spec.page_order, check, m.chart_of(f.labels), m), m)
+    key = m.key_of(f.labels) or m.metric
+    fleet.charts.setdefault(key, (spec.page_order, check, m.chart_of(f.labels), m))
+    return fleet.devices.setdefault(key, []), device, m.per_model
+
+
+def sorted_median(values: list[float]) -> float:
+    """statistics.median of values already sorted, either way, without sorting 80,000
+    devices again."""
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def resolve(ref: str):
@@ -251,12 +258,15 @@ def rank_chart(report: PageRun, fleet: FleetFigures, title: str, axis: Axis, ite
     every dot; the worst few are labelled in place."""
     if not items:
         return ""
-    ordered = sorted(items, key=lambda i: (i[0] if worst == "low" else -i[0], natural_key(i[1])))
-
-    def failed(node: str) -> bool:  # this check, not another: a slow disk is not a slow GPU
-        return report.verdicts.get(node, {}).get(check, ("passed", ""))[0] != "passed"
+    # Ties in node order: each node's place once, not its natural key per device.
+    place = {n: i for i, n in enumerate(sorted({i[1] for i in items}, key=natural_key))}
+    sign = 1 if worst == "low" else -1
+    ordered = sorted(items, key=lambda i: (sign * i[0], place[i[1]]))
+    # This check's failures, not another's: a slow disk is not a slow GPU.
+    bad_nodes = {n for n, v in report.verdicts.items()
+                 if v.get(check, ("passed", ""))[0] != "passed"}
     keep = set(range(min(10, len(ordered))))
-    keep |= {i for i, it in enumerate(ordered) if failed(it[1])}
+    keep |= {i for i, it in enumerate(ordered) if it[1] in bad_nodes}
     if len(ordered) > MAX_POINTS:
         step = (len(ordered) - 1) / (MAX_POINTS - len(keep) - 1 or 1)
         keep |= {round(i * step) for i in range(MAX_POINTS - len(keep))}
@@ -267,13 +277,13 @@ def rank_chart(report: PageRun, fleet: FleetFigures, title: str, axis: Axis, ite
     for i in sorted(keep)[:MAX_POINTS + 60]:
         v, node, device, _ = ordered[i]
         floor = floor_of(report, node, key)
-        bad = failed(node) or (floor is not None and v < floor)
+        bad = node in bad_nodes or (floor is not None and v < floor)
         chart.dot(i + 1, v, f"{node} {device}: {fmt(v)} {axis.unit}", BAD if bad else PALETTE[0])
     for i, (v, node, device, _) in enumerate(ordered[:LABELLED]):
         chart.label(i + 1, v, f"{node} {device}")
     for floor, name in floors_over(report, key, [i[1] for i in ordered]):
         chart.ref(floor, name)
-    chart.ref(statistics.median(i[0] for i in ordered), "median", MEDIAN)
+    chart.ref(sorted_median([i[0] for i in ordered]), "median", MEDIAN)
     for part in fleet.parts.values():
         for value, name, colour in part.refs.get(key, []):
             chart.ref(value, name, colour)

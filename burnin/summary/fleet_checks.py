@@ -34,23 +34,29 @@ def burn(report: PageRun) -> FleetPart:
 
 def allreduce(report: PageRun) -> FleetPart:
     """The busbw band, {ranks per node: [(bytes, min, median, max, nodes)]}, and its
-    chart per rank count."""
+    chart per rank count (which gets every node's sweep, read here once)."""
     sweeps: dict[int, dict[int, list[float]]] = {}
-    for recs in report.records.values():
+    curves: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    for node, recs in report.records.items():
         fig = mapping(data_of(recs.get("allreduce")).get("figures"))
-        world = num(fig.get("world"))
-        for step in seq(fig.get("sweep")):
-            b, v = num(mapping(step).get("bytes")), num(mapping(step).get("busbw_gbps"))
-            if b and v is not None:
-                sweeps.setdefault(int(world or 0), {}).setdefault(int(b), []).append(v)
+        world = int(num(fig.get("world")) or 0)
+        pts = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
+               for s in seq(fig.get("sweep"))]
+        pts = [(b, v) for b, v in pts if b and v is not None]
+        for b, v in pts:
+            sweeps.setdefault(world, {}).setdefault(int(b), []).append(v)
+        if pts:
+            curves.setdefault(world, {})[node] = pts
     bands = {w: [(b, min(v), statistics.median(v), max(v), len(v)) for b, v in sorted(
         sizes.items())] for w, sizes in sweeps.items()}
-    return FleetPart(data=bands, charts=[("fleet busbw", busbw_chart, report, bands, w)
-                                         for w in sorted(bands)])
+    return FleetPart(data=bands, charts=[("fleet busbw", busbw_chart, report, bands, w,
+                                          curves.get(w, {})) for w in sorted(bands)])
 
 
-def busbw_chart(report: PageRun, bands: dict, world: int) -> str:
-    """The fleet's busbw band against message size, the nodes that failed drawn over it."""
+def busbw_chart(report: PageRun, bands: dict, world: int,
+                sweeps: dict[str, list[tuple[float, float]]]) -> str:
+    """The fleet's busbw band against message size, the nodes that failed drawn over it
+    (`sweeps`: each node's points at this rank count)."""
     band = bands[world]
     chart = Chart(f"allreduce: busbw against message size ({world} ranks per node)",
                   Axis("message size", log2=True), Axis("GB/s", "GB/s"))
@@ -60,15 +66,6 @@ def busbw_chart(report: PageRun, bands: dict, world: int) -> str:
     chart.line("fleet median", [(b, mid) for b, _, mid, _, _ in band], MEDIAN)
     # The nodes that failed the check drawn over the band, the slowest few at the
     # judged size named (the band's edge is somebody: which one).
-    sweeps = {}
-    for node, recs in report.records.items():
-        fig = mapping(data_of(recs.get("allreduce")).get("figures"))
-        if int(num(fig.get("world")) or 0) == world:
-            pts = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
-                   for s in seq(fig.get("sweep"))]
-            pts = [(b, v) for b, v in pts if b and v is not None]
-            if pts:
-                sweeps[node] = pts
     failed = [n for n in sweeps
               if report.verdicts.get(n, {}).get("allreduce", ("passed", ""))[0] != "passed"]
     for node in sorted(failed, key=natural_key)[:5]:

@@ -10,6 +10,7 @@ import json
 
 from burnin.outcome import Outcome
 from burnin.summary.charts import ALPHABET, BAD, PALETTE
+from burnin.summary.sections import KEPT_NOTE
 
 # Compressed sections are base85 (a quarter over the bytes, base64 a third), with the
 # four characters that mean something in HTML (& < > `) swapped for ones that do not.
@@ -54,7 +55,7 @@ stroke="${esc(it[3])}" stroke-width="${it[4]}">${T(it[5])}</polyline>`);
    esc(it[4])}">${T(it[5])}</circle>`);
   else if(a=='path')o.push(`<path d="${esc(it[1])}" class="${esc(it[2])}"/>`)}
  return o.join('')+'</svg>'}
-const WORD=%WORDS%;
+const WORD=%WORDS%,KEPT=%KEPT%;
 const cls=o=>({passed:'pass',skipped:'skip','':'skip'})[o]??'fail';
 const cell=c=>Array.isArray(c)?`<td class="${esc(c[1])}">${esc(c[0])}</td>`:`<td>${esc(c)}</td>`;
 function block(b){switch(b[0]){
@@ -69,7 +70,9 @@ function block(b){switch(b[0]){
 "background:${esc(c)}"></span>${esc(n)}`).join(' ')+'</p>';
  case 'pre':return `<details><summary>stderr (last lines)</summary><pre>${esc(b[1])}</pre>\
 </details>`;
- case 'sparks':return '<table class="figs"><tbody>'+b[1].map(spark).join('')+'</tbody></table>'}
+ case 'sparks':return '<table class="figs"><tbody>'+b[1].map(spark).join('')+'</tbody></table>';
+ case 'figs':{const ns=typeof b[1]=='number'?frames[b[1]]:b[1];return block(['table',['figure',
+  'unit','value'],b[2].map((v,i)=>[...ns[i],fmt(v)])])+block(['note',KEPT,'dim'])}}
  return ''}
 function fmt(v){const a=Math.abs(v);return a>=1e5?Math.round(v).toLocaleString('en').replace(
  /,/g,'\u2009'):a>=100||v==Math.round(v)?v.toFixed(0):a>=10?v.toFixed(1):a>=1?v.toFixed(2):
@@ -126,4 +129,5 @@ addEventListener('hashchange',show);
  document.body.dataset.ready='1'})})()""".replace(
     "%ALPHABET%", ALPHABET.replace("'", "\\'")).replace("%B85%", B85_ALPHABET).replace(
     "%BAD%", BAD).replace("%BLUE%", PALETTE[0]).replace("%GREY%", PALETTE[7]).replace(
-    "%WORDS%", json.dumps({o.value: o.word for o in Outcome}))
+    "%WORDS%", json.dumps({o.value: o.word for o in Outcome})).replace(
+    "%KEPT%", json.dumps(KEPT_NOTE))

@@ -10,6 +10,8 @@ thousands of sections travel compressed and are drawn when opened):
                                             (a chart's frame, "f", is stored once a page)
     ["pre", text]                           (folded: a probe's stderr)
     ["sparks", [[name, [value per run, oldest first], moved], ...]]
+    ["figs", [[figure, unit], ...], [value, ...]]    (the names stored once a page, as
+                                            a chart's frame: a big fleet's kept figures)
 
 A check names its own part on its Check, as a reference imported when a page is drawn
 (see burnin/summary/checks.py), so that the checks never import the page:
@@ -72,8 +74,11 @@ def part_of(check: str) -> Section:
 def node_env(report: PageRun, node: str) -> list[list[str]]:
     """The environment the node's probes ran under (the inventory's `env:`, as a probe
     recorded it), from its first record that has one: [[name, value], ...], bounded."""
+    records = report.records.get(node, {})
     for check in report.checks:
-        env = mapping(data_of(report.records.get(node, {}).get(check)).get("env"))
+        env = data_of(records.get(check)).get("env")
+        if not isinstance(env, dict) or not env:
+            continue
         pairs = sorted((k[:64], v[:120]) for k, v in env.items()
                        if isinstance(k, str) and isinstance(v, str))
         if pairs:
@@ -86,23 +91,24 @@ def node_data(view: NodeView, trend_part: Callable[[NodeView], list] | None = No
     b: failing, v: [[check, outcome, message]], p: [[check, outcome, blocks]], t: trend}."""
     report, node = view.report, view.node
     info = report.info(node)
-    checks = [c for c in report.checks
-              if c in report.verdicts.get(node, {}) or c in report.records.get(node, {})]
-    verdicts = [[c, str(view.verdict(c)[0]), str(view.verdict(c)[1] or "")[:1200]]
-                for c in checks]
+    given, records = report.verdicts.get(node, {}), report.records.get(node, {})
+    said = [(c, given.get(c, ("", ""))) for c in report.checks if c in given or c in records]
     return {"n": node, "a": info.address if info.address != node else "",
             "l": sorted(info.labels.items()), "x": node_env(report, node),
             "e": int(node in report.evidence),
-            "b": int(report.failing(node)), "v": verdicts,
-            "p": [[c, view.verdict(c)[0], drawn(f"{node} {c}", _part, view, c)] for c in checks],
-            "t": drawn(f"{node} trend", trend_part, view) if trend_part else []}
+            "b": int(report.failing(node)),
+            "v": [[c, str(o), str(m or "")[:1200]] for c, (o, m) in said],
+            "p": [[c, o, drawn((node, c), _part, view, c)] for c, (o, _) in said],
+            "t": drawn((node, "trend"), trend_part, view) if trend_part else []}
 
 
-def drawn(what: str, fn, *args) -> list:
-    """One part: its blocks, or a note saying what could not be drawn and why."""
+def drawn(what, fn, *args) -> list:
+    """One part: its blocks, or a note saying what could not be drawn and why (`what`:
+    its name, or the words of it, (node, check), joined only then)."""
     try:
         return fn(*args)
     except Exception as e:  # a malformed record costs its own part, nothing more
+        what = " ".join(what) if isinstance(what, tuple) else what
         return [note(f"{what}: could not draw this part: {type(e).__name__}: {str(e)[:200]}",
                      "warn")]
 
@@ -184,14 +190,28 @@ def generic(view: NodeView, record: dict) -> list:
 
 
 def figures_part(view: NodeView, record: dict) -> list:
-    """A check's part from its kept figures (a passing node of a big fleet): each figure
-    with its unit; the charts are its results.jsonl's."""
-    # Rows as table() would make them (text() of a number is fmt), without its pass over
-    # every cell: 450,000 figures at 10,000 nodes.
-    rows = [[*_named(f.metric, f.labels), fmt(f.value)] for f in key_figures(record)]
-    out = [["table", ["figure", "unit", "value"], rows[:MAX_ROWS]]] if rows else []
-    return out + [note("A passing node of a fleet this size: its figures only; every "
-                       "sample is in results.jsonl.")]
+    """A check's part from its kept figures (a passing node of a big fleet): a "figs"
+    block, the figures' names and units (one list shared by every node that has the same
+    figures: the page stores it once, see page._share_frames) and their values, which the
+    browser formats and lays out as a table; the charts are its results.jsonl's."""
+    figs = key_figures(record)[:MAX_ROWS]
+    if not figs:
+        return [note(KEPT_NOTE)]
+    keys = tuple((f.metric, f.labels) for f in figs)
+    try:
+        names = _names_of(keys)
+    except TypeError:  # a label value that cannot be hashed
+        names = _names_of.__wrapped__(keys)
+    return [["figs", names, [f.value for f in figs]]]
+
+
+KEPT_NOTE = "A passing node of a fleet this size: its figures only; every sample is in " \
+    "results.jsonl."
+
+
+@functools.lru_cache(maxsize=1024)  # the same few lists on every node of a fleet: one each
+def _names_of(keys: tuple) -> list[list[str]]:
+    return [list(_named(metric, labels)) for metric, labels in keys]
 
 
 def _named(metric: str, labels: tuple) -> tuple[str, str]:
@@ -246,6 +266,10 @@ def block_html(b: list) -> str:
     if kind == "sparks":
         return "<table class='figs'><tbody>" + "".join(_spark(*row) for row in b[1]) + \
             "</tbody></table>"
+    if kind == "figs":  # names and units, values: table() of them, then the note
+        rows = [[n, u, fmt(v)] for (n, u), v in zip(b[1], b[2], strict=False)]
+        return block_html(["table", ["figure", "unit", "value"], rows]) + \
+            block_html(note(KEPT_NOTE))
     return ""
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import calendar
 import functools
 import json
+import math
 import re
 import time
 import xml.etree.ElementTree as ET
@@ -122,9 +123,12 @@ def save(run_dir: Path, figures: dict[str, list[Figure]]) -> None:
 def _from_saved(path: Path) -> dict[str, dict[Key, float]]:
     saved = json.loads(path.read_text(encoding="utf-8"))
     keys = [(m, tuple(tuple(p) for p in labels)) for m, labels in saved["keys"]]
-    return {node: {k: v for k, v in zip(keys, row, strict=False)
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    # json.loads makes no subclass of int but bool: a type check is the isinstance one.
+    return {node: {k: v for k, v in zip(keys, row, strict=False) if type(v) in _NUMBERS}
             for node, row in saved["nodes"].items()}
+
+
+_NUMBERS = frozenset((int, float))
 
 
 def _figures_of(run: Path) -> dict[str, dict[Key, float]]:
@@ -207,11 +211,13 @@ def load(run_dir: Path, cluster: str, current: dict[str, list[Figure]]) -> Trend
     past = [_figures_of(p) for p in earlier]
     trend = Trend([p.name for p in earlier] + [run_dir.resolve().name])
     for node, figs in current.items():
-        mine = trend.values.setdefault(node, {})
-        theirs = [run.get(node, {}) for run in past]
-        for fig in figs:
-            key = (fig.metric, fig.labels)
-            mine[key] = [run.get(key) for run in theirs] + [fig.value]
+        keys = [(fig.metric, fig.labels) for fig in figs]
+        # Column by column (each run's values of this node's keys, then this run's), the
+        # rows zipped: no Python loop per figure (450,000 at 10,000 nodes).
+        columns = [list(map(run.get(node, {}).get, keys)) for run in past]
+        columns.append([fig.value for fig in figs])
+        rows = map(list, zip(*columns, strict=True))
+        trend.values.setdefault(node, {}).update(zip(keys, rows, strict=True))
     return trend
 
 
@@ -267,18 +273,46 @@ def family(key: Key) -> tuple[str, str]:
 def families(values: dict[Key, list[float | None]]) -> dict[str, list[float | None]]:
     """A node's figures folded per family (burn TFLOPS, hottest °C, storage read, ...):
     per run the worst device's value, the slowest or the hottest."""
-    rows: dict[str, list[list[float | None]]] = {}
+    keys = tuple(values)
+    try:
+        plan = _plan(keys)
+    except TypeError:  # a label value that cannot be hashed
+        plan = _plan.__wrapped__(keys)
+    series = list(values.values())
+    out = {}
+    for name, pick, members in plan:  # per run (a column), its worst device
+        columns = ([v for v in column if v is not None]
+                   for column in zip(*(series[i] for i in members), strict=True))
+        out[name] = [pick(vs) if vs else None for vs in columns]
+    return out
+
+
+@functools.lru_cache(maxsize=256)  # every node of a fleet has the same figures, in order
+def _plan(keys: tuple[Key, ...]) -> tuple[tuple[str, object, tuple[int, ...]], ...]:
+    """(family, how its worst is picked, the places of its figures in `keys`), by name."""
+    members: dict[str, list[int]] = {}
     worst: dict[str, str] = {}
-    for key, series in values.items():
+    for i, key in enumerate(keys):
         name, end = family(key)
         worst[name] = end
-        rows.setdefault(name, []).append(series)
+        members.setdefault(name, []).append(i)
     pick = {"high": max, "low": min}
-    out = {}
-    for name, series in sorted(rows.items()):  # per run (a column), its worst device
-        columns = ([v for v in column if v is not None] for column in zip(*series, strict=True))
-        out[name] = [pick[worst[name]](vs) if vs else None for vs in columns]
-    return out
+    return tuple((name, pick[worst[name]], tuple(members[name])) for name in sorted(members))
+
+
+def shown(v: float) -> float:
+    """A value as fmt() shows it, as a number (float(fmt(v)) without the text: a
+    fleet's sparklines hold 200,000 of them): three significant digits, whole from 100."""
+    a = abs(v)
+    if not math.isfinite(v):
+        return v
+    if a >= 100 or v == int(v):
+        return float(round(v)) if v else v  # -0.0 stays itself, as fmt writes it
+    if a >= 10:
+        return round(v, 1)
+    if a >= 1:
+        return round(v, 2)
+    return float(f"{v:.3g}")
 
 
 def node_trend(view) -> list:
@@ -288,8 +322,8 @@ def node_trend(view) -> list:
         return []
     moved = trend.moved(view.node)
     hot = {family(k)[0] for k, *_ in moved}  # families with a moved figure: their point red
-    sparks = [[name, [None if v is None else float(fmt(v).replace("\u2009", "")) for v in series],
-               int(name in hot)] for name, series in families(trend.values[view.node]).items()]
+    sparks = [[name, [None if v is None else shown(v) for v in series], int(name in hot)]
+              for name, series in families(trend.values[view.node]).items()]
     out: list = [["note", f"Over the last {len(trend.runs)} runs of this cluster, oldest first "
                           f"(this run last); {len(moved)} figure{'s' * (len(moved) != 1)} moved by"
                           f" more than {trend.threshold:.0%} since the previous run.",
