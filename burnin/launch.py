@@ -10,6 +10,7 @@ It knows nothing of checks: a probe is named by a ProbeSpec (a Check is one).
 
 from __future__ import annotations
 
+import resource
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,19 @@ class ProbeSpec(Protocol):
     schema: Obj         # its document's shape, unless told otherwise
 
 
+def raise_open_files_limit(connections: int) -> None:
+    """Connections stay open for the run: a fleet needs more than the usual 1024 files.
+    Lift the soft limit towards the hard one; never fails the run."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * connections + 256  # socket and channel pipes per node, and headroom
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (ValueError, OSError):
+            pass
+
+
 @dataclass
 class Launch:
     nodes: list[Node]
@@ -52,6 +66,7 @@ class Launch:
     _preparing: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
+        raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
         self.launchers = Launchers(self.nodes, self.probes_dir, self.run_id, self.cancel)
 
     def fan_out(self, items: list, fn: Callable) -> list:
