@@ -254,6 +254,7 @@ class BurninState(RunEnd):
             self._write_incomplete(run, session)
         if self.fault:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        self._let_go(run, session)  # the verdicts are in self.cases
         self.report_problems += publish(run.run_dir, run.inventory.cluster, run.run_id,
                                        verdicts_of(self.cases), floors_of(self.cases),
                                        self._in_ledger(run), nodes=run.nodes + self.held)

@@ -5,6 +5,7 @@ state keeps one place; what is decided here lives in plain modules (gate, report
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
@@ -67,6 +68,16 @@ class RunEnd:
         # `latest` has pointed at this run since it started (burnin/preflight.py), unless
         # another run has started since: a completed run is the one to admit from.
         point_latest(run.reports_dir, run.run_id)
+
+    @staticmethod
+    def _let_go(run: Run, session: pytest.Session) -> None:
+        """Before publishing, what nothing after it reads goes: the run's kept outcomes
+        and verdicts (junit.xml and the ledger hold them) and pytest's collected items
+        (the test loop is over; the terminal summary reads reports). Publish then builds
+        its page in their room, not beside them: at 10,000 nodes the peak of the run."""
+        run.let_go()
+        session.items = []  # the list only: a plugin holding its own reference keeps it
+        gc.collect()  # an item and its keywords hold each other
 
     def _junit(self, run: Run, props: dict[str, str]) -> str:
         return render_junit(run.inventory.cluster, run.run_id,
