@@ -170,6 +170,7 @@ class BurninState(RunEnd):
             self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
 
     def pytest_unconfigure(self) -> None:
+        self._gc_back()  # a run that ended before _let_go
         if self._sigterm is not None:
             signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None

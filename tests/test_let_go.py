@@ -1,9 +1,11 @@
 """Before publishing, the run lets go of what nothing after it reads (issue 30: publish
 built its page beside them, the peak of a 10,000-node run): the run's kept outcomes and
-verdicts (junit.xml and the ledger hold them) and pytest's collected items."""
+verdicts (junit.xml and the ledger hold them) and pytest's collected items. The cyclic
+collector is paused from collection until then, and always given back."""
 
 from __future__ import annotations
 
+import gc
 import textwrap
 
 from replay import replay_python
@@ -31,10 +33,16 @@ def publish(run_dir, *args, **kwargs):
     (run_dir / "items-alive-at-publish").write_text(str(alive))
     judged = [o.judged("health", "n1") for o in gc.get_objects() if isinstance(o, Run)]
     (run_dir / "verdicts-at-publish").write_text(repr(judged))
+    (run_dir / "gc-at-publish").write_text(f"{gc.isenabled()} {sorted(set(IN_TESTS))}")
     return _publish(run_dir, *args, **kwargs)
 
 
 plugin.publish = publish
+IN_TESTS = []
+
+
+def pytest_runtest_call(item):
+    IN_TESTS.append(gc.isenabled())
 '''
 
 
@@ -67,6 +75,18 @@ def test_publish_starts_with_no_item_of_the_run_alive(pytester):
     assert (reports / "latest" / "items-alive-at-publish").read_text() == "0"
     assert (reports / "latest" / "verdicts-at-publish").read_text() == "[None]", \
         "the run's verdicts are let go too (junit.xml and the ledger have them)"
+    assert (reports / "latest" / "gc-at-publish").read_text() == "True [False]", \
+        "the cyclic collector is paused in the test loop and back before publishing"
+
+
+def test_a_run_in_this_process_gives_the_cyclic_collector_back(pytester):
+    assert gc.isenabled()
+    inv = pair_inventory(pytester.path)
+    for extra in ([], ["--collect-only"]):  # the second ends before publishing
+        pytester.runpytest_inprocess(SUITES, "--inventory", str(inv), "--reports",
+                                     str(pytester.path / "reports"), "-p", "no:cacheprovider",
+                                     "-k", "health", *extra)
+        assert gc.isenabled(), extra
 
 
 def test_a_run_let_go_still_knows_what_ran_and_reads_it_back_when_asked(tmp_path):
