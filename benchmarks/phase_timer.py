@@ -1,9 +1,9 @@
 """pytest plugin for benchmarks only: where a run's controller time and memory go, by
-phase. Load with `-p phase_timer` and benchmarks/ on PYTHONPATH (controller_scale.py
---phases does); at the end it prints, for each phase, its CPU seconds (process time: every
-thread, so a fan-out's worker threads count in the phase that started them), its wall
-seconds, how often it ran, and the highest resident memory seen while it was the
-innermost phase running (sampled every 50 ms by a thread of its own).
+phase. Load with `-p phase_timer` and benchmarks/ on PYTHONPATH, beside `-p
+instant_transport` as controller_scale.py runs the suites. At the end it prints, for each
+phase, its CPU seconds (process time: every thread, so a fan-out's worker threads count in
+the phase that started them), its wall seconds, how often it ran, and the highest
+resident memory seen while it was the innermost phase running (sampled every 50 ms).
 
 Phases are functions of burnin, wrapped where they are looked up when this plugin is
 imported (before burnin registers its hooks: a hook of burnin's that is a plain function
