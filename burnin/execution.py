@@ -8,19 +8,34 @@ showed, baselines): the fan-out threads, which lack it, only look it up.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from burnin.checks import CHECKS, Check
+from burnin.launch import Launch
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome, payload
+from burnin.progress import Progress
 from burnin.schema import MAX_DEVICES
-from burnin.transports import Launcher
-
-if TYPE_CHECKING:  # run.py imports this module
-    from burnin.run import Run
+from burnin.transports import Launcher, Launchers
 
 
-def execute_single_node(run: Run, spec: Check) -> dict[str, ProbeOutcome]:
+class FleetRun(Protocol):
+    """What of the run (burnin/run.py: Run, which imports this module) execution reads."""
+
+    nodes: list[Node]
+    run_id: str
+    profile: str
+    progress: Progress | None
+    launch: Launch
+
+    @property
+    def launchers(self) -> Launchers: ...
+    def settings(self, check: str, node: Node | None = None) -> dict: ...
+    def gpus(self, node: Node) -> int | None: ...
+    def baseline(self, check: str, node: Node) -> dict | None: ...
+
+
+def execute_single_node(run: FleetRun, spec: Check) -> dict[str, ProbeOutcome]:
     """`spec`'s probe on every node of `run`, {node: outcome} in the run's node order."""
     check = spec.name
     gpus = {n.name: n.gpus if spec.facts else run.gpus(n) for n in run.nodes}
