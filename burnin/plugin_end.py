@@ -76,7 +76,7 @@ class RunEnd:
     # the end of the session): each full collection scans every object of the run,
     # pytest's 100,000 items and 240,000 reports at 10,000 nodes (2,000 nodes' run made
     # 17, 2.1 s of its 18.7 s). Nothing the run makes lives by cycles alone in numbers
-    # (2,000 nodes' peak is the same paused: 284 MiB); publish pauses it too (figures.py).
+    # (2,000 nodes' peak is the same paused: 278 MiB); publish pauses it too (figures.py).
     _gc_paused: bool = False
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
