@@ -9,7 +9,7 @@ import gc
 import textwrap
 
 from replay import replay_python
-from suiterun import SUITES, junit_cases
+from suiterun import SUITES, junit_cases, script
 
 from burnin.inventory import load_inventory
 from burnin.run import Run
@@ -107,3 +107,20 @@ def test_a_run_let_go_still_knows_what_ran_and_reads_it_back_when_asked(tmp_path
         assert run.verdict("health", node).passed
     finally:
         run.close()
+
+
+def test_a_failed_test_gives_the_cyclic_collector_back(pytester):
+    # Each failed test's exception holds its frames in a cycle: a failing fleet's would
+    # pile up with the collector paused.
+    pytester.makepyfile(watch_publish=WATCH)
+    inv = pair_inventory(pytester.path)
+    broken = script(pytester.path / "broken-python", "exit 3\n")
+    inv.write_text(inv.read_text().replace("  - name: n[1-2]\n",
+                                           f"  - name: n1\n  - name: n2\n    python: {broken}\n"))
+    reports = pytester.path / "reports"
+    result = pytester.runpytest_subprocess(
+        SUITES, "--inventory", str(inv), "--reports", str(reports), "-p", "no:cacheprovider",
+        "-p", "watch_publish", "-k", "health or memory", timeout=600)
+    assert result.ret == 1, result.stdout.str()[-3000:]
+    assert junit_cases(reports)["n2"]["health"][0] == "failure"
+    assert (reports / "latest" / "gc-at-publish").read_text() == "True [False, True]"
