@@ -10,6 +10,7 @@ It knows nothing of checks: a probe is named by a ProbeSpec (a Check is one).
 
 from __future__ import annotations
 
+import resource
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,19 @@ class ProbeSpec(Protocol):
     schema: Obj         # its document's shape, unless told otherwise
 
 
+def raise_open_files_limit(connections: int) -> None:
+    """Connections stay open for the run: a fleet needs more than the usual 1024 files.
+    Lift the soft limit towards the hard one; never fails the run."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 4 * connections + 256  # socket and channel pipes per node, and headroom
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (ValueError, OSError):
+            pass
+
+
 @dataclass
 class Launch:
     nodes: list[Node]
@@ -52,16 +66,62 @@ class Launch:
     _preparing: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self):
+        raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
         self.launchers = Launchers(self.nodes, self.probes_dir, self.run_id, self.cancel)
 
     def fan_out(self, items: list, fn: Callable) -> list:
-        """fn(item) for every item, at most `fanout` at once, cancellable."""
-        return fan_out(items, fn, self.fanout, self.cancel)
+        """fn(item) for every item, at most `fanout` at once, cancellable; results in item
+        order. Each of `fanout` lanes (threads) takes the next item when it is done with
+        one: 10,000 nodes cost 256 threads and futures, not 10,000 (a future, its
+        condition and its hand-over cost more than reading an instant probe's document)."""
+        items = list(items)
+        if len(items) <= self.fanout:
+            return fan_out(items, fn, self.fanout, self.cancel)
+        results: list = [None] * len(items)
+        todo = iter(enumerate(items))
+        taking = threading.Lock()
+
+        def lane(_) -> None:
+            # Every item is run, also after a cancel: fn starts nothing then (Launch.probe
+            # answers NOT_STARTED), and each node still gets its own result.
+            while True:
+                with taking:
+                    i, item = next(todo, (None, None))
+                if i is None:
+                    return
+                results[i] = fn(item)
+        fan_out(range(self.fanout), lane, self.fanout, self.cancel)
+        return results
 
     def at_once(self, items: list, fn: Callable) -> list:
         """fn(item) for every item, all at once (a group that must start together), and
-        cancellable like any fan-out."""
-        return fan_out(items, fn, len(items), self.cancel)
+        cancellable like any fan-out; results in item order."""
+        items = list(items)
+        if threading.current_thread() is threading.main_thread() or len(items) < 2:
+            # Ctrl-C lands in the main thread: it waits, and fan_out cancels the rest.
+            return fan_out(items, fn, len(items), self.cancel)
+        # A group inside a group (a pair of the localisation's rounds, each pair in a
+        # thread of its own): plain threads, and the last item in this one. 10,000 nodes'
+        # rounds cost 10,000 threads, not 10,000 pools, futures and 20,000 threads.
+        results: list = [None] * len(items)
+        raised: list[BaseException | None] = [None] * len(items)
+
+        def one(i: int) -> None:
+            try:
+                results[i] = fn(items[i])
+            except BaseException as e:  # fn must not raise: a bug, re-raised below
+                raised[i] = e
+        threads = [threading.Thread(target=one, args=(i,), name="burnin-at-once", daemon=True)
+                   for i in range(len(items) - 1)]
+        for t in threads:
+            t.start()
+        one(len(items) - 1)
+        for t in threads:
+            t.join()
+        first = next((e for e in raised if e is not None), None)
+        if first is not None:
+            raise first
+        return results
 
     def launcher(self, node: Node) -> Launcher | None:
         """The launcher that runs `node` together with the run's other nodes of its

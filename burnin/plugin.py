@@ -170,6 +170,7 @@ class BurninState(RunEnd):
             self._sigterm = signal.signal(signal.SIGTERM, _interrupt)
 
     def pytest_unconfigure(self) -> None:
+        self._gc_back()  # a run that ended before _let_go
         if self._sigterm is not None:
             signal.signal(signal.SIGTERM, self._sigterm)
             self._sigterm = None
@@ -254,6 +255,7 @@ class BurninState(RunEnd):
             self._write_incomplete(run, session)
         if self.fault:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        self._let_go(run, session)  # the verdicts are in self.cases
         self.report_problems += publish(run.run_dir, run.inventory.cluster, run.run_id,
                                        verdicts_of(self.cases), floors_of(self.cases),
                                        self._in_ledger(run), nodes=run.nodes + self.held)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from burnin.nodes import Node
 from burnin.schema import Num, Obj, Str
-from burnin.text import UnsafeDocument, safe_document, safe_text
+from burnin.text import UnsafeDocument, parse_document, safe_text
 from burnin.transports import (
     WATCHDOG_S,
     CommandResult,
@@ -191,17 +191,15 @@ def judge_output(node: str, probe: str, result: CommandResult, timeout_s: float,
 
 def _read_document(probe: str, stdout: bytes, schema) -> tuple[dict, str]:
     """(document, '') when stdout is a document of the declared shape, else ({}, why)."""
+    # Made safe here, where it is parsed: nothing after this point (judges, fleet
+    # figures, the ledger, junit.xml, results.jsonl, metrics.prom) can meet text or
+    # numbers from this node that it cannot encode or show.
     try:
-        data = json.loads(stdout.decode("utf-8"))
+        data = parse_document(stdout)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         return {}, f"probe {probe} printed no valid JSON ({e})"
     except RecursionError:
         return {}, f"probe {probe} printed JSON nested too deeply to read"
-    # Made safe here, where it was parsed: nothing after this point (judges, fleet
-    # figures, the ledger, junit.xml, results.jsonl, metrics.prom) can meet text or
-    # numbers from this node that it cannot encode or show.
-    try:
-        data = safe_document(data)
     except UnsafeDocument as e:
         return {}, f"malformed probe output: {e}"
     problem = shape_problem(probe, data)

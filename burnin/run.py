@@ -4,7 +4,8 @@ The first test of a check that asks for its outcomes runs the probe on every sel
 node at once (bounded by the fan-out), so the run's wall time is one probe's duration,
 not the sum over nodes. Its seams, each its own module:
 
-    run.py         settings, execution of a check over the fleet, fleet figures, verdicts
+    run.py         settings, fleet figures, verdicts, what is kept of judged documents
+    execution.py   a single-node check's probe over the fleet: payloads, bounds, fan-out
     store.py       the outcome store: each check's outcomes once per run, shared by every
                    pytest-xdist worker under a file lock, and results.jsonl
     launch.py      the launch layer: transports, launchers (srun), fan-out, cancel
@@ -26,7 +27,6 @@ and a row of LAUNCHERS; what every probe is told, probe.payload; a check, burnin
 from __future__ import annotations
 
 import os
-import resource
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -35,32 +35,19 @@ from pathlib import Path
 from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
 from burnin.checks.groups import GroupRun
 from burnin.checks.health import facts_baseline, facts_equipped, facts_gpus
+from burnin.execution import execute_single_node
 from burnin.figures import Figure, key_figures
 from burnin.launch import DEFAULT_FANOUT, Launch
 from burnin.nodes import Inventory, Node
 from burnin.probe import ProbeOutcome, payload
 from burnin.progress import Progress
-from burnin.schema import MAX_DEVICES
 from burnin.shipped import shipped
 from burnin.store import ControllerFault, OutcomeStore
-from burnin.transports import Launcher, Launchers
+from burnin.transports import Launchers
 from burnin.verdict import Verdict
 
 PROBES_DIR = shipped("probes")  # inside the package from a wheel, beside it in a checkout
 __all__ = ["DEFAULT_FANOUT", "PROBES_DIR", "ControllerFault", "Run", "new_run_id"]
-
-
-def raise_open_files_limit(connections: int) -> None:
-    """Connections stay open for the run: a fleet needs more than the usual 1024 files.
-    Lift the soft limit towards the hard one; never fails the run."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = 4 * connections + 256  # socket and channel pipes per node, and headroom
-    if soft != resource.RLIM_INFINITY and soft < want:
-        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
-        except (ValueError, OSError):
-            pass
 
 
 @dataclass(frozen=True)
@@ -111,7 +98,6 @@ class Run:
     _facts: dict[str, NodeFacts] | None = None
 
     def __post_init__(self):
-        raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
         self.store = OutcomeStore(self.reports_dir / self.run_id, self.run_id)
         self.launch = Launch(self.nodes, self.probes_dir, self.run_id, self.fanout)
 
@@ -350,67 +336,7 @@ class Run:
         spec = CHECKS[check]
         if spec.group:  # one coordinated group, not a fan-out
             return spec.execute(self.group_run(spec))
-
-        # Learned here, in this thread: it holds the run's lock the fan-out threads lack.
-        gpus = {n.name: n.gpus if spec.facts else self.gpus(n) for n in self.nodes}
-        settings = {n.name: self.settings(check, n) for n in self.nodes}  # resolved once
-        baselines = {n.name: self.baseline(check, n) for n in self.nodes} \
-            if spec.baseline is not None else {}
-
-        def payload_of(node: Node) -> dict:
-            out = payload(check, node, self.run_id, self.profile, gpus[node.name],
-                          settings[node.name])
-            if spec.facts:  # the commands checks need, for the facts probe to look for
-                out["tools"] = {c.name: c.tool(self.settings(c.name, node))
-                                for c in CHECKS.values() if c.tool is not None}
-                out["baselines"] = {c.name: c.baseline(self.settings(c.name, node))
-                                    for c in CHECKS.values() if c.baseline is not None}
-            if baselines.get(node.name) is not None:
-                out["baseline"] = baselines[node.name]
-            return out
-
-        def devices(node: Node) -> int | None:
-            known = gpus[node.name]
-            return None if known is None else known or node.cpu_devices
-
-        def limit(node: Node) -> int:  # the bytes its probe may print
-            return spec.output_limit(settings[node.name], devices(node))
-
-        def shape(nodes: list[Node]):  # the widest document shape of these nodes' probes
-            widest = max(nodes, key=limit)
-            return spec.schema_for(settings[widest.name], devices(widest))
-
-        def timeout(node: Node) -> float:
-            return float(settings[node.name]["timeout_s"])
-
-        def on_progress(node: Node):
-            if not self.progress:
-                return None
-            most = devices(node) or MAX_DEVICES
-            return lambda info, name=node.name: self.progress.update(name, info, most)
-
-        def one(item: tuple[Launcher | None, list[Node]]) -> dict[str, ProbeOutcome]:
-            launcher, nodes = item
-            if launcher is not None:  # the nodes run as one (srun: one job step)
-                return self.launch.probe_together(launcher, nodes, spec,
-                                                  {n.name: payload_of(n) for n in nodes},
-                                                  {n.name: timeout(n) for n in nodes},
-                                                  {n.name: on_progress(n) for n in nodes},
-                                                  max(limit(n) for n in nodes), shape(nodes))
-            node = nodes[0]
-            return {node.name: self.launch.probe(node, spec, payload_of(node), timeout(node),
-                                                 on_progress(node), limit(node), shape(nodes))}
-
-        together, apart = self.launchers.split(self.nodes)
-        if self.progress:
-            self.progress.begin(check)
-        try:
-            done = self.launch.fan_out(together + [(None, [n]) for n in apart], one)
-        finally:
-            if self.progress:
-                self.progress.end()
-        outcomes = {name: o for part in done for name, o in part.items()}
-        return {n.name: outcomes[n.name] for n in self.nodes}
+        return execute_single_node(self, spec)
 
     def group_run(self, spec: Check) -> GroupRun:
         """All of this run a group check may use (burnin/checks/groups.py: GroupRun)."""
@@ -424,3 +350,13 @@ class Run:
 
     def close(self) -> None:
         self.launch.close()
+
+    def let_go(self) -> None:
+        """Drop what the run kept of its checks (outcomes, verdicts, speed figures), once
+        junit.xml and the ledger hold the verdicts: publish reads what it draws from the
+        run's directory, and at 10,000 nodes this is some 100 MB it would build beside."""
+        with self._lock:
+            self.store.let_go()
+            self._verdicts.clear()
+            self._figures.clear()
+            self._summaries.clear()

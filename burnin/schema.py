@@ -37,9 +37,12 @@ def _kind(value) -> str:
 class Shape:
     null = False
 
-    def problem(self, value, path: str) -> str:
+    def problem(self, value, path: str | tuple) -> str:
+        """'' when `value` fits, else '<path>: <why>'. Inside a document the path is made
+        only for a problem (a (parent, key or index) pair until then): a fleet's documents
+        are mostly right, and formatting a path per value was half of checking them."""
         if value is None:
-            return "" if self.null else f"{path}: expected {self.expected()}, got null"
+            return "" if self.null else f"{_text(path)}: expected {self.expected()}, got null"
         return self._problem(value, path)
 
     def expected(self) -> str:
@@ -78,11 +81,11 @@ class Num(Shape):
             return ""
         ok_type = isinstance(value, int) if self.integer else isinstance(value, (int, float))
         if isinstance(value, bool) or not ok_type:
-            return f"{path}: expected {self.expected()}, got {_kind(value)}"
+            return f"{_text(path)}: expected {self.expected()}, got {_kind(value)}"
         if isinstance(value, float) and not math.isfinite(value):
-            return f"{path}: expected a finite number, got {value}"
+            return f"{_text(path)}: expected a finite number, got {value}"
         if (self.lo is not None and value < self.lo) or (self.hi is not None and value > self.hi):
-            return f"{path}: expected {self.expected()}, got {value!r}"
+            return f"{_text(path)}: expected {self.expected()}, got {value!r}"
         return ""
 
 
@@ -100,9 +103,10 @@ class Str(Shape):
 
     def _problem(self, value, path):
         if not isinstance(value, str):
-            return f"{path}: expected a string, got {_kind(value)}"
+            return f"{_text(path)}: expected a string, got {_kind(value)}"
         if len(value) > self.max:
-            return f"{path}: string of {len(value)} characters, at most {self.max} expected"
+            return (f"{_text(path)}: string of {len(value)} characters, at most {self.max} "
+                    "expected")
         return ""
 
 
@@ -115,7 +119,7 @@ class Bool(Shape):
 
     def _problem(self, value, path):
         return "" if isinstance(value, bool) else \
-            f"{path}: expected true or false, got {_kind(value)}"
+            f"{_text(path)}: expected true or false, got {_kind(value)}"
 
 
 @dataclass(frozen=True)
@@ -130,13 +134,13 @@ class List(Shape):
 
     def _problem(self, value, path):
         if not isinstance(value, list):
-            return f"{path}: expected a list, got {_kind(value)}"
+            return f"{_text(path)}: expected a list, got {_kind(value)}"
         if not self.min <= len(value) <= self.max:
             if self.min:
-                return f"{path}: {len(value)} items, expected {self.min} to {self.max}"
-            return f"{path}: {len(value)} items, at most {self.max} expected"
+                return f"{_text(path)}: {len(value)} items, expected {self.min} to {self.max}"
+            return f"{_text(path)}: {len(value)} items, at most {self.max} expected"
         for i, v in enumerate(value):
-            p = self.item.problem(v, f"{path}[{i}]")
+            p = self.item.problem(v, (path, i))
             if p:
                 return p
         return ""
@@ -157,16 +161,16 @@ class Obj(Shape):
 
     def _problem(self, value, path):
         if not isinstance(value, dict):
-            return f"{path}: expected an object, got {_kind(value)}"
+            return f"{_text(path)}: expected an object, got {_kind(value)}"
         if len(value) > self.max_keys:
-            return f"{path}: {len(value)} keys, at most {self.max_keys} expected"
+            return f"{_text(path)}: {len(value)} keys, at most {self.max_keys} expected"
         for key in self.required:
             if key not in value:
-                return f"{_join(path, key)}: missing"
+                return f"{_text((path, key))}: missing"
         for key, v in value.items():
             shape = self.fields.get(key, self.values)
             if shape is not None:
-                p = shape.problem(v, _join(path, key))
+                p = shape.problem(v, (path, key))
                 if p:
                     return p
         return ""
@@ -185,11 +189,18 @@ class Scalar(Shape):
             return ""
         if isinstance(value, str):
             return Str(4096).problem(value, path)
-        return f"{path}: expected a plain value, got {_kind(value)}"
+        return f"{_text(path)}: expected a plain value, got {_kind(value)}"
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+def _text(path: str | tuple) -> str:
+    """A lazy path as text: ((("", "devices"), 3), "tflops") -> 'devices[3].tflops'."""
+    keys = []
+    while isinstance(path, tuple):
+        path, key = path
+        keys.append(key)
+    for key in reversed(keys):
+        path = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key
+    return path
 
 
 # Shapes shared by several probes.

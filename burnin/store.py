@@ -37,6 +37,7 @@ class OutcomeStore:
     lock: threading.RLock = field(default_factory=threading.RLock)
     _outcomes: dict[str, dict[str, ProbeOutcome]] = field(default_factory=dict)
     _flock_depth: int = 0
+    _ran: set[str] = field(default_factory=set)  # checks whose outcomes were let go
 
     def make_run_dir(self) -> Path:
         """reports/<run-id>/, owner-only: reports hold node facts, failure evidence and
@@ -64,9 +65,16 @@ class OutcomeStore:
             if check in self._outcomes:
                 self._outcomes[check] = {n: kept(o) for n, o in self._outcomes[check].items()}
 
+    def let_go(self) -> None:
+        """Forget every check's outcomes (Run.let_go): has() still knows what ran."""
+        with self.lock:
+            self._ran.update(self._outcomes)
+            self._outcomes.clear()
+
     def has(self, check: str) -> bool:
         """Whether `check` has run in this run (here or in another xdist worker)."""
-        return check in self._outcomes or (self.run_dir / ".probes" / f"{check}.jsonl").exists()
+        return check in self._outcomes or check in self._ran or \
+            (self.run_dir / ".probes" / f"{check}.jsonl").exists()
 
     def _shared(self, check: str, execute) -> dict[str, ProbeOutcome]:
         try:

@@ -68,3 +68,57 @@ def test_a_bug_in_a_launcher_is_a_controller_fault_of_its_nodes_only():
     assert {o.node for o in out.values()} == {"n1", "n2"}
     assert all(o.fault and "controller error running health: RuntimeError: a bug of ours"
                in o.reason for o in out.values())
+
+
+def test_the_launch_fan_out_runs_every_item_in_lanes_within_its_bound():
+    launch = Launch(local_nodes(1), PROBES_DIR, "r1", fanout=4)
+    running, most, lock = [0], [0], threading.Lock()
+    threads = set()
+
+    def fn(i):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            threads.add(threading.get_ident())
+        time.sleep(0.001)
+        with lock:
+            running[0] -= 1
+        return i * i
+
+    assert launch.fan_out(range(50), fn) == [i * i for i in range(50)]
+    assert most[0] <= 4 and len(threads) <= 4, "50 items, 4 lanes: no more at once"
+    # A cancelled run still gets each item's own result (Launch.probe: not started).
+    launch.cancel.set()
+    assert launch.fan_out(range(9), lambda i: -i) == [-i for i in range(9)]
+
+
+def test_at_once_from_a_group_thread_starts_every_item_together():
+    launch = Launch(local_nodes(1), PROBES_DIR, "r1")
+    n = 6
+    together = threading.Barrier(n, timeout=60)  # passes only when all n wait at once
+
+    def member(i):
+        together.wait()
+        return i + 1
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(launch.at_once(list(range(n)), member)))
+    t.start()
+    t.join(120)
+    assert out == [[i + 1 for i in range(n)]]
+
+    def broken(i):
+        if i == 2:
+            raise RuntimeError("a bug of ours")
+        return i
+    raised = []
+
+    def group():
+        try:
+            launch.at_once([0, 1, 2, 3], broken)
+        except RuntimeError as e:
+            raised.append(str(e))
+    t = threading.Thread(target=group)
+    t.start()
+    t.join(120)
+    assert raised == ["a bug of ours"], "a bug in a member is raised, as fan_out raises it"
