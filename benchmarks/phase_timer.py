@@ -26,6 +26,9 @@ import pytest
 # PHASE_TRACEMALLOC=1: also trace Python's allocations (slow: use a small fleet), and
 # print what is held when publish starts and publish's own peak above that.
 TRACE = os.environ.get("PHASE_TRACEMALLOC") == "1"
+# PHASE_TIMER_OUT=FILE: the table is written there too (controller_scale.py drops the
+# run's stdout).
+OUT = os.environ.get("PHASE_TIMER_OUT")
 _held: list[str] = []
 
 # (module, class or None, function, the phase's name), outermost first where they nest.
@@ -162,3 +165,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         lines += [*_held, f"tracemalloc peak from publish's start to the end: {peak >> 20} "
                           f"MiB traced; now {now >> 20} MiB"]
     print("\n" + "\n".join(lines), flush=True)
+    if OUT:
+        with open(OUT, "w") as f:
+            f.write("\n".join(lines) + "\n")
