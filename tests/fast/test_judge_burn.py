@@ -376,6 +376,8 @@ def test_peer_spreads_sets_how_many_spreads_and_the_fraction_stays_the_least_mar
     assert judge("burn", slow["n1"], fleet=fleet, settings={"peer_spreads": 3}) == ((), ())
     assert judge("burn", slow["n1"], fleet=fleet,
                  settings={"peer_fraction": 0, "peer_spreads": 0}) == ((), ())
+    assert judge("burn", slow["n1"], fleet=fleet, drop=("peer_spreads",)) == ((), ()), \
+        "6 by default: a margin of 30%"
 
 
 def test_the_node_rule_widens_with_the_spread_inside_the_fleets_nodes():
