@@ -94,3 +94,20 @@ def test_any_document_parses_as_safe_document_made_it(doc, ascii_only):
             parse_document(raw)
         return
     assert parsed(raw) == want
+
+
+@pytest.mark.parametrize("text,deep", [
+    ("[[1], [2]]", False),        # as deep as allowed, more brackets than levels
+    ("[[], [[]]]", True),         # one level past, after a sibling closed
+    ('[["\\u001b"], [2]]', False),  # the full walk keeps the bound it is given
+    ('[[["\\u001b"]]]', True),
+    ("[[" + "1" * 100 + "], [2]]", False),  # as is a long number's
+    ("[[[" + "1" * 100 + "]]]", True),
+])
+def test_a_bound_other_than_the_default_is_the_one_held(text, deep):
+    if deep:
+        with pytest.raises(UnsafeDocument, match="nested deeper than 2 levels"):
+            parse_document(text.encode(), max_depth=2)
+    else:
+        assert parse_document(text.encode(), max_depth=2) == safe_document(
+            json.loads(text), 2)
