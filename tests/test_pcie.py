@@ -156,10 +156,13 @@ def test_a_gpu_slowed_below_the_probe_fails_alone_by_index_and_uuid(pytester, nv
     assert outcome == "failure", message
     lines = message.split("; ")
     assert all(ln.startswith(f"cuda:2 ({H100}, {uuids[2]}): ") for ln in lines), lines
-    # The throttle slows the worker, not one direction: on a loaded machine either
-    # direction's solo rounds may be the ones it caught (the other then stays above a tenth).
+    # The throttle slows the worker, not one direction or one round: on a loaded machine
+    # either direction's solo rounds, or only its rounds with all GPUs copying at once, may
+    # be the ones it caught (a fresh-clone run: only the concurrent round, 0.012 of 0.52 GB/s).
     assert any(("host-to-device" in ln or "device-to-host" in ln)
-               and "the median of the node's 4 GPUs" in ln for ln in lines), lines
+               and ("the median of the node's 4 GPUs" in ln
+                    or "with all GPUs copying at once" in ln and "the node's median GPU then"
+                    in ln) for ln in lines), lines
     assert "GB/s" in message and "(link x8 Gen5, max x16 Gen5) (NUMA node 0, CPUs " in message
 
 
