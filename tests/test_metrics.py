@@ -1,5 +1,5 @@
 """metrics.prom in Prometheus conventions, checked by Prometheus' own tools: promtool's
-linter, a real node_exporter's textfile collector serving it, and README's alert rules
+linter, a real node_exporter's textfile collector serving it, and the docs' alert rules
 under promtool's rule checker and rule tests."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import docpages
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_reports import burn_record, sweep_record
@@ -141,7 +142,8 @@ def test_node_exporter_textfile_collector_serves_the_series(tmp_path):
     exporter = need(NODE_EXPORTER, "prometheus-node-exporter")
     textfiles = tmp_path / "textfile"
     textfiles.mkdir()
-    # As README's guide does it: a world-readable copy, moved into place in one step.
+    # As the operator guide does it (docs/operator/revalidation.md): a world-readable
+    # copy, moved into place in one step.
     shutil.copy(published(tmp_path / "run"), textfiles / ".burnin.prom.tmp")
     os.replace(textfiles / ".burnin.prom.tmp", textfiles / "burnin.prom")
     port = free_port()
@@ -173,11 +175,11 @@ def test_node_exporter_textfile_collector_serves_the_series(tmp_path):
 
 
 def readme_yaml(marker: str) -> str:
-    """The README's ```yaml block that contains `marker`."""
-    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", (REPO / "README.md").read_text(),
-                                    re.S) if marker in b]
-    assert len(blocks) == 1, f"expected one yaml block with {marker!r} in README.md"
-    return blocks[0]
+    """The docs' ```yaml block that contains `marker` (docs/operator/metrics.md holds the
+    alert rules today; README.md and every page of docs/ are searched, and it must be
+    there exactly once)."""
+    __tracebackhide__ = True
+    return docpages.the_block("yaml", marker)
 
 
 RULE_TESTS = """\
@@ -224,7 +226,7 @@ tests:
 """
 
 
-def test_readme_alert_rules_pass_promtool(tmp_path):
+def test_the_documented_alert_rules_pass_promtool(tmp_path):
     promtool = need("promtool", "prometheus")
     (tmp_path / "rules.yml").write_text(readme_yaml("alert: BurninNodeQuarantined"))
     res = subprocess.run([promtool, "check", "rules", "rules.yml"], cwd=tmp_path,

@@ -1,4 +1,5 @@
-"""README's two commands are the contract with a newcomer; CI runs the second exactly."""
+"""README's two commands are the contract with a newcomer; CI runs the second exactly. The
+operator guide's snippets, wherever they now live (README or docs/), run or parse here."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import docpages
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,17 +40,19 @@ def test_lint_is_clean():
 
 
 # --- the operator guide: what can be checked without the operator's machines ----------
+# README.md and the pages under docs/ (tests/docpages.py): a snippet is checked wherever
+# it sits, and one a test looks for must be there.
 
 def code_blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    return docpages.code_blocks(lang)
 
 
 def burnin_commands() -> list[list[str]]:
-    """Every `burnin ...` command in README's code blocks, as a shell splits it, up to the
-    first shell operator (`||`, `>`, `;`, ...)."""
+    """Every `burnin ...` command in the code blocks of README and the docs, as a shell
+    splits it, up to the first shell operator (`||`, `>`, `;`, ...)."""
     import shlex
     out = []
-    for block in re.findall(r"```\w*\n(.*?)```", (REPO / "README.md").read_text(), re.S):
+    for block in docpages.code_blocks(r"\w*"):
         for m in re.finditer(r"(?:^|[\s'\"(])(?:\S*/)?burnin ((?:run|admit|quarantine|"
                              r"inventory|report|compare|--version)\b.*)$",
                              block.replace("\\\n", " "), re.M):
@@ -66,7 +71,7 @@ def burnin_commands() -> list[list[str]]:
     return out
 
 
-def test_every_burnin_command_in_the_readme_parses():
+def test_every_burnin_command_in_the_docs_parses():
     from burnin.cli import build_parser
     commands = burnin_commands()
     assert len(commands) >= 15 and {c[0] for c in commands} >= {
@@ -82,7 +87,7 @@ def test_every_burnin_command_in_the_readme_parses():
                             cwd=REPO).stdout
     assert {"--inventory", "--profile", "--nodes", "--revalidate"} <= run_options
     unknown = {o for o in run_options if not re.search(rf"(?<![\w-]){o}(?![\w-])", helped)}
-    assert not unknown, f"README passes `burnin run` options pytest does not know: {unknown}"
+    assert not unknown, f"the docs pass `burnin run` options pytest does not know: {unknown}"
 
 
 def test_the_ci_snippets_load_and_gate_on_admit():
@@ -113,9 +118,14 @@ def parser_commands() -> set[str]:
     return walk(build_parser(), "burnin")
 
 
+def exit_code_rows(text: str) -> list[str]:
+    """The rows of the exit-code table: the one under the page's or section's heading."""
+    return [ln for ln in text.splitlines() if ln.startswith("| `")]
+
+
 def test_the_exit_code_table_has_a_row_for_every_command():
-    section = (REPO / "README.md").read_text().split("## Exit codes", 1)[1].split("\n## ")[0]
-    rows = [ln for ln in section.splitlines() if ln.startswith("| `")]
+    rows = exit_code_rows(docpages.sections(docpages.page("reference/exit-codes.md"))[
+        "Exit codes"])
     named = {m for ln in rows for m in re.findall(r"`(burnin [^`]+)`", ln.split("|")[1])}
     commands = parser_commands() | {"burnin --version"}
     assert len(commands) >= 9 and named == commands, (sorted(named), sorted(commands))
@@ -145,3 +155,13 @@ def test_the_systemd_units_verify(tmp_path):
     res = subprocess.run([tool, "verify", "--man=no", *units], capture_output=True, text=True,
                          timeout=120, cwd=tmp_path)
     assert res.returncode == 0 and not (res.stdout + res.stderr).strip(), res.stdout + res.stderr
+
+
+def test_readme_exit_codes_are_the_references_rows():
+    """The front door shows the codes of a run and of admit: the reference's rows, word for
+    word, so that the two cannot come to say different things."""
+    readme = exit_code_rows(docpages.sections(docpages.README.read_text())["Exit codes"])
+    reference = exit_code_rows(docpages.page("reference/exit-codes.md"))
+    assert [r.split("|")[1].strip() for r in readme] == [
+        "`pytest suites/`, `burnin run` (pytest's codes)", "`burnin admit`"]
+    assert all(r in reference for r in readme), "README's exit codes differ from the reference"

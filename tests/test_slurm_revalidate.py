@@ -1,11 +1,10 @@
-"""Slurm as it was before the run: re-validation as an sbatch job (README's script) brings
+"""Slurm as it was before the run: re-validation as an sbatch job (the docs' script) brings
 repaired nodes back, and Ctrl-C leaves no allocation, step, reservation or burnin state
 behind, on a real Slurm test cluster."""
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import docpages
 import pytest
 from slurmcluster import calls, logged_commands, option
 from suiterun import REPO, SUITES
@@ -29,9 +29,9 @@ REASON = "burnin: failed health"
 
 
 def readme_revalidation_script() -> str:
-    """README's sbatch script for periodic re-validation, as written there."""
-    text = (REPO / "README.md").read_text()
-    return textwrap.dedent(re.search(r"```bash\n(.*?)```", text, re.S).group(1))
+    """The docs' sbatch script for periodic re-validation, as written there
+    (docs/operator/revalidation.md today; found by its job name, exactly once)."""
+    return textwrap.dedent(docpages.the_block("bash", "#SBATCH --job-name=burnin-revalidate"))
 
 
 def quarantined_by_burnin(cluster, ledger: Path, node: str) -> None:
@@ -53,7 +53,7 @@ def slurm_state(cluster) -> tuple[str, str]:
     return jobs, "\n".join(ln for ln in reservations.splitlines() if "burnin-" in ln)
 
 
-def test_the_readme_sbatch_revalidation_brings_a_repaired_node_back(make_slurm, tmp_path):
+def test_the_documented_sbatch_revalidation_brings_a_repaired_node_back(make_slurm, tmp_path):
     cluster = make_slurm(3)
     ledger = tmp_path / "ledger.db"
     quarantined_by_burnin(cluster, ledger, "h2")
@@ -67,7 +67,7 @@ def test_the_readme_sbatch_revalidation_brings_a_repaired_node_back(make_slurm, 
                          ("/etc/burnin/slurm.yaml", str(inv)),
                          ("/var/lib/burnin/reports", str(tmp_path / "reports")),
                          ("/var/log/burnin/revalidate-%j.log", str(log))):
-        assert readme in job, f"README's script no longer has {readme!r}"
+        assert readme in job, f"the docs' script no longer has {readme!r}"
         job = job.replace(readme, here)
     (tmp_path / "revalidate.sh").write_text(job)
     res = subprocess.run(["sbatch", "--wait", str(tmp_path / "revalidate.sh")],
