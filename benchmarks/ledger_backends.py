@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 import pgserver  # noqa: E402
 
-from burnin.ledger import Ledger  # noqa: E402
+from burnin.ledger.api import Ledger  # noqa: E402
 
 
 def failures(n: int) -> list[tuple[str, list, list, dict]]:

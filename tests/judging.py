@@ -4,9 +4,9 @@ built from plain dicts (no probe runs)."""
 from __future__ import annotations
 
 from burnin.checks import CHECKS, Fleet, Judging
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.reference import GpuModel
+from burnin.model.gpu_reference import GpuModel
+from burnin.model.nodes import Node
+from burnin.probe.protocol import ProbeOutcome
 
 H100 = GpuModel("H100", ("NVIDIA H100 80GB HBM3",), peak_tflops=1000.0, burn_tflops=600.0,
                 allreduce_intra_gbps=400.0, allreduce_ranks=8, pcie_gbps=50.0,

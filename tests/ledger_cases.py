@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from burnin.ledger import Entry, NodeRun
+from burnin.ledger.api import Entry, NodeRun
 
 
 @pytest.fixture
@@ -215,8 +215,8 @@ def test_quarantines_older_than_the_window_do_not_count(new_ledger, clock):
 
 def test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_anything(
         new_ledger, clock, tmp_path):
-    from burnin.ledger import Ledger
-    from burnin.ledger_backends import LedgerNotEmpty
+    from burnin.ledger.api import Ledger
+    from burnin.ledger.backends import LedgerNotEmpty
     ledger = new_ledger()
     ledger.record_failure("n2", "c", ["burn"], ["burn: slow"], {"burn": "x"}, "r1")
     ledger.quarantine_by_hand("n1", "c", "fans", "alice")

@@ -5,7 +5,7 @@ over a concurrent failure breaks one of the two."""
 
 from __future__ import annotations
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 NEEDS_IN = {"failed-again", "held-by-hand", "clean", "released"}
 

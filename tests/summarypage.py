@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from burnin.summary.script import HTML_SAFE
+from burnin.report.summary.script import HTML_SAFE
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",

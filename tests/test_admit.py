@@ -13,7 +13,7 @@ import pytest
 from replay import replay_python
 from suiterun import junit_cases, run_suite, script, trio_inventory
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 
 def junit(*suites: str) -> str:

@@ -123,8 +123,8 @@ def test_a_members_group_figure_does_not_grow_with_the_group():
     """Every member's results.jsonl record carries the group figure: naming the members in
     it made the file O(n^2) (about 1 GB at 10,000 nodes, and 9 GiB once parsed back)."""
     from burnin.checks.groups import Facts, group_figures
-    from burnin.nodes import Node
-    from burnin.probe import ProbeOutcome
+    from burnin.model.nodes import Node
+    from burnin.probe.protocol import ProbeOutcome
 
     def figure(n: int) -> dict:
         nodes = [Node(name=f"node{i:05d}", address=f"node{i:05d}") for i in range(n)]

@@ -65,15 +65,16 @@ def find_cycle(g: dict[str, set[str]]) -> list[str]:
 
 def test_the_import_graph_has_no_circle():
     g = graph()
-    assert "burnin.checks.base" in g and "burnin.run" in g
+    assert "burnin.checks.base" in g and "burnin.engine.run" in g
     assert find_cycle(g) == []
 
 
 def test_the_cycle_finder_finds_a_planted_circle():
     g = graph()
-    g["burnin.nodes"] = g["burnin.nodes"] | {"burnin.run"}  # nodes -> run -> ... -> nodes
+    # nodes -> run -> ... -> nodes
+    g["burnin.model.nodes"] = g["burnin.model.nodes"] | {"burnin.engine.run"}
     cycle = find_cycle(g)
-    assert cycle and cycle[0] == cycle[-1] and "burnin.run" in cycle
+    assert cycle and cycle[0] == cycle[-1] and "burnin.engine.run" in cycle
 
 
 def test_probes_import_nothing_of_burnin():
@@ -139,7 +140,7 @@ def test_the_controller_never_sends_the_probes_test_hooks():
 def test_a_transport_name_is_a_transport_or_a_launcher_never_both():
     """srun is a launcher (a check's nodes as one job step), not a transport whose run
     only raises: each inventory name is in exactly one table, of its own base class."""
-    from burnin.inventory import TRANSPORT_NAMES
+    from burnin.inventory.schema import TRANSPORT_NAMES
     from burnin.transports import LAUNCHERS, TRANSPORTS, Launcher, Transport, _load
 
     assert set(TRANSPORT_NAMES) == set(TRANSPORTS) | set(LAUNCHERS)

@@ -15,7 +15,7 @@ from suiterun import script
 from test_reports import burn_record, sweep_record
 
 import burnin
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

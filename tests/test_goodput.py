@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 from replay import replay_python
 from suiterun import run_suite, script, trio_inventory
 
-from burnin.ledger import Ledger, NodeRun
+from burnin.ledger.api import Ledger, NodeRun
 
 SLOW = 0.92
 DAY = 86400.0

@@ -14,8 +14,8 @@ import pytest
 from replay import replay_python
 from suiterun import junit_cases, run_suite
 
-from burnin.inventory import InventoryError, load_inventory
-from burnin.ledger import Ledger
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.ledger.api import Ledger
 
 LIAR = """#!{python}
 # A lying node: runs the probe (stdin, the controller's lifeline, passes through; the
@@ -158,17 +158,17 @@ def test_a_node_name_that_is_a_path_is_refused(tmp_path):
 def test_a_report_part_that_cannot_be_drawn_degrades_and_latest_still_moves(pytester):
     # The page renderer breaking (a bug, a record of a shape it did not expect) must not
     # stop the run: junit.xml is written and latest moved first.
-    # Patched for this inner run only: it runs in this process, where burnin.summary is
+    # Patched for this inner run only: it runs in this process, where burnin.report.summary is
     # already imported, and a patch left behind would break every later page.
     pytester.makepyfile(breakpage="""
-        import burnin.summary.page
-        real = burnin.summary.page.render
+        import burnin.report.summary.page
+        real = burnin.report.summary.page.render
         def broken(*args, **kwargs):
             raise ValueError("cannot draw this")
         def pytest_configure(config):
-            burnin.summary.page.render = broken
+            burnin.report.summary.page.render = broken
         def pytest_unconfigure(config):
-            burnin.summary.page.render = real
+            burnin.report.summary.page.render = real
     """)
     pytester.syspathinsert()
     inv = three_nodes(pytester, "pass")

@@ -15,7 +15,7 @@ import pytest
 from replay import replay_python
 from suiterun import run_suite, script
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 SCHEMA = Path(__file__).resolve().parent / "schemas" / "junit.xsd"
 

@@ -10,11 +10,11 @@ import textwrap
 
 from replay import replay_python
 
-from burnin import goodput
 from burnin.checks import CHECKS
-from burnin.figures import key_figures, read_records
-from burnin.inventory import load_inventory
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.figures import goodput
+from burnin.figures.record_figures import key_figures, read_records
+from burnin.inventory.schema import load_inventory
 
 
 def replay_run(tmp_path) -> Run:

@@ -30,7 +30,7 @@ from ledger_replay import contradictions
 from replay import replay_python
 from requires import need
 
-from burnin.ledger import Ledger, LedgerError
+from burnin.ledger.api import Ledger, LedgerError
 
 pytestmark = pytest.mark.slow
 

@@ -31,8 +31,8 @@ from ledger_cases import (  # noqa: F401
 )
 from ledger_replay import contradictions
 
-from burnin.ledger import Ledger, LedgerError
-from burnin.ledger_backends import PostgresBackend
+from burnin.ledger.api import Ledger, LedgerError
+from burnin.ledger.backends import PostgresBackend
 
 pytestmark = pytest.mark.slow
 

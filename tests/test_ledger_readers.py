@@ -15,7 +15,7 @@ from replay import replay_python
 from requires import need
 from suiterun import junit_cases, run_suite, script, trio_inventory
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 pytestmark = pytest.mark.slow
 

@@ -71,7 +71,7 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     run_id = (reports / "latest").readlink().name
     every = ",".join(CHECKS)
-    # the node's price for a job of the fleet's size (burnin/goodput.py): figures of
+    # the node's price for a job of the fleet's size (burnin/figures/goodput.py): figures of
     # co-located real probes, so the speed itself varies from run to run
     speed = float(props.pop("relative_speed"))
     assert 0 < speed <= 1.5 and props.pop("goodput_job_nodes") == "3"

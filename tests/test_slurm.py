@@ -12,8 +12,8 @@ from replay import replay_python
 from slurmcluster import calls, logged_commands, option
 from suiterun import TINY_MEMORY, junit_cases, run_suite, script
 
-from burnin.actions import REASON_MAX, drain_reason
-from burnin.ledger import Ledger
+from burnin.gate.actions import REASON_MAX, drain_reason
+from burnin.ledger.api import Ledger
 
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
 # them all; `-m "not slow"` leaves them out of a developer's quick run.

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from replay import replay_python
 from suiterun import CHECKS, junit_cases, run_suite, script
 
-from burnin.inventory import load_inventory
-from burnin.probe import run_probe
-from burnin.run import PROBES_DIR, Run
+from burnin.engine.run import PROBES_DIR, Run
+from burnin.inventory.schema import load_inventory
+from burnin.probe.protocol import run_probe
 from burnin.transports.ssh import SshTransport
 
 

@@ -27,8 +27,8 @@ from summarypage import (
 )
 
 from burnin.checks import CHECKS
-from burnin.reports import publish
-from burnin.summary import NodeView
+from burnin.report.junit import publish
+from burnin.report.summary import NodeView
 
 bench = synthetic()
 KINDS = ("thermal", "sdc", "storage", "malformed", "unreachable")

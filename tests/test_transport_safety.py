@@ -16,10 +16,10 @@ import yaml
 from replay import replay_python
 from suiterun import SUITES, junit_cases, run_suite, script
 
-from burnin.inventory import load_inventory
-from burnin.ledger import Ledger
-from burnin.probe import run_probe
-from burnin.run import PROBES_DIR
+from burnin.engine.run import PROBES_DIR
+from burnin.inventory.schema import load_inventory
+from burnin.ledger.api import Ledger
+from burnin.probe.protocol import run_probe
 from burnin.transports import NodeUnreachable, sshconnect
 from burnin.transports.fanout import fan_out
 from burnin.transports.ssh import SshTransport

@@ -16,7 +16,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from burnin.nodes import Node
+from burnin.model.nodes import Node
 
 TRANSPORTS = {
     "local": "burnin.transports.local:LocalTransport",

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from ClusterShell.NodeSet import NodeSet
 
-from burnin.actions import REASON_PREFIX
-from burnin.nodes import Node
+from burnin.gate.actions import REASON_PREFIX
+from burnin.model.nodes import Node
 from burnin.transports.slurmctl import (
     TIMEOUT_S,
     SlurmNode,

@@ -14,9 +14,9 @@ from judging import judge
 
 from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import excluded, internode
-from burnin.inventory import load_inventory
-from burnin.probe import ProbeOutcome
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.inventory.schema import load_inventory
+from burnin.probe.protocol import ProbeOutcome
 
 RANKS = 2  # each node's ranks (a CPU node's gloo ranks)
 

@@ -17,9 +17,9 @@ from burnin.checks.base import (
     implausible,
     timeout,
 )
-from burnin.probe import DEFAULT_MAX_OUTPUT
-from burnin.reference import GpuModel
-from burnin.schema import Obj
+from burnin.model.gpu_reference import GpuModel
+from burnin.probe.protocol import DEFAULT_MAX_OUTPUT
+from burnin.probe.shapes import Obj
 
 
 def test_a_setting_has_a_default_per_profile_or_one_for_all():

@@ -7,8 +7,8 @@ from __future__ import annotations
 from judging import H100, outcome
 
 from burnin.checks import CHECKS, Judging
-from burnin.nodes import Node
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
 
 
 def allreduce(busbw: float, ranks: int = 8):

@@ -1,4 +1,4 @@
-"""burnin/ledger.py in-process: what each write keeps, what a failed write leaves, and the
+"""burnin/ledger/api.py in-process: what each write keeps, what a failed write leaves, and the
 guard against a lost ledger. (tests/test_ledger.py: concurrent writers and SIGKILL.)"""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ledger_cases import (  # noqa: E402, F401
     test_set_drained_release_and_note,
 )
 
-from burnin.ledger import (
+from burnin.ledger.api import (
     BUSY_TIMEOUT_S,
     Entry,
     Ledger,
@@ -132,8 +132,8 @@ def test_a_ledger_from_before_by_hand_is_migrated_and_keeps_its_entries(tmp_path
 @pytest.fixture
 def locked(monkeypatch):
     """locked(path): another writer holds the ledger's write lock, and nobody waits."""
-    import burnin.ledger_backends
-    monkeypatch.setattr(burnin.ledger_backends, "BUSY_TIMEOUT_S", 0)
+    import burnin.ledger.backends
+    monkeypatch.setattr(burnin.ledger.backends, "BUSY_TIMEOUT_S", 0)
     held = []
 
     def lock(path):
@@ -168,14 +168,14 @@ def test_an_up_to_date_ledger_opens_without_writing(tmp_path, locked):
 
 
 def test_a_reader_that_cannot_write_the_marker_opens_the_ledger(tmp_path, monkeypatch):
-    import burnin.ledger
+    import burnin.ledger.api
     path = tmp_path / "q.db"
     Ledger(path).record_failure("n1", "c", ["sdc"], ["sdc: x"], {}, "r1")
     (tmp_path / ".q.db.burnin").unlink()
 
     def refused(*a, **k):
         raise PermissionError("read-only")
-    monkeypatch.setattr(burnin.ledger, "write_atomically", refused)
+    monkeypatch.setattr(burnin.ledger.api, "write_atomically", refused)
     assert Ledger(path).quarantined() == {"n1"}
     assert not (tmp_path / ".q.db.burnin").exists()
 
