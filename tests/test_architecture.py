@@ -1,5 +1,6 @@
-"""The shape of the code, asserted: burnin's import graph has no circle, probes never
-import burnin, and the check table is the one place a check is declared."""
+"""The shape of the code, asserted: burnin's packages are layers and a lower one never
+imports a higher one (so the import graph has no circle), probes never import burnin,
+and the check table is the one place a check is declared."""
 
 from __future__ import annotations
 
@@ -61,6 +62,80 @@ def find_cycle(g: dict[str, set[str]]) -> list[str]:
             if found:
                 return found
     return []
+
+
+# burnin's layers, lowest first (README "The house"; each package's __init__ docstring says
+# its layer and what it may import). A module may import its own package and any package
+# of a lower layer; never a higher layer's, nor another package of its own layer.
+LAYERS = (
+    ("burnin", "burnin.errors", "burnin.core"),
+    ("burnin.model",),
+    ("burnin.transports", "burnin.ledger"),
+    ("burnin.probe",),
+    ("burnin.checks",),
+    ("burnin.figures",),
+    ("burnin.inventory",),
+    ("burnin.engine",),
+    ("burnin.gate",),
+    ("burnin.report",),
+    ("burnin.plugin",),
+    ("burnin.cli",),
+    ("burnin.__main__",),  # python -m burnin
+)
+
+
+def package_of(module: str) -> tuple[int, str]:
+    """(layer, package) of a burnin module: the longest package of LAYERS it is in."""
+    best = None
+    for rank, packages in enumerate(LAYERS):
+        for p in packages:
+            if (module == p or module.startswith(p + ".")) and \
+                    (best is None or len(p) > len(best[1])):
+                best = (rank, p)
+    assert best is not None, f"{module} is in no layer of LAYERS"
+    return best
+
+
+def wrong_way(g: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up the layers or sideways into a peer package."""
+    out = []
+    for module, deps in sorted(g.items()):
+        rank, package = package_of(module)
+        for dep in sorted(deps):
+            dep_rank, dep_package = package_of(dep)
+            if dep_package != package and dep_rank >= rank:
+                out.append(f"{module} (layer {rank}) imports {dep} (layer {dep_rank})")
+    return out
+
+
+def test_no_module_imports_a_higher_layer_or_a_peer_package():
+    g = graph()
+    assert len(g) > 80 and "burnin.engine.run" in g  # the graph is burnin's, whole
+    assert wrong_way(g) == []
+
+
+def test_the_layer_check_finds_a_planted_wrong_way_import():
+    g = graph()
+    g["burnin.gate.quarantine"] = g["burnin.gate.quarantine"] | {"burnin.report.junit"}
+    g["burnin.transports.slurm"] = g["burnin.transports.slurm"] | {"burnin.ledger.api"}
+    assert wrong_way(g) == [
+        "burnin.gate.quarantine (layer 8) imports burnin.report.junit (layer 9)",
+        "burnin.transports.slurm (layer 2) imports burnin.ledger.api (layer 2)"]
+
+
+def test_every_package_says_its_layer():
+    """Each package's docstring states the layer the table gives it, so that a reader of
+    the package learns what it may import without opening this test."""
+    for rank, packages in enumerate(LAYERS):
+        for p in packages:
+            path = REPO / (p.replace(".", "/") + "/__init__.py")
+            if p == "burnin" or not path.exists():
+                continue
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            assert f"Layer {rank}" in doc, f"{path.relative_to(REPO)}: says no 'Layer {rank}'"
+    packages = {p.parent for p in (REPO / "burnin").glob("*/__init__.py")}
+    named = {REPO / p.replace(".", "/") for layer in LAYERS for p in layer}
+    assert packages <= named, f"packages in no layer: {sorted(map(str, packages - named))}"
 
 
 def test_the_import_graph_has_no_circle():

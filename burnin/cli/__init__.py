@@ -2,7 +2,10 @@
 rejudge.
 
 Exit codes are documented per command in README.md; commands that print state take
---json for machines."""
+--json for machines. `burnin = burnin.cli:main` (pyproject.toml); the commands with
+more to them each have a module here (ledger, quarantine, compare, rejudge).
+
+Layer 11: may import every layer; nothing of burnin imports it but `python -m burnin`."""
 
 from __future__ import annotations
 

@@ -15,14 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from burnin.checks import CHECKS
+from burnin.engine.kept_inventory import INVENTORY_COPY
 from burnin.engine.run import Run
 from burnin.gate.admit import ReportError, read_junit
 from burnin.inventory.schema import InventoryError, load_inventory
-from burnin.model.outcome import Outcome
+from burnin.model.outcome import Outcome, first_line
 from burnin.probe.protocol import ProbeOutcome
-from burnin.report.junit import _first_line
-
-INVENTORY_COPY = "inventory.yaml"
 
 
 class RejudgeError(Exception):
@@ -43,11 +41,6 @@ class Change:
     check: str
     was: Case
     now: Case
-
-
-def keep_inventory(run_dir: Path, inventory_file: Path) -> None:
-    """The run's copy of its inventory, for rejudging it later with the same settings."""
-    (run_dir / INVENTORY_COPY).write_bytes(inventory_file.read_bytes())
 
 
 def _records(run_dir: Path) -> dict[str, dict[str, ProbeOutcome]]:
@@ -75,11 +68,11 @@ def judged(run: Run, check: str, node) -> Case:
     try:
         v = run.verdict(check, node)
     except Exception as e:  # what the run's test would have reported as an error
-        return Case(Outcome.ERROR, _first_line(f"{type(e).__name__}: {e}"))
+        return Case(Outcome.ERROR, first_line(f"{type(e).__name__}: {e}"))
     if v.skipped:
-        return Case(Outcome.SKIPPED, _first_line(v.skipped))
+        return Case(Outcome.SKIPPED, first_line(v.skipped))
     if v.failures:
-        return Case(Outcome.FAILED, _first_line("\n".join(v.failures)))
+        return Case(Outcome.FAILED, first_line("\n".join(v.failures)))
     return Case(Outcome.PASSED)
 
 

@@ -8,7 +8,8 @@ import re
 import subprocess
 from dataclasses import dataclass
 
-REASON_PREFIX = "burnin:"  # burnin recognises its own drains by it: never change it
+from burnin.transports.slurmctl import REASON_PREFIX
+
 # Slurm keeps longer reasons, but sinfo's columns and people's terminals do not.
 REASON_MAX = 200
 # Everything but letters, digits, space and . _ : , ; / + - % @ ( ) # =: no quote, $,

@@ -13,8 +13,7 @@ from burnin.figures.goodput import Speed
 from burnin.gate import actions
 from burnin.ledger.api import Ledger, NodeRun
 from burnin.model.nodes import Inventory, Node
-from burnin.model.outcome import Outcome
-from burnin.report.junit import CaseResult
+from burnin.model.outcome import CaseResult, Outcome
 
 
 @dataclass

@@ -4,6 +4,7 @@ element (<failure>, <error>, <skipped>), metrics.prom's `outcome` label, the pag
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import Enum
 
 
@@ -42,3 +43,41 @@ JUNIT = {Outcome.FAILED: "failure", Outcome.ERROR: "error", Outcome.SKIPPED: "sk
 JUNIT_TAGS = tuple(JUNIT.values())
 # What a testcase can say, in order: metrics.prom's one-hot burnin_check_outcome.
 RESULTS = (Outcome.PASSED, Outcome.FAILED, Outcome.ERROR, Outcome.SKIPPED)
+
+
+@dataclass
+class CaseResult:
+    """One node's outcome of one check, merged from pytest's setup/call/teardown reports."""
+
+    node: str
+    check: str
+    outcome: Outcome = Outcome.PASSED
+    message: str = ""
+    output: str = ""
+    stdout: str = ""
+    duration_s: float = 0.0
+    floors: dict[str, float] = field(default_factory=dict)  # the judge's (Verdict.floors)
+
+    def add_phase(self, when: str, outcome: str, text: str, stdout: str, duration: float):
+        self.duration_s += duration
+        if stdout:
+            self.stdout = stdout
+        if outcome == "passed":
+            return
+        if outcome == "skipped":  # pytest's words, from here on ours
+            if self.outcome == Outcome.PASSED:
+                self.outcome, self.message, self.output = Outcome.SKIPPED, first_line(text), text
+            return
+        kind = Outcome.FAILED if when == "call" else Outcome.ERROR
+        if self.outcome in (Outcome.PASSED, Outcome.SKIPPED) or (
+                kind == Outcome.FAILED and self.outcome == Outcome.ERROR):
+            self.outcome, self.message, self.output = kind, first_line(text), text
+
+
+def first_line(text: str) -> str:
+    """A failure's text as junit.xml's message attribute: its lines joined, bounded."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    # pytest.fail(..., pytrace=False) gives the bare messages; keep them all, joined.
+    return "; ".join(ln.strip() for ln in lines[:20])[:4000]

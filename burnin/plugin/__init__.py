@@ -2,7 +2,11 @@
 
 Thin by design: inventory, probes, judging and reports live in plain modules. The
 plugin stays dormant in a pytest run that collects no burnin check (a test asking for
-the `node` fixture), so it never gets in the way of other test suites.
+the `node` fixture), so it never gets in the way of other test suites. It is the pytest11
+entry point (pyproject.toml), so its hooks live here; the run's end is run_end, which
+items are checks is collection, what the controller needs before a run is preflight.
+
+Layer 10: may import every layer below it; never the CLI.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES
-from burnin.cli.rejudge import keep_inventory
+from burnin.engine.kept_inventory import keep_inventory
 from burnin.engine.progress import Progress
 from burnin.engine.run import DEFAULT_FANOUT, Run, new_run_id
 from burnin.figures import goodput
@@ -24,17 +28,12 @@ from burnin.gate.quarantine import GateReport, split_by_quarantine
 from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
 from burnin.ledger.api import Ledger, LedgerError, LedgerLost, ledger_path
 from burnin.model.nodes import Node
-from burnin.model.outcome import Outcome
+from burnin.model.outcome import CaseResult, Outcome
 from burnin.model.verdict import clean
 from burnin.plugin.collection import check_of, check_of_id, inapplicable, is_check, node_param
 from burnin.plugin.preflight import NotReady, check_controller, mark_running
 from burnin.plugin.run_end import RunEnd
-from burnin.report.junit import (
-    CaseResult,
-    floors_of,
-    publish,
-    verdicts_of,
-)
+from burnin.report.junit import floors_of, publish, verdicts_of
 
 STATE = pytest.StashKey["BurninState"]()
 DEFAULT_INVENTORY = "inventories/localhost.yaml"

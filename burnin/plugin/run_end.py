@@ -22,9 +22,9 @@ from burnin.figures import track_record as track
 from burnin.gate.quarantine import settle
 from burnin.ledger.api import LedgerError
 from burnin.model.nodes import Node
-from burnin.model.outcome import Outcome
+from burnin.model.outcome import CaseResult, Outcome
 from burnin.plugin.collection import is_check
-from burnin.report.junit import CaseResult, point_latest, render_junit, write_junit
+from burnin.report.junit import point_latest, render_junit, write_junit
 
 REPORT_FORMAT = "1"  # junit.xml's burnin_report property: burnin wrote this report
 

@@ -12,56 +12,18 @@ import shutil
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from junit_xml import TestCase, TestSuite, to_xml_report_string
 
 from burnin.core.safefiles import write_atomically
-from burnin.model.outcome import Outcome
+from burnin.model.outcome import CaseResult, Outcome
 
 if TYPE_CHECKING:
     from burnin.model.nodes import Node
 
 FLOORS_KEPT = ".floors.json"  # {node: {figure family: floor}}, as the run's judges stated
-
-
-@dataclass
-class CaseResult:
-    """One node's outcome of one check, merged from pytest's setup/call/teardown reports."""
-
-    node: str
-    check: str
-    outcome: Outcome = Outcome.PASSED
-    message: str = ""
-    output: str = ""
-    stdout: str = ""
-    duration_s: float = 0.0
-    floors: dict[str, float] = field(default_factory=dict)  # the judge's (Verdict.floors)
-
-    def add_phase(self, when: str, outcome: str, text: str, stdout: str, duration: float):
-        self.duration_s += duration
-        if stdout:
-            self.stdout = stdout
-        if outcome == "passed":
-            return
-        if outcome == "skipped":  # pytest's words, from here on ours
-            if self.outcome == Outcome.PASSED:
-                self.outcome, self.message, self.output = Outcome.SKIPPED, _first_line(text), text
-            return
-        kind = Outcome.FAILED if when == "call" else Outcome.ERROR
-        if self.outcome in (Outcome.PASSED, Outcome.SKIPPED) or (
-                kind == Outcome.FAILED and self.outcome == Outcome.ERROR):
-            self.outcome, self.message, self.output = kind, _first_line(text), text
-
-
-def _first_line(text: str) -> str:
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    # pytest.fail(..., pytrace=False) gives the bare messages; keep them all, joined.
-    return "; ".join(ln.strip() for ln in lines[:20])[:4000]
 
 
 def write_junit(path: Path, cluster: str, run_id: str, nodes: list[tuple[str, str]],

@@ -7,6 +7,8 @@ NodeUnreachable only when the node cannot be reached at all.
 Where the scheduler is itself a distributed launcher (srun), `transport: srun` names a
 Launcher instead (LAUNCHERS): the run hands it a check's whole node set, which it runs as
 one (one job step) rather than one command per node. A name is in one table or the other.
+
+Layer 2: may import burnin.core and burnin.model; never the ledger (its peer) or above.
 """
 
 from __future__ import annotations

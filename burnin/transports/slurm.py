@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 from ClusterShell.NodeSet import NodeSet
 
-from burnin.gate.actions import REASON_PREFIX
 from burnin.model.nodes import Node
 from burnin.transports.slurmctl import (
+    REASON_PREFIX,
     TIMEOUT_S,
     SlurmNode,
     refusal,

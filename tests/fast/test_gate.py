@@ -9,7 +9,7 @@ from burnin.gate.actions import ActionResult
 from burnin.gate.quarantine import GateReport, quarantine_actions, settle, split_by_quarantine
 from burnin.ledger.api import Ledger
 from burnin.model.nodes import Inventory, Node, QuarantineSettings
-from burnin.report.junit import CaseResult
+from burnin.model.outcome import CaseResult
 
 
 def inventory(*names: str, actions_=(), release_after=2, command=()) -> Inventory:

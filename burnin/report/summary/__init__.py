@@ -8,7 +8,9 @@ the page does not know. Self-contained: no network fetch, no JavaScript library.
 Modules, along the seams: charts (SVG), model (the run as drawn, defensive readers),
 fleet (banner, grid, fleet charts), sections (a node's section and the per-check
 registry), checks and burn_part (the built-in checks' parts), trend (earlier runs),
-page (assembly, lazy sections)."""
+page (assembly, lazy sections).
+
+Part of layer 9 (burnin.report)."""
 
 from __future__ import annotations
 
