@@ -18,7 +18,7 @@ from burnin.figures.record_figures import (
     read_for_page,
     read_records,
 )
-from burnin.report.junit import publish
+from burnin.report.publish import publish
 from burnin.report.summary import page as page_mod
 from burnin.report.summary import trend
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from burnin.report.junit import publish
+from burnin.report.publish import publish
 
 REPO = Path(__file__).resolve().parent.parent
 

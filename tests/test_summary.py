@@ -27,7 +27,7 @@ from summarypage import (
 )
 
 from burnin.checks import CHECKS
-from burnin.report.junit import publish
+from burnin.report.publish import publish
 from burnin.report.summary import NodeView
 
 bench = synthetic()

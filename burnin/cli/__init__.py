@@ -26,7 +26,7 @@ from burnin.gate.admit import ReportError, decide, read_junit, write_admitted
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
 from burnin.model.verdict import clean
-from burnin.report.junit import publish
+from burnin.report.publish import publish
 
 # `burnin run` pins pytest's configuration to this file, so that no pytest.ini, tox.ini
 # or pyproject.toml around the install or the working directory changes the suites' run.

@@ -33,7 +33,8 @@ from burnin.model.verdict import clean
 from burnin.plugin.collection import check_of, check_of_id, inapplicable, is_check, node_param
 from burnin.plugin.preflight import NotReady, check_controller, mark_running
 from burnin.plugin.run_end import RunEnd
-from burnin.report.junit import floors_of, publish, verdicts_of
+from burnin.report.junit import floors_of, verdicts_of
+from burnin.report.publish import publish
 
 STATE = pytest.StashKey["BurninState"]()
 DEFAULT_INVENTORY = "inventories/localhost.yaml"

@@ -1,4 +1,4 @@
-"""Run reports: junit.xml (the admission contract) and the reports/latest pointer.
+"""junit.xml (the admission contract) and the reports/latest pointer.
 
 junit.xml holds one <testsuite> per node, named after the node, and one <testcase> per
 check, named after the check; its shape is documented in README.md.
@@ -6,12 +6,10 @@ check, named after the check; its shape is documented in README.md.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,9 +19,8 @@ from burnin.core.safefiles import write_atomically
 from burnin.model.outcome import CaseResult, Outcome
 
 if TYPE_CHECKING:
-    from burnin.model.nodes import Node
+    pass
 
-FLOORS_KEPT = ".floors.json"  # {node: {figure family: floor}}, as the run's judges stated
 
 
 def write_junit(path: Path, cluster: str, run_id: str, nodes: list[tuple[str, str]],
@@ -132,105 +129,6 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
     os.replace(tmp, link)
 
 
-def publish(run_dir: Path, cluster: str, run_id: str,
-            verdicts: dict[str, dict[str, tuple[str, str]]],
-            floors: dict | None = None, quarantined: dict[str, bool] | None = None,
-            *, nodes: Iterable[Node] | None = None) -> list[str]:
-    """summary.html, metrics.prom and an evidence folder per failed node, from the run's
-    verdicts and its results.jsonl (and `floors`, {node: {figure family: floor}}, the
-    floors its judges used, which the page draws; `quarantined`, {node: in the ledger at
-    the end of the run}, for metrics.prom). `nodes`: the inventory's nodes, whose labels group the
-    page's fleet grid (by rack) and whose addresses it shows; without them (`burnin
-    report` on a run directory) the grid is one group. Earlier runs of the cluster beside
-    this one under reports/ give the page its trend. Each part is made on its own: one
-    that fails (a node's record of an unexpected shape, a full disk) is named in the
-    returned problems and the others are still made; nothing here can stop a run or its
-    junit.xml."""
-    from burnin.figures.record_figures import paused_gc
-    with paused_gc():
-        return _publish(run_dir, cluster, run_id, verdicts, floors, quarantined, nodes)
-
-
-def _publish(run_dir: Path, cluster: str, run_id: str, verdicts: dict, floors: dict | None,
-             quarantined: dict[str, bool] | None, nodes: Iterable[Node] | None) -> list[str]:
-    from burnin.figures import track_record as track
-    from burnin.figures.record_figures import read_for_page, read_records
-    from burnin.report import evidence, metrics, summary
-    from burnin.report.summary import page, trend
-
-    problems: list[str] = []
-
-    def attempt(what: str, fn) -> bool:
-        try:
-            fn()
-            return True
-        except Exception as e:  # a report part degrades; the verdicts are already written
-            problems.append(f"{what} could not be made: {type(e).__name__}: {e}")
-            return False
-
-    # The floors the judges stated are kept beside the run, so that `burnin report` (which
-    # has junit.xml's verdicts, not the judges') draws the same ones.
-    kept, given = run_dir / FLOORS_KEPT, floors
-    floors = {} if floors is None else floors
-    if given is not None:
-        attempt("the judges' floors", lambda: write_atomically(kept, json.dumps(floors)))
-    elif kept.exists():
-        attempt("the judges' floors", lambda: floors.update(json.loads(kept.read_text())))
-    records: list[dict] = []
-    # A big fleet's passing nodes are drawn from their figures (page.WHOLE_SECTIONS):
-    # their documents' series are never read back, the failing nodes' whole records are.
-    whole = {n for n, v in verdicts.items() if any(Outcome(o) != Outcome.PASSED
-                                                   for o, _ in v.values())}
-    if (run_dir / "results.jsonl").exists():
-        attempt("results.jsonl", lambda: records.extend(
-            read_for_page(run_dir, whole) if len(verdicts) > page.WHOLE_SECTIONS
-            else read_records(run_dir / "results.jsonl")))
-    by_node: dict[str, list[dict]] = {}
-    for r in records:
-        if isinstance(r, dict) and isinstance(r.get("node"), str) \
-                and isinstance(r.get("check"), str):
-            by_node.setdefault(r["node"], []).append(r)
-    bundles = set()
-    for node, v in verdicts.items():
-        if any(Outcome(outcome).bad for outcome, _ in v.values()) and attempt(
-                f"the evidence folder of {node}",
-                lambda node=node, v=v: evidence.write_bundle(run_dir, node, v,
-                                                             by_node.get(node, []))):
-            bundles.add(node)
-    info = {n.name: summary.NodeInfo(n.name, n.address, dict(n.labels)) for n in nodes or ()}
-    unreadable: set[int] = set()
-
-    speeds: dict[str, tuple[float, str]] = {}
-    attempt("the relative speeds", lambda: speeds.update(junit_speeds(run_dir / "junit.xml")))
-
-    def draw() -> None:
-        report = summary.build(cluster, run_id, verdicts, records, floors, info, bundles)
-        report.speeds = speeds
-        try:
-            report.history = track.load(run_dir)
-        except (OSError, ValueError) as e:  # costs the page's ledger part only
-            report.problems.append(f"the ledger's history of the nodes not drawn: {e}")
-        unreadable.update(report.unreadable)
-        report.problems += problems
-        try:
-            report.trend = trend.load(run_dir, cluster, report.figures)
-        except (OSError, ValueError) as e:  # an unreadable earlier run costs the trend only
-            report.problems.append(f"trend over earlier runs not drawn: {e}")
-        write_atomically(run_dir / "summary.html", page.render(report))
-        # A later run's trend reads these instead of this run's results.jsonl.
-        attempt("the figures kept for later trends", lambda: trend.save(run_dir,
-                                                                        report.figures))
-    if not attempt("summary.html", draw):
-        attempt("a plain summary.html", lambda: write_atomically(
-            run_dir / "summary.html", html_fallback(cluster, run_id, verdicts, problems)))
-    # A record with a figure that is not a number would stop metrics.render: left out.
-    readable = [r for r in records if id(r) not in unreadable]
-    attempt("metrics.prom", lambda: metrics.write(
-        run_dir / "metrics.prom", metrics.render(cluster, run_id, time.time(), verdicts,
-                                                 readable, quarantined, speeds)))
-    return problems
-
-
 def junit_speeds(path: Path) -> dict[str, tuple[float, str]]:
     """{node: (relative speed, the check that sets it)} as junit.xml states them (burnin/
     goodput.py), from each node's first testsuite; none for a report without them. Only
@@ -257,19 +155,6 @@ def junit_speeds(path: Path) -> dict[str, tuple[float, str]]:
                     pass
             el.clear()
     return out
-
-
-def html_fallback(cluster: str, run_id: str, verdicts: dict, problems: list[str]) -> str:
-    """The page when the full one could not be drawn: what failed, and every verdict."""
-    from html import escape
-    rows = "".join(f"<tr><td>{escape(n)}</td><td>{escape(c)}</td><td>{escape(o)}</td>"
-                   f"<td>{escape(m)}</td></tr>" for n, v in sorted(verdicts.items())
-                   for c, (o, m) in sorted(v.items()))
-    notes = "".join(f"<li>{escape(p)}</li>" for p in problems)
-    return (f"<!doctype html><meta charset='utf-8'><title>burnin {escape(cluster)} "
-            f"{escape(run_id)}</title><h1>burnin run {escape(run_id)}</h1><p>The full "
-            f"summary could not be drawn:</p><ul>{notes}</ul><table><tr><th>node</th>"
-            f"<th>check</th><th>outcome</th><th>message</th></tr>{rows}</table>")
 
 
 def floors_of(cases: dict[tuple[str, str], CaseResult]) -> dict[str, dict[str, float]]:
