@@ -215,10 +215,10 @@ def test_the_controller_never_sends_the_probes_test_hooks():
 def test_a_transport_name_is_a_transport_or_a_launcher_never_both():
     """srun is a launcher (a check's nodes as one job step), not a transport whose run
     only raises: each inventory name is in exactly one table, of its own base class."""
-    from burnin.inventory.schema import TRANSPORT_NAMES
-    from burnin.transports import LAUNCHERS, TRANSPORTS, Launcher, Transport, _load
+    from burnin.inventory.schema import transport_names
+    from burnin.transports import LAUNCHERS, TABLE, TRANSPORTS, Launcher, Transport, _load
 
-    assert set(TRANSPORT_NAMES) == set(TRANSPORTS) | set(LAUNCHERS)
+    assert set(transport_names()) == set(TRANSPORTS) | set(LAUNCHERS) == set(TABLE)
     assert not set(TRANSPORTS) & set(LAUNCHERS)
     assert all(issubclass(_load(t), Transport) for t in TRANSPORTS.values())
     assert all(issubclass(_load(t), Launcher) for t in LAUNCHERS.values())

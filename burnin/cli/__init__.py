@@ -14,6 +14,7 @@ import json
 import os
 import shlex
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 from burnin import __version__
@@ -27,6 +28,7 @@ from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
 from burnin.model.verdict import clean
 from burnin.report.publish import publish
+from burnin.transports import TABLE, settings_of
 
 # `burnin run` pins pytest's configuration to this file, so that no pytest.ini, tox.ini
 # or pyproject.toml around the install or the working directory changes the suites' run.
@@ -87,10 +89,12 @@ def _node_dict(n) -> dict:
            "gpus": "auto" if n.gpus is None else n.gpus, "gpu_model": n.gpu_model,
            "cpu_devices": n.cpu_devices, "python": n.python, "workdir": n.workdir,
            "labels": dict(n.labels), "checks": n.checks, "env": dict(n.env)}
-    if n.transport == "ssh":
-        out["ssh"] = {"user": n.ssh.user, "port": n.ssh.port, "proxy_jump": n.ssh.proxy_jump}
-    elif n.transport == "srun":
-        out["srun"] = {"partition": n.srun.partition, "extra_args": list(n.srun.extra_args)}
+    # The node's transport's settings, those its row marks shown (burnin/transports).
+    row = TABLE.get(n.transport)
+    if row is not None and row.settings is not None:
+        own = settings_of(n, n.transport)
+        out[n.transport] = {f.name: list(v) if isinstance(v := getattr(own, f.name), tuple)
+                            else v for f in fields(row.settings) if f.metadata.get("shown")}
     return out
 
 

@@ -7,7 +7,8 @@ file, the line, the key and what was expected. See DESIGN.md for the schema.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import fields, replace
 from pathlib import Path
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
@@ -23,12 +24,10 @@ from burnin.model.nodes import (
     Inventory,
     Node,
     QuarantineSettings,
-    SrunSettings,
-    SshSettings,
     StorageSettings,
 )
+from burnin.transports import TABLE
 
-TRANSPORT_NAMES = ("ssh", "srun", "local")
 QUARANTINE_ACTIONS = ("slurm", "command")
 SUPPORTED_VERSIONS = (1,)
 
@@ -59,7 +58,6 @@ KINDS = {
     "positive": (lambda v: _is_number(v) and v > 0, "a number above 0"),
     "nonnegative": (lambda v: _is_number(v) and v >= 0, "a number, 0 or above"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
-    "transport": (lambda v: v in TRANSPORT_NAMES, "one of: " + ", ".join(TRANSPORT_NAMES)),
     "gpus": (lambda v: v == "auto" or (_is_int(v) and v >= 0), "an integer >= 0, or auto"),
     "gpu_model": (lambda v: _is_str(v), "a model name"),  # checked against the models below
     "device_count": (lambda v: _is_int(v) and 1 <= v <= 64, "an integer from 1 to 64"),
@@ -80,18 +78,39 @@ KINDS = {
                    "a non-empty list of: " + ", ".join(CHECKS)),
 }
 
-SSH_KEYS = {"user": "str", "port": "port", "identity_file": "str", "known_hosts": "str",
-            "connect_timeout_s": "positive", "proxy_jump": "str"}
-SRUN_KEYS = {"partition": "str", "extra_args": "str_list"}
 STORAGE_KEYS = {"path": "str", "mount": "str"}
 EXPECT_KEYS = {"driver": "str", "vbios": "str", "cuda": "str"}
-NESTED = {"ssh": SSH_KEYS, "srun": SRUN_KEYS, "storage": STORAGE_KEYS, "expect": EXPECT_KEYS}
-DEFAULT_KEYS = {"transport": "transport", "python": "str", "workdir": "str", "gpus": "gpus",
-                "gpu_model": "gpu_model", "cpu_devices": "device_count",
-                "hcas": "hca_count", "env": "env",
-                **{k: k for k in NESTED}}
-NODE_KEYS = {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
-             **DEFAULT_KEYS}
+
+
+# A transport's own settings are its row's (burnin/transports/__init__.py: TABLE): the
+# keys, their kinds and defaults are read from there each time an inventory is loaded, so
+# that a new transport is known here without a line of this file.
+def transport_names() -> tuple[str, ...]:
+    return tuple(TABLE)
+
+
+def transport_keys() -> dict[str, dict[str, str]]:
+    """{transport: {key: kind}} for every transport that has settings."""
+    return {name: {f.name: f.metadata["kind"] for f in fields(row.settings)}
+            for name, row in TABLE.items() if row.settings is not None}
+
+
+def nested_keys() -> dict[str, dict[str, str]]:
+    """The sections under defaults or a node whose keys are checked one by one."""
+    return {**transport_keys(), "storage": STORAGE_KEYS, "expect": EXPECT_KEYS}
+
+
+def default_keys() -> dict[str, str]:
+    return {"transport": "transport", "python": "str", "workdir": "str", "gpus": "gpus",
+            "gpu_model": "gpu_model", "cpu_devices": "device_count",
+            "hcas": "hca_count", "env": "env", **{k: k for k in nested_keys()}}
+
+
+def node_keys() -> dict[str, str]:
+    return {"name": "str", "address": "str", "labels": "labels", "checks": "mapping",
+            **default_keys()}
+
+
 QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "release_after",
                    "command": "str_list", "repeat_times": "release_after",
                    "repeat_days": "positive", "keep_runs_days": "positive"}
@@ -125,15 +144,16 @@ class _Checker:
     def keys(self, m: Mapping, schema: dict, where: str) -> dict:
         """Check m's keys and plain values against schema; return the valid entries."""
         good = {}
+        nested = nested_keys()
         for key, value in m.items():
             line = m.key_lines[key]
             path = f"{where}.{key}" if where else str(key)
             kind = schema.get(key)
             if kind is None:
                 self.error(line, path, "unknown key; expected one of: " + ", ".join(schema))
-            elif kind in NESTED:
+            elif kind in nested:
                 if self.mapping(value, path, line):
-                    good[key] = self.keys(value, NESTED[kind], path)
+                    good[key] = self.keys(value, nested[kind], path)
             elif kind in ("mapping", "list"):
                 good[key] = value
             elif kind == "ledger":  # its own message, which never repeats a password
@@ -149,7 +169,7 @@ class _Checker:
                     good[key] = self.env(value, path)
             else:
                 test, expected = (kind.test, kind.expected) if isinstance(kind, Kind) \
-                    else KINDS[kind]
+                    else _transport_kind() if kind == "transport" else KINDS[kind]
                 if test(value):
                     good[key] = value
                 else:
@@ -169,6 +189,11 @@ class _Checker:
             else:
                 good[name] = value
         return good
+
+
+def _transport_kind() -> tuple[Callable[[object], bool], str]:
+    names = transport_names()
+    return (lambda v: v in names), "one of: " + ", ".join(names)
 
 
 def _describe(value) -> str:
@@ -208,7 +233,7 @@ def load_inventory(path: str | Path) -> Inventory:
     models = _gpu_models(c, doc, top)
     defaults = {}
     if "defaults" in top and c.mapping(top["defaults"], "defaults", doc.key_lines["defaults"]):
-        defaults = c.keys(top["defaults"], DEFAULT_KEYS, "defaults")
+        defaults = c.keys(top["defaults"], default_keys(), "defaults")
         _known_model(c, top["defaults"], defaults, "defaults", models)
 
     nodes = _expand_nodes(c, doc, top, defaults, models)
@@ -273,7 +298,7 @@ def _expand_nodes(c: _Checker, doc: Mapping, top: dict, defaults: dict,
         where, line = f"nodes[{i}]", entries.item_lines[i]
         if not c.mapping(entry, where, line):
             continue
-        values = c.keys(entry, NODE_KEYS, where)
+        values = c.keys(entry, node_keys(), where)
         _known_model(c, entry, values, where, models)
         if "checks" in values:
             values["checks"] = _checks(c, values["checks"], entry.key_lines["checks"],
@@ -317,18 +342,21 @@ def _hostlist(c: _Checker, text: str, line: int, where: str) -> list[str]:
 
 
 def _make_node(name: str, address: str, defaults: dict, own: dict) -> Node:
-    merged = {**defaults, **{k: v for k, v in own.items() if k not in NESTED
+    nested = nested_keys()
+    merged = {**defaults, **{k: v for k, v in own.items() if k not in nested
                              and k not in ("name", "address")}}
     # A node's ssh: {port: 2222} changes the port and keeps the rest; its env: likewise,
     # name by name over the defaults'.
-    for key in (*NESTED, "env"):
+    for key in (*nested, "env"):
         merged[key] = {**defaults.get(key, {}), **own.get(key, {})}
     gpus = merged.get("gpus", "auto")
-    srun = merged.pop("srun")
+    # Every transport's record, the node's own transport's or not (as the defaults give
+    # them), lists as tuples: the records are frozen.
+    settings = {t: TABLE[t].settings(**{k: tuple(v) if isinstance(v, list) else v
+                                        for k, v in merged.pop(t).items()})
+                for t in transport_keys()}
     node = Node(
-        name=name, address=address,
-        ssh=SshSettings(**merged.pop("ssh")),
-        srun=SrunSettings(srun.get("partition"), tuple(srun.get("extra_args", ()))),
+        name=name, address=address, transport_settings=settings,
         storage=StorageSettings(**merged.pop("storage")),
         labels={str(k): str(v) for k, v in merged.pop("labels", {}).items()},
     )

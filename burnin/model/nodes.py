@@ -7,28 +7,13 @@ Plain frozen dataclasses with no behaviour beyond lookups, so that every other m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from burnin.model.gpu_reference import GpuModel
 
 # The staging directory on a node: under the login user's home, never a shared /tmp
 # path that another local user could create first (see transports).
 DEFAULT_WORKDIR = "~/.cache/burnin"
-
-
-@dataclass(frozen=True)
-class SshSettings:
-    user: str | None = None
-    port: int = 22
-    identity_file: str | None = None
-    known_hosts: str = "~/.ssh/known_hosts"
-    connect_timeout_s: float = 10.0
-    proxy_jump: str | None = None  # [user@]host[:port] of a bastion
-
-
-@dataclass(frozen=True)
-class SrunSettings:
-    partition: str | None = None
-    extra_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,14 +41,23 @@ class Node:
     hcas: int | None = None
     # Versions the inventory pins (`expect: {driver, vbios, cuda}`), judged by health.
     expect: dict[str, str] = field(default_factory=dict)
-    ssh: SshSettings = field(default_factory=SshSettings)
-    srun: SrunSettings = field(default_factory=SrunSettings)
+    # Each transport's own settings record (`ssh:`, `srun:`), by the transport's name, as
+    # its row in burnin/transports' TABLE declares it: node.ssh.port reads it.
+    transport_settings: dict[str, Any] = field(default_factory=dict)
     storage: StorageSettings = field(default_factory=StorageSettings)
     labels: dict[str, str] = field(default_factory=dict)
     checks: dict[str, dict] = field(default_factory=dict)  # this node group's overrides
     # Environment variables its probes set before torch, NCCL or gloo start (`env:`, the
     # node entry's over the defaults', name by name): burnin/model/environment.py.
     env: dict[str, str] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names that are no field: a transport's settings (node.ssh), so that
+        # this module names no transport and a new one needs no field here.
+        settings = self.__dict__.get("transport_settings") or {}
+        if name in settings:
+            return settings[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
