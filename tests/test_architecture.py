@@ -68,7 +68,8 @@ def find_cycle(g: dict[str, set[str]]) -> list[str]:
 # its layer and what it may import). A module may import its own package and any package
 # of a lower layer; never a higher layer's, nor another package of its own layer.
 LAYERS = (
-    ("burnin", "burnin.errors", "burnin.core"),
+    ("burnin", "burnin.errors"),
+    ("burnin.core",),
     ("burnin.model",),
     ("burnin.transports", "burnin.ledger"),
     ("burnin.probe",),
@@ -119,8 +120,8 @@ def test_the_layer_check_finds_a_planted_wrong_way_import():
     g["burnin.gate.quarantine"] = g["burnin.gate.quarantine"] | {"burnin.report.junit"}
     g["burnin.transports.slurm"] = g["burnin.transports.slurm"] | {"burnin.ledger.api"}
     assert wrong_way(g) == [
-        "burnin.gate.quarantine (layer 8) imports burnin.report.junit (layer 9)",
-        "burnin.transports.slurm (layer 2) imports burnin.ledger.api (layer 2)"]
+        "burnin.gate.quarantine (layer 9) imports burnin.report.junit (layer 10)",
+        "burnin.transports.slurm (layer 3) imports burnin.ledger.api (layer 3)"]
 
 
 def test_every_package_says_its_layer():
@@ -222,3 +223,28 @@ def test_a_transport_name_is_a_transport_or_a_launcher_never_both():
     assert not set(TRANSPORTS) & set(LAUNCHERS)
     assert all(issubclass(_load(t), Transport) for t in TRANSPORTS.values())
     assert all(issubclass(_load(t), Launcher) for t in LAUNCHERS.values())
+
+
+# Exceptions that never reach a user as such: each becomes a node's reason (its testcase's
+# message), and a node's fault is no error of burnin's.
+NODE_SIDE = {"NodeUnreachable", "NodeBusy", "UnsafeDocument"}
+
+
+def test_the_errors_a_user_sees_are_in_one_module():
+    """burnin/errors.py holds every exception class but the node-side ones, each of them a
+    BurninError; the modules that raise them import them from there."""
+    import burnin.errors as errors
+
+    elsewhere = {}
+    for path in (REPO / "burnin").rglob("*.py"):
+        if path.name == "errors.py" and path.parent.name == "burnin":
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.ClassDef) and any(
+                    isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception"))
+                                                 or b.id in NODE_SIDE) for b in n.bases):
+                elsewhere[n.name] = str(path.relative_to(REPO))
+    assert set(elsewhere) == NODE_SIDE, elsewhere
+    ours = [v for v in vars(errors).values()
+            if isinstance(v, type) and issubclass(v, Exception) and v.__module__ == errors.__name__]
+    assert len(ours) >= 12 and all(issubclass(e, errors.BurninError) for e in ours)

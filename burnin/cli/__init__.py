@@ -5,7 +5,7 @@ Exit codes are documented per command in README.md; commands that print state ta
 --json for machines. `burnin = burnin.cli:main` (pyproject.toml); the commands with
 more to them each have a module here (ledger, quarantine, compare, rejudge).
 
-Layer 11: may import every layer; nothing of burnin imports it but `python -m burnin`."""
+Layer 12: may import every layer; nothing of burnin imports it but `python -m burnin`."""
 
 from __future__ import annotations
 

@@ -10,11 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from burnin.errors import RunError  # noqa: F401  (raised here, caught by callers)
 from burnin.figures.record_figures import key_figures, read_for_page
-
-
-class RunError(Exception):
-    """A run directory that cannot be compared (no results.jsonl)."""
 
 
 @dataclass(frozen=True)

@@ -17,14 +17,11 @@ from pathlib import Path
 from burnin.checks import CHECKS
 from burnin.engine.kept_inventory import INVENTORY_COPY
 from burnin.engine.run import Run
+from burnin.errors import RejudgeError  # noqa: F401  (raised here, caught by callers)
 from burnin.gate.admit import ReportError, read_junit
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.model.outcome import Outcome, first_line
 from burnin.probe.protocol import ProbeOutcome
-
-
-class RejudgeError(Exception):
-    """The run directory cannot be judged again (bad input: exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -2,5 +2,5 @@
 (safefiles), text from nodes made safe (safetext), where the shipped probes, suites and
 inventories are (shipped_files).
 
-Layer 0: imports nothing of burnin but burnin.errors.
+Layer 1: imports nothing of burnin but burnin.errors (layer 0).
 """

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any
 
 # C0 and C1 control characters but newline and tab, DEL, bidi embeddings, overrides and
 # isolates, and the invisible marks that reorder text: shown escaped, as Python writes
@@ -40,7 +41,7 @@ _NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
 _STRING = re.compile(b'"[^"]*"')  # in a text without escapes
 
 
-def _escape(m: re.Match) -> str:
+def _escape(m: re.Match[str]) -> str:
     c = m.group()
     return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
@@ -57,13 +58,13 @@ class UnsafeDocument(ValueError):
     """A document that cannot be made safe: too deep, or a number that is not finite."""
 
 
-def safe_document(data, max_depth: int = MAX_DEPTH):
+def safe_document(data: Any, max_depth: int = MAX_DEPTH) -> Any:
     """A copy of parsed JSON `data` with every string (keys too) passed through
     safe_text(multiline=False); UnsafeDocument when it nests deeper than `max_depth` or
     holds a non-finite number. Iterative: a hostile depth cannot exhaust the stack."""
-    root: list = [None]
+    root: list[Any] = [None]
     # (value, container to put the copy in, key or index there, depth)
-    stack = [(data, root, 0, 0)]
+    stack: list[tuple[Any, Any, Any, int]] = [(data, root, 0, 0)]
     while stack:
         value, into, where, depth = stack.pop()
         if isinstance(value, str):
@@ -75,7 +76,7 @@ def safe_document(data, max_depth: int = MAX_DEPTH):
         elif isinstance(value, dict):
             if depth >= max_depth:
                 raise UnsafeDocument(f"nested deeper than {max_depth} levels")
-            copy: dict = {}
+            copy: dict[str, Any] = {}
             into[where] = copy
             for k, v in value.items():
                 key = safe_text(k, multiline=False)
@@ -84,7 +85,7 @@ def safe_document(data, max_depth: int = MAX_DEPTH):
         elif isinstance(value, list):
             if depth >= max_depth:
                 raise UnsafeDocument(f"nested deeper than {max_depth} levels")
-            items: list = [None] * len(value)
+            items: list[Any] = [None] * len(value)
             into[where] = items
             stack.extend((v, items, i, depth + 1) for i, v in enumerate(value))
         else:  # int, bool, None
@@ -92,7 +93,7 @@ def safe_document(data, max_depth: int = MAX_DEPTH):
     return root[0]
 
 
-def parse_document(raw: bytes, max_depth: int = MAX_DEPTH):
+def parse_document(raw: bytes, max_depth: int = MAX_DEPTH) -> Any:
     """json.loads(raw), made safe as safe_document() makes it (its errors too, and
     UnicodeDecodeError). A plain text (see _NOT_PLAIN: most probes' documents) parses
     to safe values as they are, and only its depth is checked, on its brackets outside

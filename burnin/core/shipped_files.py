@@ -11,11 +11,9 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from burnin.errors import NotShipped  # noqa: F401  (raised here, caught by callers)
+
 NAMES = ("probes", "suites", "inventories")
-
-
-class NotShipped(RuntimeError):
-    """This burnin has no such directory: a broken install."""
 
 
 def shipped(name: str) -> Path:

@@ -2,6 +2,6 @@
 fleet (launch, execution), each check's outcomes made once and shared by every xdist
 worker (outcome_store), live progress (progress).
 
-Layer 7: may import every layer below it: core, model, transports, ledger, probe, checks,
+Layer 8: may import every layer below it: core, model, transports, ledger, probe, checks,
 figures, inventory.
 """

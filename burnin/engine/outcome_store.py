@@ -18,14 +18,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from burnin.core.safefiles import append_durably, private_dirs, write_atomically
+from burnin.errors import ControllerFault  # noqa: F401  (raised here, caught by callers)
 from burnin.figures.record_figures import KEPT, kept_line
 from burnin.probe.protocol import ProbeOutcome
-
-
-class ControllerFault(Exception):
-    """The controller itself failed (its reports or ledger cannot be written, the disk is
-    full, a bug outside any one node's document): the run ends incomplete, no report of
-    it is admissible, and no node is blamed."""
 
 
 @dataclass

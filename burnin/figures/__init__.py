@@ -3,5 +3,5 @@
 in the ledger's kept runs: failures per node-day, the speed trend, repeat offenders
 (track_record).
 
-Layer 5: may import every layer below it: core, model, transports, ledger, probe, checks.
+Layer 6: may import every layer below it: core, model, transports, ledger, probe, checks.
 """

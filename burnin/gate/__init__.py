@@ -2,5 +2,5 @@
 quarantine does besides the ledger (actions: drain in Slurm, a command hook), and which
 nodes a junit.xml admits (admit).
 
-Layer 8: may import every layer below it; never the report, the plugin or the CLI.
+Layer 9: may import every layer below it; never the report, the plugin or the CLI.
 """

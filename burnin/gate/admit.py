@@ -15,11 +15,8 @@ from pathlib import Path
 
 from burnin.checks import CHECKS, applicable
 from burnin.core.safefiles import write_atomically
+from burnin.errors import ReportError  # noqa: F401  (raised here, caught by callers)
 from burnin.model.outcome import JUNIT_TAGS, Outcome
-
-
-class ReportError(Exception):
-    """The report cannot be trusted at all: every node stays out (exit 2)."""
 
 
 @dataclass

@@ -14,6 +14,7 @@ from pathlib import Path
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from burnin.checks import CHECKS, Kind
+from burnin.errors import InventoryError  # noqa: F401  (raised here, caught by callers)
 from burnin.inventory import yamlsource
 from burnin.inventory.yamlsource import Mapping, Sequence, SourceError, SourceErrors
 from burnin.ledger.backends import LedgerUrlError, parse_location
@@ -30,10 +31,6 @@ from burnin.transports import TABLE
 
 QUARANTINE_ACTIONS = ("slurm", "command")
 SUPPORTED_VERSIONS = (1,)
-
-
-class InventoryError(SourceErrors):
-    """The inventory is wrong; str() has one 'file:line: key: problem' line per error."""
 
 
 # --- schema, as data -------------------------------------------------------------------

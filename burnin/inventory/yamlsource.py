@@ -7,33 +7,11 @@ mapping remembers the line of each key.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-
-@dataclass(frozen=True)
-class SourceError:
-    """One thing wrong with a file: where, which key, what was expected."""
-
-    path: str
-    line: int | None
-    key: str
-    message: str
-
-    def __str__(self) -> str:
-        where = f"{self.path}:{self.line}" if self.line else self.path
-        key = f" {self.key}:" if self.key else ""
-        return f"{where}:{key} {self.message}"
-
-
-class SourceErrors(Exception):
-    """Every error found in one file; str() gives one line per error."""
-
-    def __init__(self, errors: list[SourceError]):
-        super().__init__("\n".join(str(e) for e in errors))
-        self.errors = errors
+from burnin.errors import SourceError, SourceErrors  # noqa: F401  (raised here, caught by callers)
 
 
 class Mapping(dict):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from burnin.core.safefiles import private_dirs, write_atomically
 from burnin.core.safetext import safe_text
+from burnin.errors import LedgerLost  # noqa: F401  (raised here, caught by callers)
 from burnin.ledger.backends import (
     BUSY_TIMEOUT_S,  # noqa: F401  (tests and callers read it here)
     Backend,
@@ -42,11 +43,6 @@ from burnin.ledger.runs import DAY, RUN_COLUMNS, NodeRun, RunLog  # noqa: F401  
 # pauses (at most PAUSE_S each), before the run hears of it: some 10 s of contention.
 WRITE_ATTEMPTS = 20
 PAUSE_S = 1.0
-
-
-class LedgerLost(Exception):
-    """A ledger that existed is gone or emptied: starting an empty one would release every
-    node it held, so nothing opens it until a person restores it (or says to start anew)."""
 
 
 class Ledger(RunLog, LedgerReads):

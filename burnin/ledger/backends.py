@@ -18,25 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
+from burnin.errors import LedgerError, LedgerNotEmpty, LedgerUrlError  # noqa: F401  (raised here, caught by callers)
+
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 10
 SCHEMA_VERSION = 3
 # pg_advisory_xact_lock's key for migrations: b"burnin" read as an integer.
 MIGRATION_LOCK = 0x6275726E696E
-
-
-class LedgerError(Exception):
-    """The ledger's database refused or could not be reached: a controller fault, never a
-    node's. The message names the ledger and what the database said."""
-
-
-class LedgerUrlError(ValueError):
-    """quarantine.ledger (or --ledger) is not a ledger burnin can open; the message says
-    what is accepted."""
-
-
-class LedgerNotEmpty(Exception):
-    """`burnin ledger copy` would overwrite a ledger that holds something."""
 
 
 def parse_location(text: str | Path) -> Path | str:

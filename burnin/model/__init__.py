@@ -2,5 +2,5 @@
 (outcome), verdicts (verdict), GPU reference figures (gpu_reference), the XID table (xid),
 the environment an inventory gives the probes (environment). Plain records and tables.
 
-Layer 1: may import burnin.core.
+Layer 2: may import burnin.errors and burnin.core.
 """

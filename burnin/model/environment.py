@@ -31,7 +31,7 @@ RESERVED_NAMES = {
 }
 
 
-def name_problem(name) -> str:
+def name_problem(name: object) -> str:
     """Why `name` cannot be an `env:` entry, or ''."""
     if not isinstance(name, str) or not NAME.fullmatch(name):
         return (f"{name!r} is not an environment variable name; expected capital letters, "
@@ -44,7 +44,7 @@ def name_problem(name) -> str:
     return ""
 
 
-def value_problem(value) -> str:
+def value_problem(value: object) -> str:
     """Why `value` cannot be an `env:` value, or ''."""
     if not isinstance(value, str):
         shown = "nothing" if value is None else f"{type(value).__name__} {value!r}"

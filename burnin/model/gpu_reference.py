@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from importlib import resources
+from typing import Any
 
 import yaml
 
@@ -32,7 +33,7 @@ MODEL_FIELDS = {f.name: f.type for f in fields(GpuModel) if f.name != "key"}
 NUMERIC_FIELDS = tuple(k for k in MODEL_FIELDS if k != "nvml_names")
 
 
-def model_from(key: str, values: dict) -> GpuModel:
+def model_from(key: str, values: dict[str, Any]) -> GpuModel:
     return GpuModel(key=key, nvml_names=tuple(values.get("nvml_names", ())),
                     **{k: values[k] for k in NUMERIC_FIELDS if values.get(k) is not None})
 

@@ -46,7 +46,7 @@ class Node:
     transport_settings: dict[str, Any] = field(default_factory=dict)
     storage: StorageSettings = field(default_factory=StorageSettings)
     labels: dict[str, str] = field(default_factory=dict)
-    checks: dict[str, dict] = field(default_factory=dict)  # this node group's overrides
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # this group's overrides
     # Environment variables its probes set before torch, NCCL or gloo start (`env:`, the
     # node entry's over the defaults', name by name): burnin/model/environment.py.
     env: dict[str, str] = field(default_factory=dict)
@@ -90,7 +90,7 @@ class Inventory:
     path: str
     cluster: str
     nodes: tuple[Node, ...]
-    checks: dict[str, dict]
+    checks: dict[str, dict[str, Any]]
     quarantine: QuarantineSettings
     gpu_models: dict[str, GpuModel] = field(default_factory=dict)
     require: tuple[str, ...] | None = None  # admission.require; None: every check that applies

@@ -58,7 +58,8 @@ class CaseResult:
     duration_s: float = 0.0
     floors: dict[str, float] = field(default_factory=dict)  # the judge's (Verdict.floors)
 
-    def add_phase(self, when: str, outcome: str, text: str, stdout: str, duration: float):
+    def add_phase(self, when: str, outcome: str, text: str, stdout: str,
+                  duration: float) -> None:
         self.duration_s += duration
         if stdout:
             self.stdout = stdout

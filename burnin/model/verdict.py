@@ -28,7 +28,7 @@ class Verdict:
     # these and nothing else, so the page shows what the judge used.
     floors: dict[str, float] = field(default_factory=dict)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         # Failure texts quote what nodes said; they are shown, stored and reported.
         object.__setattr__(self, "failures", tuple(clean(str(f)) for f in self.failures))
         object.__setattr__(self, "warnings", tuple(clean(str(w)) for w in self.warnings))

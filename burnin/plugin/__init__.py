@@ -6,7 +6,7 @@ the `node` fixture), so it never gets in the way of other test suites. It is the
 entry point (pyproject.toml), so its hooks live here; the run's end is run_end, which
 items are checks is collection, what the controller needs before a run is preflight.
 
-Layer 10: may import every layer below it; never the CLI.
+Layer 11: may import every layer below it; never the CLI.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 from burnin.core.safefiles import private_dirs, write_atomically
+from burnin.errors import NotReady  # noqa: F401  (raised here, caught by callers)
 from burnin.ledger.api import Ledger, LedgerError
 from burnin.model.nodes import QuarantineSettings
 from burnin.report.junit import point_latest, render_junit
@@ -22,10 +23,6 @@ from burnin.report.junit import point_latest, render_junit
 # What an unfinished run's junit.xml says: a controller killed before it could say more.
 IN_PROGRESS = ("in progress, or its controller died before it finished (a run that "
                "completes replaces this report)")
-
-
-class NotReady(Exception):
-    """The controller cannot run the suite as configured; the message says what to fix."""
 
 
 def check_controller(run_dir: Path, ledger: Ledger | None, quarantine: QuarantineSettings,

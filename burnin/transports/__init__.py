@@ -11,7 +11,7 @@ Where the scheduler is itself a distributed launcher (srun), `transport: srun` n
 Launcher instead (LAUNCHERS): the run hands it a check's whole node set, which it runs as
 one (one job step) rather than one command per node. A name is in one table or the other.
 
-Layer 2: may import burnin.core and burnin.model; never the ledger (its peer) or above.
+Layer 3: may import burnin.errors, burnin.core, burnin.model; never the ledger (its peer).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ fleet (banner, grid, fleet charts), sections (a node's section and the per-check
 registry), checks and burn_part (the built-in checks' parts), trend (earlier runs),
 page (assembly, lazy sections).
 
-Part of layer 9 (burnin.report)."""
+Part of layer 10 (burnin.report)."""
 
 from __future__ import annotations
 
