@@ -42,7 +42,7 @@ def run_suites(pytest_args: list[str]) -> int:
     validates this machine. Returns pytest's exit code."""
     import pytest
 
-    from burnin.core.shipped_files import NotShipped
+    from burnin.errors import NotShipped
     try:
         suites = shipped("suites")
     except NotShipped as e:
@@ -171,7 +171,8 @@ def _report(args) -> int:
         print(f"burnin report: {e}", file=sys.stderr)
         return 2
     cluster = _junit_property(run_dir / "junit.xml", "cluster") or "?"
-    verdicts = {n: {c: (o, m) for c, o, m in cases} for n, cases in report.cases.items()}
+    verdicts: dict[str, dict[str, tuple[str, str]]] = {
+        n: {c: (o, m) for c, o, m in cases} for n, cases in report.cases.items()}
     publish(run_dir, cluster, run_dir.resolve().name, verdicts)
     print(f"wrote {run_dir / 'summary.html'}, {run_dir / 'metrics.prom'}")
     return 0

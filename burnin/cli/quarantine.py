@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
@@ -129,7 +130,7 @@ def _add(ledger: Ledger, inventory, nodes: list[str], reason: str, who: str,
     """Quarantine by hand: the ledger entry and history, then, with --inventory, its
     quarantine.actions (a Slurm drain, the command hook) for nodes new to quarantine."""
     cluster = inventory.cluster if inventory else ""
-    done = []
+    done: list[dict[str, Any]] = []
     for node in nodes:
         new = ledger.quarantine_by_hand(node, cluster, reason, who)
         results = []
@@ -149,13 +150,14 @@ def _add(ledger: Ledger, inventory, nodes: list[str], reason: str, who: str,
 
 
 def _release(ledger: Ledger, nodes: list[str], reason: str, who: str, as_json: bool) -> int:
-    done, missing = [], []
+    done: list[dict[str, Any]] = []
+    missing: list[str] = []
     for node in nodes:
         entry = ledger.release(node, reason, who)
         if entry is None:
             missing.append(node)
             continue
-        item = {"node": node, "actions": []}
+        item: dict[str, Any] = {"node": node, "actions": []}
         if entry.drained_by_burnin:  # an administrator's drain is never resumed
             r = actions.slurm_resume(node)
             ledger.note(node, "action", f"{r.action}: {r.message}", who=who)

@@ -30,10 +30,18 @@ NOT_STARTED = "not started: the run was interrupted"
 class ProbeSpec(Protocol):
     """What the launch layer needs to know of a check to run its probe."""
 
-    name: str           # the check's, for a controller error's message
-    probe_name: str     # probes/<probe_name>.py
-    max_output: int     # the bytes its probe may print, unless told otherwise
-    schema: Obj         # its document's shape, unless told otherwise
+    # Read-only, as a Check's (a frozen dataclass) are.
+    @property
+    def name(self) -> str: ...        # the check's, for a controller error's message
+
+    @property
+    def probe_name(self) -> str: ...  # probes/<probe_name>.py
+
+    @property
+    def max_output(self) -> int: ...  # the bytes its probe may print, unless told otherwise
+
+    @property
+    def schema(self) -> Obj: ...      # its document's shape, unless told otherwise
 
 
 def raise_open_files_limit(connections: int) -> None:

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
 from burnin.checks.groups import GroupRun
@@ -122,11 +124,11 @@ class Run:
     def make_run_dir(self) -> Path:
         return self.store.make_run_dir()
 
-    def settings(self, check: str, node: Node | None = None) -> dict:
+    def settings(self, check: str, node: Node | None = None) -> dict[str, Any]:
         """The check's settings: profile defaults, the inventory's `checks:`, then the
         node group's own `checks:` when a node is given."""
-        return CHECKS[check].resolve(self.profile, self.inventory.checks.get(check),
-                                     node.checks.get(check) if node else None)
+        return CHECKS[check].resolve(self.profile, self.inventory.checks.get(check) or {},
+                                     node.checks.get(check, {}) if node else {})
 
     def outcomes(self, check: str) -> dict[str, ProbeOutcome]:
         """Every selected node's outcome of `check`, running the probe once per run."""
@@ -155,8 +157,11 @@ class Run:
                    for n in self.nodes}
         models = {n.name: self.inventory.model(n) for n in self.nodes}
 
-        def over(names) -> object:
-            return spec.summarize(Fleet({k: outcomes[k] for k in names}, devices, models))
+        summarize = spec.summarize
+        assert summarize is not None  # the caller asks only of a check with a summary
+
+        def over(names: Iterable[str]) -> object:
+            return summarize(Fleet({k: outcomes[k] for k in names}, devices, models))
         try:
             return over(outcomes)
         except Exception:  # whose document it was is found next
@@ -335,6 +340,7 @@ class Run:
         """Run `check`'s probe on every selected node now, at most `fanout` at once."""
         spec = CHECKS[check]
         if spec.group:  # one coordinated group, not a fan-out
+            assert spec.execute is not None  # a group check declares how it executes
             return spec.execute(self.group_run(spec))
         return execute_single_node(self, spec)
 

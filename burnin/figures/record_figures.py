@@ -280,7 +280,7 @@ def _made_figures(record: dict) -> tuple[Figure, ...]:
     try:
         shape = _KEYS.get(keys) or _keys_of(keys)
         return tuple(Figure(m, labels, v, help_text, better) for (m, labels, better, help_text), v
-                     in zip(shape, values, strict=True) if isinstance(v, (int, float)))
+                     in zip(shape, values or (), strict=True) if isinstance(v, (int, float)))
     except (TypeError, ValueError):  # a doctored line
         return ()
 
@@ -298,7 +298,8 @@ def _keys_of(text: str) -> tuple:
 
 
 def _made_figures_v1(record: dict) -> tuple[Figure, ...]:
-    helps = record.get("kept_help") if isinstance(record.get("kept_help"), dict) else {}
+    kept_help = record.get("kept_help")
+    helps = kept_help if isinstance(kept_help, dict) else {}
     try:
         out = []
         for m, labels, v, better in record["kept_figures"]:

@@ -110,7 +110,7 @@ class FleetTrack:
 
     def properties(self, node: str) -> dict[str, str]:
         """The node's junit.xml properties of what the ledger remembers."""
-        track, out = self.nodes.get(node), {}
+        track, out = self.nodes.get(node), dict[str, str]()
         if track is None:
             return out
         if track.per_day is not None:

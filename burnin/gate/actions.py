@@ -75,7 +75,8 @@ def _one_line(text: str) -> str:
     return " ".join(_SLURM_UNSAFE.sub(" ", text).split())
 
 
-def slurm_drain(node: str, checks: list[str], reasons: list[str] = ()) -> ActionResult:
+def slurm_drain(node: str, checks: list[str],
+                reasons: list[str] | tuple[str, ...] = ()) -> ActionResult:
     """Drain the node with burnin's reason (drain_reason), unless someone else already
     drained it: their drain and reason stay, and burnin will never resume it."""
     current = slurm_reason(node)

@@ -23,7 +23,7 @@ from burnin.model.outcome import JUNIT_TAGS, Outcome
 class Report:
     """A burnin junit.xml: per node its testcases and its testsuite's properties."""
 
-    cases: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    cases: dict[str, list[tuple[str, Outcome, str]]] = field(default_factory=dict)
     properties: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def required(self, node: str) -> list[str]:
@@ -71,7 +71,7 @@ def read_junit(path: Path, strict: bool = True) -> Report:
         name = suite.get("name")
         if not name:
             raise ReportError(f"{path}: a <testsuite> without a name (the node)")
-        props = {p.get("name"): p.get("value") or "" for p in suite.iter("property")}
+        props = {p.get("name") or "": p.get("value") or "" for p in suite.iter("property")}
         runs.add(props.get("run_id"))
         if strict:
             _trusted(path, name, props)

@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable
 from dataclasses import fields, replace
 from pathlib import Path
+from typing import Any
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
@@ -140,7 +141,7 @@ class _Checker:
 
     def keys(self, m: Mapping, schema: dict, where: str) -> dict:
         """Check m's keys and plain values against schema; return the valid entries."""
-        good = {}
+        good: dict[str, Any] = {}
         nested = nested_keys()
         for key, value in m.items():
             line = m.key_lines[key]
@@ -178,7 +179,7 @@ class _Checker:
         if len(m) > environment.MAX_NAMES:
             self.error(m.line, where, f"{len(m)} variables, at most {environment.MAX_NAMES} "
                                       "expected")
-        good = {}
+        good: dict[str, Any] = {}
         for name, value in m.items():
             problem = environment.name_problem(name) or environment.value_problem(value)
             if problem:
@@ -349,9 +350,7 @@ def _make_node(name: str, address: str, defaults: dict, own: dict) -> Node:
     gpus = merged.get("gpus", "auto")
     # Every transport's record, the node's own transport's or not (as the defaults give
     # them), lists as tuples: the records are frozen.
-    settings = {t: TABLE[t].settings(**{k: tuple(v) if isinstance(v, list) else v
-                                        for k, v in merged.pop(t).items()})
-                for t in transport_keys()}
+    settings = {t: _record(TABLE[t].settings, merged.pop(t)) for t in transport_keys()}
     node = Node(
         name=name, address=address, transport_settings=settings,
         storage=StorageSettings(**merged.pop("storage")),
@@ -359,6 +358,12 @@ def _make_node(name: str, address: str, defaults: dict, own: dict) -> Node:
     )
     merged["gpus"] = None if gpus == "auto" else gpus
     return replace(node, **merged)
+
+
+def _record(record: type | None, values: dict[str, Any]) -> Any:
+    """A transport's settings record from its section's checked values, lists as tuples."""
+    assert record is not None  # transport_keys() names only transports with settings
+    return record(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
 def _checks(c: _Checker, checks, line, where: str) -> dict[str, dict]:

@@ -40,7 +40,7 @@ def load(path: Path, shown_as: str | None = None):
     try:
         loader = yaml.SafeLoader(text)
     except yaml.reader.ReaderError as e:  # a character YAML does not allow, anywhere
-        line = text.count("\n", 0, e.position) + 1
+        line: int | None = text.count("\n", 0, e.position) + 1
         raise SourceErrors([SourceError(shown, line, "", f"not valid YAML: {e.reason} "
                                         f"#x{e.character:04x}")]) from None
     try:
@@ -81,8 +81,8 @@ def _convert(loader: yaml.SafeLoader, node: yaml.Node, shown: str):
             out.key_lines[key] = line
         return out
     if isinstance(node, yaml.SequenceNode):
-        out = Sequence(_convert(loader, item, shown) for item in node.value)
-        out.line = node.start_mark.line + 1
-        out.item_lines = [item.start_mark.line + 1 for item in node.value]
-        return out
+        seq = Sequence(_convert(loader, item, shown) for item in node.value)
+        seq.line = node.start_mark.line + 1
+        seq.item_lines = [item.start_mark.line + 1 for item in node.value]
+        return seq
     return loader.construct_object(node, deep=True)

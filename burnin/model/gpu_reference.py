@@ -39,7 +39,7 @@ def model_from(key: str, values: dict[str, Any]) -> GpuModel:
 
 
 def _builtin() -> dict[str, GpuModel]:
-    text = resources.files("burnin").joinpath("data", "gpu_models.yaml").read_text("utf-8")
+    text = resources.files("burnin").joinpath("data").joinpath("gpu_models.yaml").read_text("utf-8")
     return {key: model_from(key, values) for key, values in yaml.safe_load(text).items()}
 
 

@@ -43,7 +43,7 @@ class Shape:
         are mostly right, and formatting a path per value was half of checking them."""
         if value is None:
             return "" if self.null else f"{_text(path)}: expected {self.expected()}, got null"
-        return self._problem(value, path)
+        return self._problem(value, path)  # type: ignore[arg-type]  # a pair or a text: _text
 
     def expected(self) -> str:
         raise NotImplementedError

@@ -50,7 +50,7 @@ def render_junit(cluster: str, run_id: str, nodes: list[tuple[str, str]],
     # document's trees (some 250 MB at 10,000 nodes) are never held at once.
     parts: list[str] = []
     totals = dict.fromkeys(("disabled", "errors", "failures", "tests"), 0)
-    seconds, skipped = 0, 0  # as junit_xml and _completed sum them, in the same order
+    seconds, skipped = 0.0, 0  # as junit_xml and _completed sum them, in the same order
     for name, address in nodes:
         suite = _suite(cluster, run_id, stamp, name, address, by_node.get(name, []),
                        {**(run_properties or {}), **(node_properties or {}).get(name, {})})
@@ -138,7 +138,8 @@ def junit_speeds(path: Path) -> dict[str, tuple[float, str]]:
         return {}
     out: dict[str, tuple[float, str]] = {}
     seen: set[str] = set()
-    name, props = None, {}
+    name: str | None = None
+    props: dict[str, str] = {}
     for event, el in ET.iterparse(path, events=("start", "end")):
         if event == "start":
             if el.tag == "testsuite":

@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -75,8 +76,7 @@ def write_evidence(p: Published) -> None:
     for node, v in p.verdicts.items():
         if any(Outcome(outcome).bad for outcome, _ in v.values()) and p.attempt(
                 f"the evidence folder of {node}",
-                lambda node=node, v=v: evidence.write_bundle(p.run_dir, node, v,
-                                                             p.by_node.get(node, []))):
+                partial(evidence.write_bundle, p.run_dir, node, v, p.by_node.get(node, []))):
             p.bundles.add(node)
 
 
@@ -177,8 +177,8 @@ def _publish(run_dir: Path, cluster: str, run_id: str,
             p.by_node.setdefault(r["node"], []).append(r)
     p.attempt("the relative speeds", lambda: p.speeds.update(junit_speeds(run_dir / "junit.xml")))
     for writer in WRITERS:
-        if not p.attempt(writer.what, lambda w=writer: w.write(p)) and writer.fallback:
-            p.attempt(writer.fallback.what, lambda w=writer.fallback: w.write(p))
+        if not p.attempt(writer.what, partial(writer.write, p)) and writer.fallback:
+            p.attempt(writer.fallback.what, partial(writer.fallback.write, p))
     return p.problems
 
 

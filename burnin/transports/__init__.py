@@ -253,9 +253,11 @@ class Launchers:
                 apart.append(n)
             else:
                 groups.setdefault(n.transport, []).append(n)
-        for transport in groups:
-            self._made[transport].prepare()
-        return [(self._made[t], members) for t, members in groups.items()], apart
+        made = {t: self._made[t] for t in groups}
+        together = [(launcher, groups[t]) for t, launcher in made.items() if launcher is not None]
+        for launcher, _ in together:
+            launcher.prepare()
+        return together, apart
 
     def shared(self) -> dict[str, dict]:
         """Every launcher's hold on its nodes, got now, for pytest-xdist workers (which
