@@ -8,12 +8,11 @@ from contextlib import ExitStack
 
 import nvmlemu
 import paramiko  # noqa: F401  (see below)
-import pgserver
 import psycopg  # noqa: F401  (see below)
 import pytest
-import slurmcluster
-from requires import need
-from testhosts import TestHosts, missing_requirements
+from support import pgserver, slurmcluster
+from support.requires import need
+from support.testhosts import TestHosts, missing_requirements
 
 # pytester's in-process runs unload the modules they imported first. cryptography's
 # compiled core cannot be loaded twice in one process: imported again after such a run,

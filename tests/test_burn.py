@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite, script
+from support.suiterun import junit_cases, run_suite, script
 
 from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.burn import fleet_summary as burn_summary

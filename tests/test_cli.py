@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from suiterun import script
+from support.suiterun import script
 from test_reports import burn_record, sweep_record
 
 import burnin

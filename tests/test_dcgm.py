@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite, script
+from support.suiterun import junit_cases, run_suite, script
 
 from burnin.checks import Judging, applicable, resolve_settings
 from burnin.checks.dcgm import SCHEMA, judge

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nvmlemu
 import pytest
-from suiterun import junit_cases, run_suite
+from support.suiterun import junit_cases, run_suite
 
 from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.fabric import figures, fleet_summary

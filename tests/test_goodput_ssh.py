@@ -14,9 +14,9 @@ import sys
 import xml.etree.ElementTree as ET
 from contextlib import ExitStack
 
-import testdisks
-from requires import need
-from suiterun import junit_cases, run_suite
+from support import testdisks
+from support.requires import need
+from support.suiterun import junit_cases, run_suite
 
 from burnin.ledger.api import Ledger
 

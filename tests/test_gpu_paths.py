@@ -13,8 +13,8 @@ from pathlib import Path
 
 import nvmlemu
 import pytest
-from replay import replay_python
-from suiterun import junit_cases, run_suite
+from support.replay import replay_python
+from support.suiterun import junit_cases, run_suite
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "probes"

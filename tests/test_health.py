@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nvmlemu
 import pytest
-from suiterun import junit_cases, run_suite
+from support.suiterun import junit_cases, run_suite
 
 from burnin.checks import Fleet, Judging
 from burnin.checks.health import fleet_summary, judge

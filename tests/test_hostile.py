@@ -11,15 +11,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import junit_cases, run_suite
+from support.replay import replay_python
+from support.suiterun import junit_cases, run_suite
 
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import Ledger
 
 LIAR = """#!{python}
 # A lying node: runs the probe (stdin, the controller's lifeline, passes through; the
-# recorded probe of tests/replay.py, which answers as the real one did), then edits its
+# recorded probe of tests/support/replay.py, which answers as the real one did), then edits its
 # JSON document, and what it writes to stderr, before the controller reads.
 import json, subprocess, sys
 done = subprocess.run([{probe!r}, *sys.argv[1:]], stdout=subprocess.PIPE)
@@ -46,7 +46,7 @@ def liar(path: Path, edit: str) -> str:
 
 def three_nodes(pytester, edit: str, **extra) -> Path:
     """Three local nodes whose probes answer with the real probes' recorded documents
-    (tests/replay.py); n3 edits its own before the controller reads it."""
+    (tests/support/replay.py); n3 edits its own before the controller reads it."""
     inv = pytester.path / "inv.yaml"
     inv.write_text(json.dumps({
         "version": 1, "checks": TINY,

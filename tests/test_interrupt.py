@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import SUITES, run_suite, script
+from support.replay import replay_python
+from support.suiterun import SUITES, run_suite, script
 
 from burnin.ledger.api import Ledger
 

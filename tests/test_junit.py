@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import run_suite, script
+from support.replay import replay_python
+from support.suiterun import run_suite, script
 
 from burnin.ledger.api import Ledger
 

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from summarypage import Summary, drawn_dom, needs_chromium, synthetic
+from support.summarypage import Summary, drawn_dom, needs_chromium, synthetic
 
 from burnin.figures import record_figures as figures
 from burnin.figures.record_figures import (

@@ -1,5 +1,5 @@
 """The quarantine ledger under concurrent writers and under SIGKILL mid-transaction, on
-both engines: an SQLite file and a real PostgreSQL (tests/pgserver.py)."""
+both engines: an SQLite file and a real PostgreSQL (tests/support/pgserver.py)."""
 
 from __future__ import annotations
 

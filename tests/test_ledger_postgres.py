@@ -9,7 +9,6 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pgserver
 import pytest
 from ledger_cases import (  # noqa: F401
     clock,
@@ -29,7 +28,8 @@ from ledger_cases import (  # noqa: F401
     test_runs_are_kept_per_node_in_order_and_let_go_past_the_retention,
     test_set_drained_release_and_note,
 )
-from ledger_replay import contradictions
+from support import pgserver
+from support.ledger_replay import contradictions
 
 from burnin.ledger.api import Ledger, LedgerError
 from burnin.ledger.backends import PostgresBackend

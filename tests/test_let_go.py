@@ -8,8 +8,8 @@ from __future__ import annotations
 import gc
 import textwrap
 
-from replay import replay_python
-from suiterun import SUITES, junit_cases, script
+from support.replay import replay_python
+from support.suiterun import SUITES, junit_cases, script
 
 from burnin.engine.run import Run
 from burnin.inventory.schema import load_inventory

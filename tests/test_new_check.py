@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import textwrap
 
-from replay import replay_python
-from suiterun import REPO, junit_cases, script
-from summarypage import Summary
+from support.replay import replay_python
+from support.suiterun import REPO, junit_cases, script
+from support.summarypage import Summary
 
 from burnin import cli
 from burnin.checks import CHECKS, Check, Figure, Judging, Measure, Setting

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from replay import replay_python
-from suiterun import SUITES
+from support.replay import replay_python
+from support.suiterun import SUITES
 
 from burnin import cli
 from burnin.report import publish as publish_mod

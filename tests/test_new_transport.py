@@ -11,8 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import REPO, SUITES, junit_cases
+from support.replay import replay_python
+from support.suiterun import REPO, SUITES, junit_cases
 
 from burnin import cli
 from burnin.inventory.schema import InventoryError, load_inventory

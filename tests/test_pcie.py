@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from suiterun import junit_cases, run_suite
+from support.suiterun import junit_cases, run_suite
 
 from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.pcie import figures, fleet_summary

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite, script
+from support.suiterun import junit_cases, run_suite, script
 
 from burnin.checks import Fleet, Judging
 from burnin.checks.sdc import fleet_summary as sdc_summary

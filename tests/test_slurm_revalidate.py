@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from slurmcluster import calls, logged_commands, option
-from suiterun import REPO, SUITES
+from support.slurmcluster import calls, logged_commands, option
+from support.suiterun import REPO, SUITES
 from test_interrupt import LONG, admit, probes_on, wait_for
 from test_slurm import TINY, slurm_inventory
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from replay import replay_python
-from suiterun import CHECKS, junit_cases, run_suite, script
+from support.replay import replay_python
+from support.suiterun import CHECKS, junit_cases, run_suite, script
 
 from burnin.engine.run import PROBES_DIR, Run
 from burnin.inventory.schema import load_inventory
@@ -23,7 +23,7 @@ from burnin.transports.ssh import SshTransport
 
 
 def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
-    """Every check over SSH: staged probes (the recorded ones of tests/replay.py, which
+    """Every check over SSH: staged probes (the recorded ones of tests/support/replay.py, which
     import the staged probelib and keep the real lifeline), on each host in its own
     namespaces. The real probes over SSH: test_each_node_failure_..., the fan-out tests."""
     hosts = make_hosts(4)

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-import testdisks
-from suiterun import junit_cases, run_suite
+from support import testdisks
+from support.suiterun import junit_cases, run_suite
 
 from burnin.checks import Judging, resolve_settings
 from burnin.checks.storage import judge as storage_judge

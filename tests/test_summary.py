@@ -12,9 +12,9 @@ import subprocess
 import sys
 import textwrap
 
-from replay import replay_python
-from suiterun import run_suite
-from summarypage import (
+from support.replay import replay_python
+from support.suiterun import run_suite
+from support.summarypage import (
     REPO,
     Summary,
     count_colour,

@@ -10,7 +10,7 @@ import json
 import threading
 from dataclasses import replace
 
-from judging import judge
+from support.judging import judge
 
 from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import excluded, internode

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from judging import H100, failed, outcome
+from support.judging import H100, failed, outcome
 
 from burnin.checks import CHECKS, applicable, resolve_settings
 from burnin.checks.base import (

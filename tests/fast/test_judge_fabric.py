@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from judging import H100, failed, judge, outcome, summary
+from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.base import Judging
 from burnin.checks.fabric import _links_for, _over, evidence, figures

@@ -4,7 +4,7 @@ node group's where given, and none where it judged against no floor."""
 
 from __future__ import annotations
 
-from judging import H100, outcome
+from support.judging import H100, outcome
 
 from burnin.checks import CHECKS, Judging
 from burnin.model.nodes import Node

@@ -3,7 +3,7 @@ and host rules it calls (drift.py, host.py) have their own tests; here they stay
 
 from __future__ import annotations
 
-from judging import H100, failed, judge, outcome, summary
+from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.health import _odd_one_out, evidence
 from burnin.model.gpu_reference import GpuModel

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from judging import judge
+from support.judging import judge
 
 from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import excluded, internode

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from judging import H100, failed, judge, outcome, summary
+from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.engine.run import Run
 from burnin.inventory.schema import load_inventory

@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
-SITE = Path(__file__).resolve().parent / "replay_site"
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+SITE = Path(__file__).resolve().parent.parent / "replay_site"
 
 
 def replay_python(path: Path, delay_s: float = 0.0, real: tuple[str, ...] = (),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent.parent
 SUITES = str(REPO / "suites")
 # The full suite on CPU-only nodes, in run order (pcie does not apply to them).
 CHECKS = ("health", "memory", "sdc", "burn", "storage", "allreduce", "fabric",
@@ -55,11 +55,11 @@ def script(path: Path, body: str) -> str:
 
 def trio_inventory(pytester: pytest.Pytester, path: Path, tail: str = "",
                    ledger: str | None = None) -> Path:
-    """n1 and n2, whose probes replay the real ones' recorded documents (tests/replay.py),
+    """n1 and n2, whose probes replay the real ones' recorded documents (tests/support/replay.py),
     and n3, whose python is the test's own `py3` script (healthy, slowed or broken below
     the probe); the ledger in the test's directory, or at `ledger` (a path or URL). `tail`:
     YAML lines appended as they are (indented two spaces, they continue `quarantine:`)."""
-    from replay import replay_python
+    from support.replay import replay_python
     replay = replay_python(pytester.path / "replay")
     path.write_text(textwrap.dedent(f"""\
         version: 1

@@ -1,6 +1,6 @@
 """A real Slurm cluster on the test hosts: munged, slurmctld and one slurmd per host.
 
-Builds on TestHosts (tests/testhosts.py): each host's slurmd runs in that host's network
+Builds on TestHosts (tests/support/testhosts.py): each host's slurmd runs in that host's network
 namespace with its own hostname; slurmctld runs in the root namespace on the bridge's
 address under its own hostname; one munged serves all through its socket file. Commands
 (srun, scontrol, sinfo) find the cluster through SLURM_CONF, which env() returns.
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from testhosts import TestHosts
+from support.testhosts import TestHosts
 
 REQUIRED = ("munged", "slurmctld", "slurmd", "srun", "scontrol", "sinfo")
 
