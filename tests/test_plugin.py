@@ -41,7 +41,8 @@ ALL = {c: ("passed", "") for c in CHECKS}
 
 def replayed(pytester: pytest.Pytester, body: str = THREE) -> str:
     """An inventory whose nodes replay the real probes' recorded documents
-    (tests/support/replay.py): for what the plugin does with them. test_three_local_nodes_... runs the real probes."""
+    (tests/support/replay.py): for what the plugin does with them.
+    test_three_local_nodes_... runs the real probes."""
     py = replay_python(pytester.path / "replay")
     ours = f"defaults: {{transport: local, gpus: 0, python: {py}}}"
     return inventory(pytester, body.replace("defaults: {transport: local, gpus: 0}", ours))

@@ -1,7 +1,9 @@
-"""The quarantine ledger's behaviour through its API, whatever engine holds it: imported
-by tests/fast/test_ledger_unit.py (SQLite, the fast tier and mutation testing) and by
-tests/test_ledger_postgres.py (a real PostgreSQL). Each module gives `new_ledger`: a
-callable that opens the test's own ledger (the same one at every call)."""
+"""The quarantine ledger's behaviour through its API, whatever engine holds it: every case
+here runs once per engine, through the `new_ledger` fixture (tests/conftest.py:
+LEDGER_ENGINES), a callable that opens the test's own ledger (the same one at every call):
+an SQLite file (the fast tier, which mutation testing runs) and a real PostgreSQL
+(marked postgres and slow: `-m "not postgres"` leaves it out). A new engine is a row of
+LEDGER_ENGINES; a new case is a test here."""
 
 from __future__ import annotations
 
