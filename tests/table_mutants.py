@@ -44,7 +44,7 @@ TABLE = [
     ("ledger.py: a failed write rolls back and re-raises", "burnin/ledger/api.py",
      '                db.execute("ROLLBACK")\n                raise',
      '                db.execute("ROLLBACK")\n                return',
-     [f"{F}/test_ledger_unit.py::test_a_write_that_fails_rolls_back_all_of_it_and_re_raises",
+     [f"{F}/test_ledger_cases.py::test_a_write_that_fails_rolls_back_all_of_it_and_re_raises[sqlite]",
       "tests/test_ledger.py::test_a_runs_failures_go_in_together_or_not_at_all"]),
     ("gate.py: error outcomes are quarantined like failed", "burnin/gate/quarantine.py",
      'c.outcome in ("failed", "error")', 'c.outcome in ("failed",)',
