@@ -119,9 +119,9 @@ def probe_vs_mm(name: str, n: int, dtype: str, seconds: float, repeat: int, gpus
 def burn_series(seconds: float, gpus, n: int | None) -> dict:
     from burnin.checks import Fleet, Judging, resolve_settings
     from burnin.checks.burn import fleet_summary, judge
-    from burnin.nodes import Node
-    from burnin.probe import ProbeOutcome
-    from burnin.reference import GPU_MODELS
+    from burnin.model.gpu_reference import GPU_MODELS
+    from burnin.model.nodes import Node
+    from burnin.probe.protocol import ProbeOutcome
     settings = {"duration_s": seconds, "sample_s": 1.0}
     if n:
         settings["n"] = n

@@ -88,8 +88,8 @@ def output_bound(check, settings: dict, devices: int) -> int:
 
 def child(case: str, nodes: int, size: int | None, limit_gib: float) -> None:
     from burnin.checks import CHECKS
-    from burnin.inventory import load_inventory
-    from burnin.run import Run
+    from burnin.engine.run import Run
+    from burnin.inventory.schema import load_inventory
     from burnin.transports import CommandResult
     from burnin.transports.local import LocalTransport
 

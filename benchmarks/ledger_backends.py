@@ -3,7 +3,7 @@
 One run of a fleet-wide bad rollout fails N nodes at once; the gate records them in one
 ledger transaction (`Ledger.record_failures`). This times that call for N failures (each
 with a reason and key figures as a real run's), into a new SQLite file and into a new
-database of a real PostgreSQL (tests/pgserver.py: Debian's server, started here with
+database of a real PostgreSQL (tests/support/pgserver.py: Debian's server, started here with
 fsync on, reached over its unix socket), alternating, and checks that each ledger then
 holds N entries and N history events.
 
@@ -27,9 +27,9 @@ REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-import pgserver  # noqa: E402
+from support import pgserver  # noqa: E402
 
-from burnin.ledger import Ledger  # noqa: E402
+from burnin.ledger.api import Ledger  # noqa: E402
 
 
 def failures(n: int) -> list[tuple[str, list, list, dict]]:

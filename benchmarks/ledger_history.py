@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from burnin import track  # noqa: E402
-from burnin.ledger import Ledger, NodeRun  # noqa: E402
-from burnin.ledger_runs import RUN_COLUMNS  # noqa: E402
-from burnin.nodes import GoodputSettings, QuarantineSettings  # noqa: E402
+from burnin.figures import track_record as track  # noqa: E402
+from burnin.ledger.api import Ledger, NodeRun  # noqa: E402
+from burnin.ledger.runs import RUN_COLUMNS  # noqa: E402
+from burnin.model.nodes import GoodputSettings, QuarantineSettings  # noqa: E402
 
 DAY = 86400.0
 SET_BY = "burn: burn TFLOPS cuda:3 650 against the fleet's median 700"

@@ -2,7 +2,7 @@
 `srun -N<N> python probes/health.py`, and optionally with an older burnin (one
 `srun -w NODE -N1` job per node and check, the srun transport before one-step-per-check).
 
-Builds N hosts with a real Slurm cluster (tests/slurmcluster.py), then alternates:
+Builds N hosts with a real Slurm cluster (tests/support/slurmcluster.py), then alternates:
 - burnin: `pytest suites/ -k health --inventory` with `transport: srun` (one allocation,
   one step), probes shipped on the step's stdin, judging and reports;
 - bare: `srun -N<N> --ntasks-per-node=1 --exclusive python3 probes/health.py` reading the
@@ -35,8 +35,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from slurmcluster import SlurmCluster  # noqa: E402
-from testhosts import TestHosts  # noqa: E402
+from support.slurmcluster import SlurmCluster  # noqa: E402
+from support.testhosts import TestHosts  # noqa: E402
 
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
 

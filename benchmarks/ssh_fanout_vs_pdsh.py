@@ -1,6 +1,6 @@
 """burnin against pdsh: the health probe on N real SSH test hosts, side by side.
 
-Builds N hosts (tests/testhosts.py: network namespaces, one sshd each), then alternates
+Builds N hosts (tests/support/testhosts.py: network namespaces, one sshd each), then alternates
 `pytest suites/ -k health --inventory` (paramiko, probes staged, judging, reports: the
 health check alone, as pdsh runs only the health probe) with
 `pdsh -R ssh -f N` running the same probe on the same hosts (OpenSSH client, no staging:
@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from testhosts import TestHosts  # noqa: E402
+from support.testhosts import TestHosts  # noqa: E402
 
 
 def children_cpu() -> float:

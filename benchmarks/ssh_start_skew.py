@@ -1,13 +1,13 @@
 """The SSH fan-out's start skew and its controller CPU per node, on N real SSH test hosts.
 
-Builds N hosts (tests/testhosts.py: network namespaces, one sshd each) and runs the
-health check's probe on all of them at once through burnin's launch layer (burnin.run.Run,
+Builds N hosts (tests/support/testhosts.py: network namespaces, one sshd each) and runs the
+health check's probe on all of them at once through burnin's launch layer (burnin.engine.run.Run,
 as the suite does, without pytest), twice per repeat: `cold` (the run's first check:
 connect, authenticate, stage the probes, start) and `warm` (a later check, such as the
 burn after health: the connections are held, only the start is left). The probe is light
 on purpose: each node's `python:` is a wrapper that notes the moment it starts (bash's
 $EPOCHREALTIME, no fork), sleeps --settle-s and replays a recorded document
-(tests/replay.py) holding the lifeline for --hold-s; the skew measured is the
+(tests/support/replay.py) holding the lifeline for --hold-s; the skew measured is the
 controller's, not torch's import.
 
 Start skew: the last probe's start minus the first's, as the hosts saw them (a probe
@@ -55,12 +55,12 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import paramiko  # noqa: E402
-from replay import replay_python  # noqa: E402
-from testhosts import TestHosts  # noqa: E402
+from support.replay import replay_python  # noqa: E402
+from support.testhosts import TestHosts  # noqa: E402
 
 from burnin.checks import CHECKS  # noqa: E402
-from burnin.inventory import load_inventory  # noqa: E402
-from burnin.run import Run  # noqa: E402
+from burnin.engine.run import Run  # noqa: E402
+from burnin.inventory.schema import load_inventory  # noqa: E402
 from burnin.transports import fanout, ssh  # noqa: E402
 
 FLEET = 10_000

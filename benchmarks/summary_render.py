@@ -6,7 +6,7 @@ probes write (burn telemetry at one sample a second per GPU, 600 samples for the
 standard profile), a few nodes per hundred failing in one of eight ways (thermal
 slowdown, straggler, SDC, slow storage stream, slow all-reduce, driver drift,
 unreachable, a malformed record), and earlier runs of the same cluster beside it for the
-trend. Published with burnin.reports.publish, then opened in Chromium:
+trend. Published with burnin.report.publish.publish, then opened in Chromium:
 
 - render: performance.now() at the first frame after the load event, measured inside
   a copy of the page that has a timing script appended (median of --repeat);
@@ -15,12 +15,12 @@ trend. Published with burnin.reports.publish, then opened in Chromium:
 - open: ms from asking for a passing node's section (its #n-NODE link, what a click on
   its tile does) to the section in the DOM, the page loaded (on a big fleet it travels
   compressed and is drawn then);
-- publish: wall and CPU seconds of burnin.reports.publish (results.jsonl read, evidence,
+- publish: wall and CPU seconds of burnin.report.publish.publish (results.jsonl read, evidence,
   summary.html, metrics.prom), median of --repeat, each in a forked process whose peak
   RSS is the publish's memory (it includes what the benchmark held at the fork, printed
   beside it): the dev VM is shared, so CPU is the steadier figure;
 - kept: CPU seconds the run spends keeping each record's figures (.kept.jsonl, written
-  by the run as each check's records arrive, burnin/store.py), which publish reads
+  by the run as each check's records arrive, burnin/engine/outcome_store.py), which publish reads
   instead of the documents' series: the synthetic run makes it the same way.
 
     python benchmarks/summary_render.py --nodes 1000 --nodes 10000:60
@@ -47,9 +47,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from burnin.figures import KEPT, kept_line  # noqa: E402
-from burnin.inventory import Node  # noqa: E402
-from burnin.reports import CaseResult, publish, write_junit  # noqa: E402
+from burnin.figures.record_figures import KEPT, kept_line  # noqa: E402
+from burnin.inventory.schema import Node  # noqa: E402
+from burnin.model.outcome import CaseResult  # noqa: E402
+from burnin.report.junit import write_junit  # noqa: E402
+from burnin.report.publish import publish  # noqa: E402
 
 MODEL, DRIVER = "NVIDIA H100 80GB HBM3", "550.90.07"
 KINDS = ("thermal", "straggler", "sdc", "storage", "allreduce", "health", "unreachable",

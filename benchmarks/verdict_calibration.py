@@ -43,8 +43,8 @@ REPO = HERE.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from burnin.checks import CHECKS, Fleet, Judging  # noqa: E402
-from burnin.nodes import Node  # noqa: E402
-from burnin.probe import ProbeOutcome  # noqa: E402
+from burnin.model.nodes import Node  # noqa: E402
+from burnin.probe.protocol import ProbeOutcome  # noqa: E402
 
 CORPUS = REPO / "tests" / "corpus"
 SIZES = (3, 10, 100, 1000)

@@ -1,6 +1,6 @@
 """allreduce: GPUs inside a node talk at full speed (the intra-node sweep)."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_allreduce(node, burnin_run):

@@ -4,7 +4,7 @@ through pair figures, not the whole group failed."""
 import pytest
 
 from burnin.checks.allreduce_internode import excluded
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_allreduce_internode(node, burnin_run):

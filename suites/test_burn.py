@@ -1,6 +1,6 @@
 """burn: the node holds full load without a hardware event, at the speed of its peers."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_burn(node, burnin_run):

@@ -1,6 +1,6 @@
 """dcgm: NVIDIA DCGM's own diagnostic passes, on GPU nodes where DCGM is installed."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_dcgm(node, burnin_run):

@@ -1,6 +1,6 @@
 """fabric: the node's InfiniBand / RoCE ports and its GPUs' NVLink links are up."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_fabric(node, burnin_run):

@@ -1,6 +1,6 @@
 """health: the node is what the inventory says, and its GPUs report no fault."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_health(node, burnin_run):

@@ -1,6 +1,6 @@
 """memory: every word of device memory reads back as written, through every pattern."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_memory(node, burnin_run):

@@ -1,6 +1,6 @@
 """pcie: every GPU can be fed from the host, alone and all at once."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_pcie(node, burnin_run):

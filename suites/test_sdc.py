@@ -1,6 +1,6 @@
 """sdc: every device computes a known-answer GEMM exactly, and repeats bitwise."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_sdc(node, burnin_run):

@@ -1,6 +1,6 @@
 """storage: every GPU can be fed at the promised rate, and no block comes back wrong."""
 
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_storage(node, burnin_run):

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import os
 import tempfile
+import types
 from contextlib import ExitStack
 
 import nvmlemu
 import paramiko  # noqa: F401  (see below)
-import pgserver
 import psycopg  # noqa: F401  (see below)
 import pytest
-import slurmcluster
-from requires import need
-from testhosts import TestHosts, missing_requirements
+from support import pgserver, slurmcluster
+from support.requires import need
+from support.testhosts import TestHosts, missing_requirements
 
 # pytester's in-process runs unload the modules they imported first. cryptography's
 # compiled core cannot be loaded twice in one process: imported again after such a run,
@@ -29,6 +29,33 @@ def pytest_configure(config):
     # never meets the developer's real runs, another test session on this machine, or the
     # other worker, over a node both call 'n1'.
     os.environ["HOME"] = tempfile.mkdtemp(prefix="burnin-tests-home-")
+
+
+# What a test needs, as markers (pyproject.toml registers them): by the fixtures it asks
+# for, or by the harness its module imports (a module-level fixture of its own).
+NEEDS = {
+    "ssh": ({"make_hosts", "make_slurm"}, ("support.testhosts",)),
+    "slurm": ({"make_slurm"}, ("support.slurmcluster",)),
+    "postgres": ({"pg_server", "pg_url"}, ("support.pgserver",)),
+}
+
+
+def needs_of(item: pytest.Item) -> set[str]:
+    """The markers of what `item` needs: fast for the fast tier, ssh, slurm, postgres."""
+    out = {"fast"} if "fast" in item.path.parent.parts[-1:] else set()
+    module = getattr(item, "module", None)
+    imported = {v.__name__ if isinstance(v, types.ModuleType) else getattr(v, "__module__", None)
+                for v in vars(module).values()} if module else set()
+    for mark, (fixtures, modules) in NEEDS.items():
+        if fixtures & set(getattr(item, "fixturenames", ())) or imported & set(modules):
+            out.add(mark)
+    return out
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for mark in needs_of(item) - {m.name for m in item.iter_markers()}:
+            item.add_marker(mark)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -76,6 +103,22 @@ def pg_server():
 def pg_url(pg_server) -> str:
     """A ledger URL to a new, empty database of the session's PostgreSQL server."""
     return pg_server.url(pg_server.create_database())
+
+
+# The engines every shared ledger case (tests/fast/test_ledger_cases.py) runs on: an
+# SQLite file in the test's directory, and a new database of a real PostgreSQL server.
+LEDGER_ENGINES = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgresql", id="postgresql", marks=(pytest.mark.postgres, pytest.mark.slow)),
+]
+
+
+@pytest.fixture(params=LEDGER_ENGINES)
+def new_ledger(request, tmp_path):
+    """A callable opening the test's own ledger on one engine (the same one at every call)."""
+    from burnin.ledger.api import Ledger
+    where = tmp_path / "q.db" if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    return lambda: Ledger(where)
 
 
 @pytest.fixture

@@ -29,9 +29,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path[:0] = [str(HERE), str(REPO)]
 
-import testdisks  # noqa: E402
-from summarypage import screenshot  # noqa: E402
-from testhosts import TestHosts  # noqa: E402
+from support import testdisks  # noqa: E402
+from support.summarypage import screenshot  # noqa: E402
+from support.testhosts import TestHosts  # noqa: E402
 
 FAULTY_TORCH = """\
 import torch

@@ -1,7 +1,7 @@
 """Mutation testing of the modules that decide, against the fast tier (TESTING.md).
 
     python tests/mutation.py                  # every module, one at a time, then the score
-    python tests/mutation.py checks.sdc gate  # these modules only (keeps other results)
+    python tests/mutation.py checks.sdc gate.quarantine  # these modules only (keeps other results)
     python tests/mutation.py --score [--survivors] [--markdown]   # the last results
 
 mutmut (configured in pyproject.toml, [tool.mutmut]) copies the code to mutants/, makes
@@ -25,8 +25,9 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MODULES = ("admit", "gate", "ledger", "ledger_read", "ledger_runs", "track", "goodput", "schema",
-           "verdict", "probe", "text", "checks.base",
+MODULES = ("gate.admit", "gate.quarantine", "ledger.api", "ledger.read", "ledger.runs",
+           "figures.track_record", "figures.goodput", "probe.shapes",
+           "model.verdict", "probe.protocol", "core.safetext", "checks.base",
            "checks.sdc", "checks.burn", "checks.health", "checks.storage", "checks.allreduce",
            "checks.allreduce_internode",
            "checks.memory", "checks.pcie", "checks.fabric", "checks.dcgm")

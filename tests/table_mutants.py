@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 F = "tests/fast"
 # (guard, file, text, broken as, the tests that must fail)
 TABLE = [
-    ("admit.py: an unknown GPU count counts as GPUs", "burnin/admit.py",
+    ("admit.py: an unknown GPU count counts as GPUs", "burnin/gate/admit.py",
      "int(gpus) if gpus.isdecimal() else None", "int(gpus) if gpus.isdecimal() else 0",
      [f"{F}/test_admission.py::test_an_unknown_gpu_count_counts_as_gpus",
       f"{F}/test_admission.py::test_an_unknown_gpu_count_keeps_out_a_node_that_passed_only"
@@ -36,17 +36,17 @@ TABLE = [
     ("checks/sdc.py: a failed on-device selftest fails the node", "burnin/checks/sdc.py",
      'if dev.get("selftest") is False:', 'if dev.get("selftest") is False and False:',
      [f"{F}/test_judge_sdc.py::test_a_failed_on_device_selftest_fails_the_node"]),
-    ("schema.py: only finite numbers", "burnin/schema.py",
+    ("schema.py: only finite numbers", "burnin/probe/shapes.py",
      "if isinstance(value, float) and not math.isfinite(value):", "if False:",
      [f"{F}/test_schema.py::test_num",
       f"{F}/test_properties.py::test_a_document_a_shape_accepts_has_every_declared_field_of"
       "_its_declared_type"]),
-    ("ledger.py: a failed write rolls back and re-raises", "burnin/ledger.py",
+    ("ledger.py: a failed write rolls back and re-raises", "burnin/ledger/api.py",
      '                db.execute("ROLLBACK")\n                raise',
      '                db.execute("ROLLBACK")\n                return',
-     [f"{F}/test_ledger_unit.py::test_a_write_that_fails_rolls_back_all_of_it_and_re_raises",
+     [f"{F}/test_ledger_cases.py::test_a_write_that_fails_rolls_back_all_of_it_and_re_raises[sqlite]",
       "tests/test_ledger.py::test_a_runs_failures_go_in_together_or_not_at_all"]),
-    ("gate.py: error outcomes are quarantined like failed", "burnin/gate.py",
+    ("gate.py: error outcomes are quarantined like failed", "burnin/gate/quarantine.py",
      'c.outcome in ("failed", "error")', 'c.outcome in ("failed",)',
      [f"{F}/test_gate.py::test_failed_and_error_outcomes_are_quarantined_alike"]),
     ("probes/storage.py: a block read back from the wrong offset", "probes/storage.py",

@@ -10,10 +10,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import junit_cases, run_suite, script, trio_inventory
+from support.replay import replay_python
+from support.suiterun import junit_cases, run_suite, script, trio_inventory
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 
 def junit(*suites: str) -> str:
@@ -156,7 +156,7 @@ def test_plain_output_names_the_rejected_and_their_reasons(tmp_path):
 
 def gate_inventory(pytester, body: str = "") -> Path:
     """n1, n2 and n3 (whose python python3() makes healthy or broken); their probes replay
-    the real ones' recorded documents (tests/replay.py): the gate is what is tested."""
+    the real ones' recorded documents (tests/support/replay.py): the gate is what is tested."""
     return trio_inventory(pytester, pytester.path / "inv.yaml",
                           textwrap.indent(textwrap.dedent(body), "  "))  # under quarantine:
 

@@ -9,8 +9,8 @@ import shutil
 import sys
 
 import pytest
-from replay import replay_python
-from suiterun import junit_cases, run_suite
+from support.replay import replay_python
+from support.suiterun import junit_cases, run_suite
 
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
 # them all; `-m "not slow"` leaves them out of a developer's quick run.
@@ -77,7 +77,7 @@ def test_a_host_that_never_joins_is_named_and_the_rest_go_on(pytester, make_host
 
 LIAR = """#!{python}
 # A node whose probe output lies (planted below the controller): runs the probe (here the
-# recorded one of tests/replay.py, with the real rendezvous), then edits its JSON document
+# recorded one of tests/support/replay.py, with the real rendezvous), then edits its JSON document
 # before the controller reads it.
 import json, subprocess, sys
 done = subprocess.run([{probe!r}, *sys.argv[1:]], stdout=subprocess.PIPE)
@@ -123,8 +123,8 @@ def test_a_members_group_figure_does_not_grow_with_the_group():
     """Every member's results.jsonl record carries the group figure: naming the members in
     it made the file O(n^2) (about 1 GB at 10,000 nodes, and 9 GiB once parsed back)."""
     from burnin.checks.groups import Facts, group_figures
-    from burnin.nodes import Node
-    from burnin.probe import ProbeOutcome
+    from burnin.model.nodes import Node
+    from burnin.probe.protocol import ProbeOutcome
 
     def figure(n: int) -> dict:
         nodes = [Node(name=f"node{i:05d}", address=f"node{i:05d}") for i in range(n)]

@@ -12,9 +12,9 @@ import yaml
 
 from burnin.checks.allreduce import figures, intra_summary, judge, judged, saturation
 from burnin.checks.base import Fleet, Judging
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.reference import GPU_MODELS
+from burnin.model.gpu_reference import GPU_MODELS
+from burnin.model.nodes import Node
+from burnin.probe.protocol import ProbeOutcome
 
 H100 = GPU_MODELS["H100-SXM5-80GB"]
 MIB = 1 << 20

@@ -1,5 +1,6 @@
-"""The shape of the code, asserted: burnin's import graph has no circle, probes never
-import burnin, and the check table is the one place a check is declared."""
+"""The shape of the code, asserted: burnin's packages are layers and a lower one never
+imports a higher one (so the import graph has no circle), probes never import burnin,
+and the check table is the one place a check is declared."""
 
 from __future__ import annotations
 
@@ -63,17 +64,93 @@ def find_cycle(g: dict[str, set[str]]) -> list[str]:
     return []
 
 
+# burnin's layers, lowest first (README "The house"; each package's __init__ docstring says
+# its layer and what it may import). A module may import its own package and any package
+# of a lower layer; never a higher layer's, nor another package of its own layer.
+LAYERS = (
+    ("burnin", "burnin.errors"),
+    ("burnin.core",),
+    ("burnin.model",),
+    ("burnin.transports", "burnin.ledger"),
+    ("burnin.probe",),
+    ("burnin.checks",),
+    ("burnin.figures",),
+    ("burnin.inventory",),
+    ("burnin.engine",),
+    ("burnin.gate",),
+    ("burnin.report",),
+    ("burnin.plugin",),
+    ("burnin.cli",),
+    ("burnin.__main__",),  # python -m burnin
+)
+
+
+def package_of(module: str) -> tuple[int, str]:
+    """(layer, package) of a burnin module: the longest package of LAYERS it is in."""
+    best = None
+    for rank, packages in enumerate(LAYERS):
+        for p in packages:
+            if (module == p or module.startswith(p + ".")) and \
+                    (best is None or len(p) > len(best[1])):
+                best = (rank, p)
+    assert best is not None, f"{module} is in no layer of LAYERS"
+    return best
+
+
+def wrong_way(g: dict[str, set[str]]) -> list[str]:
+    """Every import that goes up the layers or sideways into a peer package."""
+    out = []
+    for module, deps in sorted(g.items()):
+        rank, package = package_of(module)
+        for dep in sorted(deps):
+            dep_rank, dep_package = package_of(dep)
+            if dep_package != package and dep_rank >= rank:
+                out.append(f"{module} (layer {rank}) imports {dep} (layer {dep_rank})")
+    return out
+
+
+def test_no_module_imports_a_higher_layer_or_a_peer_package():
+    g = graph()
+    assert len(g) > 80 and "burnin.engine.run" in g  # the graph is burnin's, whole
+    assert wrong_way(g) == []
+
+
+def test_the_layer_check_finds_a_planted_wrong_way_import():
+    g = graph()
+    g["burnin.gate.quarantine"] = g["burnin.gate.quarantine"] | {"burnin.report.junit"}
+    g["burnin.transports.slurm"] = g["burnin.transports.slurm"] | {"burnin.ledger.api"}
+    assert wrong_way(g) == [
+        "burnin.gate.quarantine (layer 9) imports burnin.report.junit (layer 10)",
+        "burnin.transports.slurm (layer 3) imports burnin.ledger.api (layer 3)"]
+
+
+def test_every_package_says_its_layer():
+    """Each package's docstring states the layer the table gives it, so that a reader of
+    the package learns what it may import without opening this test."""
+    for rank, packages in enumerate(LAYERS):
+        for p in packages:
+            path = REPO / (p.replace(".", "/") + "/__init__.py")
+            if p == "burnin" or not path.exists():
+                continue
+            doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+            assert f"Layer {rank}" in doc, f"{path.relative_to(REPO)}: says no 'Layer {rank}'"
+    packages = {p.parent for p in (REPO / "burnin").glob("*/__init__.py")}
+    named = {REPO / p.replace(".", "/") for layer in LAYERS for p in layer}
+    assert packages <= named, f"packages in no layer: {sorted(map(str, packages - named))}"
+
+
 def test_the_import_graph_has_no_circle():
     g = graph()
-    assert "burnin.checks.base" in g and "burnin.run" in g
+    assert "burnin.checks.base" in g and "burnin.engine.run" in g
     assert find_cycle(g) == []
 
 
 def test_the_cycle_finder_finds_a_planted_circle():
     g = graph()
-    g["burnin.nodes"] = g["burnin.nodes"] | {"burnin.run"}  # nodes -> run -> ... -> nodes
+    # nodes -> run -> ... -> nodes
+    g["burnin.model.nodes"] = g["burnin.model.nodes"] | {"burnin.engine.run"}
     cycle = find_cycle(g)
-    assert cycle and cycle[0] == cycle[-1] and "burnin.run" in cycle
+    assert cycle and cycle[0] == cycle[-1] and "burnin.engine.run" in cycle
 
 
 def test_probes_import_nothing_of_burnin():
@@ -139,10 +216,35 @@ def test_the_controller_never_sends_the_probes_test_hooks():
 def test_a_transport_name_is_a_transport_or_a_launcher_never_both():
     """srun is a launcher (a check's nodes as one job step), not a transport whose run
     only raises: each inventory name is in exactly one table, of its own base class."""
-    from burnin.inventory import TRANSPORT_NAMES
-    from burnin.transports import LAUNCHERS, TRANSPORTS, Launcher, Transport, _load
+    from burnin.inventory.schema import transport_names
+    from burnin.transports import LAUNCHERS, TABLE, TRANSPORTS, Launcher, Transport, _load
 
-    assert set(TRANSPORT_NAMES) == set(TRANSPORTS) | set(LAUNCHERS)
+    assert set(transport_names()) == set(TRANSPORTS) | set(LAUNCHERS) == set(TABLE)
     assert not set(TRANSPORTS) & set(LAUNCHERS)
     assert all(issubclass(_load(t), Transport) for t in TRANSPORTS.values())
     assert all(issubclass(_load(t), Launcher) for t in LAUNCHERS.values())
+
+
+# Exceptions that never reach a user as such: each becomes a node's reason (its testcase's
+# message), and a node's fault is no error of burnin's.
+NODE_SIDE = {"NodeUnreachable", "NodeBusy", "UnsafeDocument"}
+
+
+def test_the_errors_a_user_sees_are_in_one_module():
+    """burnin/errors.py holds every exception class but the node-side ones, each of them a
+    BurninError; the modules that raise them import them from there."""
+    import burnin.errors as errors
+
+    elsewhere = {}
+    for path in (REPO / "burnin").rglob("*.py"):
+        if path.name == "errors.py" and path.parent.name == "burnin":
+            continue
+        for n in ast.walk(ast.parse(path.read_text())):
+            if isinstance(n, ast.ClassDef) and any(
+                    isinstance(b, ast.Name) and (b.id.endswith(("Error", "Exception"))
+                                                 or b.id in NODE_SIDE) for b in n.bases):
+                elsewhere[n.name] = str(path.relative_to(REPO))
+    assert set(elsewhere) == NODE_SIDE, elsewhere
+    ours = [v for v in vars(errors).values()
+            if isinstance(v, type) and issubclass(v, Exception) and v.__module__ == errors.__name__]
+    assert len(ours) >= 12 and all(issubclass(e, errors.BurninError) for e in ours)

@@ -133,7 +133,7 @@ def test_verdict_calibration_captures_and_replays_every_rule():
 
 
 def test_ledger_backends_records_into_sqlite_and_postgresql():
-    import pgserver
+    from support import pgserver
     need(not pgserver.missing_requirements(), pgserver.missing_requirements())
     lines = run_benchmark("ledger_backends.py", "--failures", "50", "--repeat", "1")
     assert ratios(lines[-1], "postgresql/sqlite"), lines

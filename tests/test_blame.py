@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import SUITES, junit_cases, run_suite, script
+from support.replay import replay_python
+from support.suiterun import SUITES, junit_cases, run_suite, script
 from test_hostile import assert_clean_run, three_nodes
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 REPO = Path(__file__).resolve().parent.parent
 

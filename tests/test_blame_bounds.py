@@ -11,10 +11,10 @@ from pathlib import Path
 
 from test_reports import burn_record
 
-from burnin import metrics
-from burnin.probe import PROGRESS_MARK, _progress_lines
-from burnin.progress import Progress
-from burnin.text import UnsafeDocument, safe_document, safe_text
+from burnin.core.safetext import UnsafeDocument, safe_document, safe_text
+from burnin.engine.progress import Progress
+from burnin.probe.protocol import PROGRESS_MARK, _progress_lines
+from burnin.report import metrics
 
 
 def test_a_node_naming_new_devices_grows_no_progress_state():

@@ -15,15 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite, script
+from support.suiterun import junit_cases, run_suite, script
 
 from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.burn import fleet_summary as burn_summary
 from burnin.checks.burn import judge as burn_judge
 from burnin.checks.burn import telemetry_rules
-from burnin.inventory import Node
-from burnin.probe import ProbeOutcome
-from burnin.reference import GPU_MODELS
+from burnin.inventory.schema import Node
+from burnin.model.gpu_reference import GPU_MODELS
+from burnin.probe.protocol import ProbeOutcome
 
 REPO = Path(__file__).resolve().parent.parent
 SETTINGS = resolve_settings("burn", "quick", {})

@@ -11,11 +11,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from suiterun import script
+from support.suiterun import script
 from test_reports import burn_record, sweep_record
 
 import burnin
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite, script
+from support.suiterun import junit_cases, run_suite, script
 
-from burnin.admit import Report, read_junit
 from burnin.checks import Judging, applicable, resolve_settings
 from burnin.checks.dcgm import SCHEMA, judge
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome, run_probe
+from burnin.gate.admit import Report, read_junit
+from burnin.model.nodes import Node
+from burnin.probe.protocol import ProbeOutcome, run_probe
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent

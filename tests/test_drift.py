@@ -10,10 +10,10 @@ import pytest
 
 from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.health import fleet_summary, judge
-from burnin.inventory import InventoryError, load_inventory
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome, run_probe
-from burnin.reference import GPU_MODELS
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.model.gpu_reference import GPU_MODELS
+from burnin.model.nodes import Node
+from burnin.probe.protocol import ProbeOutcome, run_probe
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent

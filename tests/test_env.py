@@ -8,8 +8,8 @@ import json
 import shutil
 import textwrap
 
-from suiterun import junit_cases, run_suite
-from summarypage import Summary, drawn_dom
+from support.suiterun import junit_cases, run_suite
+from support.summarypage import Summary, drawn_dom
 
 # Every character a shell would act on, and a quote of each kind: it must arrive as it is.
 HOSTILE = """a b;c|d&e $(touch {canary}) `touch {canary}` '"' \\ * ~ > {canary} $HOME"""

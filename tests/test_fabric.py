@@ -12,15 +12,15 @@ from pathlib import Path
 
 import nvmlemu
 import pytest
-from suiterun import junit_cases, run_suite
+from support.suiterun import junit_cases, run_suite
 
 from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.fabric import figures, fleet_summary
 from burnin.checks.fabric import judge as fabric_judge
-from burnin.inventory import InventoryError, load_inventory
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.reference import GPU_MODELS
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.model.gpu_reference import GPU_MODELS
+from burnin.model.nodes import Node
+from burnin.probe.protocol import ProbeOutcome
 
 SETTINGS = resolve_settings("fabric", "quick", {})
 NDR = "400 Gb/sec (4X NDR)"
@@ -299,7 +299,7 @@ def test_counters_grown_since_health_fail_and_the_window_is_the_runs(pytester, t
 def test_nvlink_counters_grown_since_health_fail_the_link(nvml, tmp_path):
     """The real health and fabric probes, the emulated GPU's link counters grown between
     them: a retrained link and CRC past the bound fail, a few replays warn."""
-    from burnin.probe import run_probe
+    from burnin.probe.protocol import run_probe
     from burnin.transports.local import LocalTransport
     repo = Path(__file__).resolve().parent.parent
     uuids = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(2)]
@@ -335,7 +335,7 @@ def test_nvlink_counters_grown_since_health_fail_the_link(nvml, tmp_path):
 def test_a_healthy_node_with_compute_and_storage_nics_passes(tmp_path):
     """A 200G RoCE storage NIC beside 400G NDR compute HCAs: each port is held to the rate
     of its own link layer, not to the node's most common rate."""
-    from burnin.probe import run_probe
+    from burnin.probe.protocol import run_probe
     from burnin.transports.local import LocalTransport
     root = ib_tree(tmp_path / "ib", several_nics())
     node = Node(name="n", address="n", transport="local", gpus=0)

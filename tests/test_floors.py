@@ -8,9 +8,9 @@ import json
 import re
 import textwrap
 
-from replay import replay_python
-from suiterun import junit_cases, run_suite
-from summarypage import Summary
+from support.replay import replay_python
+from support.suiterun import junit_cases, run_suite
+from support.summarypage import Summary
 
 from burnin import cli
 

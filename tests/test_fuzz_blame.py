@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from burnin.checks import CHECKS
-from burnin.inventory import load_inventory
-from burnin.probe import judge_output
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.inventory.schema import load_inventory
+from burnin.probe.protocol import judge_output
 from burnin.transports import CommandResult
 
 CORPUS = Path(__file__).resolve().parent / "corpus"

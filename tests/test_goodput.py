@@ -1,6 +1,6 @@
 """A node slower than its peers is priced for a synchronous job, end to end: junit.xml's
 properties, metrics.prom, summary.html's verdict table, `burnin admit --min-speed` and
-`burnin rejudge`. The nodes replay the real probes' recorded documents (tests/replay.py);
+`burnin rejudge`. The nodes replay the real probes' recorded documents (tests/support/replay.py);
 n3's burn document is slowed to 0.92 of its peers' below the controller."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-from replay import replay_python
-from suiterun import run_suite, script, trio_inventory
+from support.replay import replay_python
+from support.suiterun import run_suite, script, trio_inventory
 
-from burnin.ledger import Ledger, NodeRun
+from burnin.ledger.api import Ledger, NodeRun
 
 SLOW = 0.92
 DAY = 86400.0

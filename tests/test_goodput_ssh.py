@@ -14,11 +14,11 @@ import sys
 import xml.etree.ElementTree as ET
 from contextlib import ExitStack
 
-import testdisks
-from requires import need
-from suiterun import junit_cases, run_suite
+from support import testdisks
+from support.requires import need
+from support.suiterun import junit_cases, run_suite
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 RUNS = int(os.environ.get("BURNIN_REPEAT_RUNS", "3"))
 RATE = 40 * 1000 * 1000  # bytes/s: far under the loop disk's own speed, so the cap rules

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import nvmlemu
 import pytest
-from replay import replay_python
-from suiterun import junit_cases, run_suite
+from support.replay import replay_python
+from support.suiterun import junit_cases, run_suite
 
 REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "probes"
@@ -114,8 +114,8 @@ def test_a_gpu_node_whose_gpus_torch_cannot_see_fails_instead_of_using_its_cpu(p
 
 
 def probe(name: str, payload: dict, timeout_s: float = 300) -> dict:
-    from burnin.nodes import Node
-    from burnin.probe import run_probe
+    from burnin.model.nodes import Node
+    from burnin.probe.protocol import run_probe
     from burnin.transports.local import LocalTransport
     out = run_probe(LocalTransport(Node(name="n", address="n", transport="local"), PROBES),
                     name, payload, timeout_s)
@@ -141,8 +141,8 @@ def test_pcie_under_load_reads_the_gpu_it_loads_paired_by_uuid(nvml):
 def test_each_gpu_worker_binds_its_own_device_and_inputs_are_built_once(nvml):
     nvml(cuda="1,0,2,3", devices=gpus(4, "s"))
     payload = {"gpus": 4, "settings": {"duration_s": 0.3, "n": 64, "random_repeats": 2}}
-    from burnin.nodes import Node
-    from burnin.probe import run_probe
+    from burnin.model.nodes import Node
+    from burnin.probe.protocol import run_probe
     from burnin.transports.local import LocalTransport
     out = run_probe(LocalTransport(Node(name="n", address="n", transport="local"), PROBES),
                     "sdc", payload, 300)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import nvmlemu
 import pytest
-from suiterun import junit_cases, run_suite
+from support.suiterun import junit_cases, run_suite
 
 from burnin.checks import Fleet, Judging
 from burnin.checks.health import fleet_summary, judge
-from burnin.inventory import Node
-from burnin.probe import ProbeOutcome, run_probe
-from burnin.reference import GPU_MODELS
+from burnin.inventory.schema import Node
+from burnin.model.gpu_reference import GPU_MODELS
+from burnin.probe.protocol import ProbeOutcome, run_probe
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,15 +11,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import junit_cases, run_suite
+from support.replay import replay_python
+from support.suiterun import junit_cases, run_suite
 
-from burnin.inventory import InventoryError, load_inventory
-from burnin.ledger import Ledger
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.ledger.api import Ledger
 
 LIAR = """#!{python}
 # A lying node: runs the probe (stdin, the controller's lifeline, passes through; the
-# recorded probe of tests/replay.py, which answers as the real one did), then edits its
+# recorded probe of tests/support/replay.py, which answers as the real one did), then edits its
 # JSON document, and what it writes to stderr, before the controller reads.
 import json, subprocess, sys
 done = subprocess.run([{probe!r}, *sys.argv[1:]], stdout=subprocess.PIPE)
@@ -46,7 +46,7 @@ def liar(path: Path, edit: str) -> str:
 
 def three_nodes(pytester, edit: str, **extra) -> Path:
     """Three local nodes whose probes answer with the real probes' recorded documents
-    (tests/replay.py); n3 edits its own before the controller reads it."""
+    (tests/support/replay.py); n3 edits its own before the controller reads it."""
     inv = pytester.path / "inv.yaml"
     inv.write_text(json.dumps({
         "version": 1, "checks": TINY,
@@ -158,17 +158,17 @@ def test_a_node_name_that_is_a_path_is_refused(tmp_path):
 def test_a_report_part_that_cannot_be_drawn_degrades_and_latest_still_moves(pytester):
     # The page renderer breaking (a bug, a record of a shape it did not expect) must not
     # stop the run: junit.xml is written and latest moved first.
-    # Patched for this inner run only: it runs in this process, where burnin.summary is
+    # Patched for this inner run only: it runs in this process, where burnin.report.summary is
     # already imported, and a patch left behind would break every later page.
     pytester.makepyfile(breakpage="""
-        import burnin.summary.page
-        real = burnin.summary.page.render
+        import burnin.report.summary.page
+        real = burnin.report.summary.page.render
         def broken(*args, **kwargs):
             raise ValueError("cannot draw this")
         def pytest_configure(config):
-            burnin.summary.page.render = broken
+            burnin.report.summary.page.render = broken
         def pytest_unconfigure(config):
-            burnin.summary.page.render = real
+            burnin.report.summary.page.render = real
     """)
     pytester.syspathinsert()
     inv = three_nodes(pytester, "pass")

@@ -96,7 +96,8 @@ def test_burnin_run_from_a_directory_outside_the_checkout(installed, tmp_path):
     assert [e.tag for e in cases["health"] if e.tag != "system-out"] == [], "health passed"
     # The probe that ran was the installed one, from inside the package.
     assert str(installed["site"] / "burnin" / "probes") in subprocess.run(
-        [str(installed["python"]), "-c", "from burnin.run import PROBES_DIR; print(PROBES_DIR)"],
+        [str(installed["python"]), "-c",
+         "from burnin.engine.run import PROBES_DIR; print(PROBES_DIR)"],
         cwd=work, capture_output=True, text=True, timeout=120, env=clean_env()).stdout
     admit = subprocess.run([str(installed["burnin"]), "admit", str(junit), "--require",
                             "health", "--json"], cwd=work, capture_output=True, text=True,

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import SUITES, run_suite, script
+from support.replay import replay_python
+from support.suiterun import SUITES, run_suite, script
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
 # them all; `-m "not slow"` leaves them out of a developer's quick run.

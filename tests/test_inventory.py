@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from burnin.inventory import InventoryError, load_inventory, select_nodes
+from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,10 +12,10 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from replay import replay_python
-from suiterun import run_suite, script
+from support.replay import replay_python
+from support.suiterun import run_suite, script
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 SCHEMA = Path(__file__).resolve().parent / "schemas" / "junit.xsd"
 

@@ -7,13 +7,20 @@ import json
 import os
 
 import pytest
-from summarypage import Summary, drawn_dom, needs_chromium, synthetic
+from support.summarypage import Summary, drawn_dom, needs_chromium, synthetic
 
-from burnin import figures
-from burnin.figures import KEPT, kept, kept_line, key_figures, read_for_page, read_records
-from burnin.reports import publish
-from burnin.summary import page as page_mod
-from burnin.summary import trend
+from burnin.figures import record_figures as figures
+from burnin.figures.record_figures import (
+    KEPT,
+    kept,
+    kept_line,
+    key_figures,
+    read_for_page,
+    read_records,
+)
+from burnin.report.publish import publish
+from burnin.report.summary import page as page_mod
+from burnin.report.summary import trend
 
 bench = synthetic()
 
@@ -139,7 +146,7 @@ def test_a_big_fleets_passing_sections_stay_small(tmp_path, big):
 
 
 def test_metrics_prom_is_the_same_from_kept_records_as_from_whole_ones(tmp_path):
-    from burnin import metrics
+    from burnin.report import metrics
     run, verdicts, _ = run_of(tmp_path, nodes=8, failing_nodes=2)
     whole = metrics.render("c", "r", 1.0, verdicts, read_records(run / "results.jsonl"))
     assert whole.count("burnin_device_flops_per_second{") == 2 * 8 * 8  # burn, sdc
@@ -151,7 +158,7 @@ def test_metrics_prom_is_the_same_from_kept_records_as_from_whole_ones(tmp_path)
 
 @needs_chromium
 def test_the_browser_draws_a_passing_nodes_kept_figures_as_python_would(tmp_path, big):
-    from burnin.summary.sections import block_html
+    from burnin.report.summary.sections import block_html
     run, verdicts, inventory = run_of(tmp_path)
     publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts), nodes=inventory)
     summary = Summary(run / "summary.html")

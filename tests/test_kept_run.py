@@ -1,20 +1,20 @@
 """Figures, not documents (issue 30): once a check is judged on every node, the run lets
 its documents go and keeps what the rest of the run needs: the verdicts, the speed-bearing
 figures goodput prices, and of the facts check what later checks read (GPU count, tools,
-baselines). Three nodes replay the real probes' recorded documents (tests/replay.py)."""
+baselines). Three nodes replay the real probes' recorded documents (tests/support/replay.py)."""
 
 from __future__ import annotations
 
 import json
 import textwrap
 
-from replay import replay_python
+from support.replay import replay_python
 
-from burnin import goodput
 from burnin.checks import CHECKS
-from burnin.figures import key_figures, read_records
-from burnin.inventory import load_inventory
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.figures import goodput
+from burnin.figures.record_figures import key_figures, read_records
+from burnin.inventory.schema import load_inventory
 
 
 def replay_run(tmp_path) -> Run:

@@ -170,7 +170,7 @@ def test_the_span_names_the_uptime_and_a_read_cut_short():
 
 
 def test_the_xid_table_is_nvidias_catalogue_with_its_source():
-    from burnin import xid
+    from burnin.model import xid
     assert "docs.nvidia.com/deploy/xid-errors" in xid.CATALOGUE and "2026-" in xid.CATALOGUE
     assert set(range(136, 155)) <= set(xid.XIDS)
     assert xid.meaning(11) == "XID 11 (Invalid or corrupted push buffer stream)"

@@ -1,5 +1,5 @@
 """The quarantine ledger under concurrent writers and under SIGKILL mid-transaction, on
-both engines: an SQLite file and a real PostgreSQL (tests/pgserver.py)."""
+both engines: an SQLite file and a real PostgreSQL (tests/support/pgserver.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -30,7 +30,7 @@ WRITER = """
 import sys
 import pytest
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 ledger = Ledger(sys.argv[1])
 who, count = sys.argv[2], int(sys.argv[3])
 for i in range(count):

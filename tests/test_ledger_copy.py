@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 
 from burnin.cli import main
-from burnin.ledger import Ledger, NodeRun
+from burnin.ledger.api import Ledger, NodeRun
 
 pytestmark = pytest.mark.slow
 
@@ -87,9 +87,9 @@ def test_a_source_a_run_is_writing_is_copied_without_taking_its_lock(tmp_path, p
                                                                     monkeypatch):
     """The copy reads one snapshot and writes nothing to its source: a run holding the
     source's write lock (or a user who may only read it) does not stop it."""
-    import burnin.ledger_backends
+    import burnin.ledger.backends
     source = filled(tmp_path / "q.db")
-    monkeypatch.setattr(burnin.ledger_backends, "BUSY_TIMEOUT_S", 0)  # nobody waits
+    monkeypatch.setattr(burnin.ledger.backends, "BUSY_TIMEOUT_S", 0)  # nobody waits
     writer = sqlite3.connect(tmp_path / "q.db", isolation_level=None)
     writer.execute("BEGIN IMMEDIATE")
     try:

@@ -6,7 +6,7 @@ openssl) and a password from PGPASSWORD.
 
 Afterwards the ledger's history holds every event each of them reported, in the order
 each reported them per node, and no node is in or out of quarantine against its last
-event (tests/ledger_replay.py). ROUNDS is 4 per controller (and 8 actions by hand): a run
+event (tests/support/ledger_replay.py). ROUNDS is 4 per controller (and 8 actions by hand): a run
 of the suite took about 10 s here with the machine at load 11 on 2 cores (2 rounds: 38 s),
 so 4 keeps the test near a minute; the issue's 20 rounds is `BURNIN_FLEET_ROUNDS=20`.
 SIGKILL mid-transaction on PostgreSQL: tests/test_ledger.py.
@@ -24,13 +24,13 @@ import threading
 import time
 from pathlib import Path
 
-import pgserver
 import pytest
-from ledger_replay import contradictions
-from replay import replay_python
-from requires import need
+from support import pgserver
+from support.ledger_replay import contradictions
+from support.replay import replay_python
+from support.requires import need
 
-from burnin.ledger import Ledger, LedgerError
+from burnin.ledger.api import Ledger, LedgerError
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
-"""The ledger's behaviour (tests/ledger_cases.py) on a real PostgreSQL, and what only
-PostgreSQL has: a migration two controllers race for, a role without rights, a server
-that is not there, retried serialization failures."""
+"""What only PostgreSQL has of the ledger (the behaviour every engine shares runs on it in
+tests/fast/test_ledger_cases.py): a migration two controllers race for, a role without
+rights, a server that is not there, retried serialization failures."""
 
 from __future__ import annotations
 
@@ -9,37 +9,15 @@ import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import pgserver
 import pytest
-from ledger_cases import (  # noqa: F401
-    clock,
-    test_a_node_quarantined_by_hand_is_released_only_by_hand,
-    test_a_node_twice_in_one_run_is_new_once_then_failed_again,
-    test_a_repeat_offender_is_not_released_by_clean_runs_only_by_hand,
-    test_a_run_failing_more_nodes_than_one_lookup_holds_knows_every_one_already_held,
-    test_a_write_that_fails_rolls_back_all_of_it_and_re_raises,
-    test_check_writable_keeps_nothing,
-    test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_anything,
-    test_entries_are_in_node_order,
-    test_exposure_counts_quarantines_in_the_window_from_a_node_s_first_kept_run,
-    test_quarantine_by_hand_holds_a_node_burnin_quarantined,
-    test_quarantines_older_than_the_window_do_not_count,
-    test_record_clean_counts_and_releases_at_release_after,
-    test_record_failures_inserts_new_nodes_and_updates_known_ones,
-    test_runs_are_kept_per_node_in_order_and_let_go_past_the_retention,
-    test_set_drained_release_and_note,
-)
-from ledger_replay import contradictions
+from support import pgserver
+from support.ledger_replay import contradictions
 
-from burnin.ledger import Ledger, LedgerError
-from burnin.ledger_backends import PostgresBackend
+from burnin.ledger.api import Ledger, LedgerError
+from burnin.ledger.backends import PostgresBackend
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture
-def new_ledger(pg_url):
-    return lambda: Ledger(pg_url)
 
 
 def test_two_controllers_opening_an_old_schema_at_once_migrate_it_once(pg_url):
@@ -136,9 +114,3 @@ def test_concurrent_failures_cleans_and_releases_lose_nothing_and_contradict_not
             f.result(timeout=300)
     assert contradictions(Ledger(pg_url), nodes) == []
 
-
-def test_every_shared_ledger_case_runs_here():
-    """A case added to tests/ledger_cases.py and not imported here would never run."""
-    import ledger_cases
-    cases = {n for n in dir(ledger_cases) if n.startswith("test_")}
-    assert cases - set(globals()) == set()

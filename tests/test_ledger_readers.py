@@ -9,13 +9,13 @@ import json
 import subprocess
 import sys
 
-import pgserver
 import pytest
-from replay import replay_python
-from requires import need
-from suiterun import junit_cases, run_suite, script, trio_inventory
+from support import pgserver
+from support.replay import replay_python
+from support.requires import need
+from support.suiterun import junit_cases, run_suite, script, trio_inventory
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 pytestmark = pytest.mark.slow
 

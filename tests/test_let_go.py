@@ -8,11 +8,11 @@ from __future__ import annotations
 import gc
 import textwrap
 
-from replay import replay_python
-from suiterun import SUITES, junit_cases, script
+from support.replay import replay_python
+from support.suiterun import SUITES, junit_cases, script
 
-from burnin.inventory import load_inventory
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.inventory.schema import load_inventory
 
 # Loaded with -p into the run: counts, when publish starts, the pytest items of the tests
 # that ran still alive (the deselected ones are pytest's terminal summary's to keep).
@@ -22,7 +22,7 @@ import gc
 import pytest
 
 import burnin.plugin as plugin
-from burnin.run import Run
+from burnin.engine.run import Run
 
 _publish = plugin.publish
 

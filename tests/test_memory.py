@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from burnin import metrics
 from burnin.checks import Judging, resolve_settings
 from burnin.checks.memory import figures
 from burnin.checks.memory import judge as memory_judge
-from burnin.inventory import Node
-from burnin.probe import ProbeOutcome, run_probe
+from burnin.inventory.schema import Node
+from burnin.probe.protocol import ProbeOutcome, run_probe
+from burnin.report import metrics
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from test_reports import burn_record, sweep_record
 
-from burnin.metrics import BASE_UNITS, base_unit
-from burnin.reports import publish
+from burnin.report.metrics import BASE_UNITS, base_unit
+from burnin.report.publish import publish
 
 REPO = Path(__file__).resolve().parent.parent
 NODE_EXPORTER = "prometheus-node-exporter"  # Debian's name for node_exporter

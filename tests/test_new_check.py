@@ -8,16 +8,16 @@ from __future__ import annotations
 import json
 import textwrap
 
-from replay import replay_python
-from suiterun import REPO, junit_cases, script
-from summarypage import Summary
+from support.replay import replay_python
+from support.suiterun import REPO, junit_cases, script
+from support.summarypage import Summary
 
 from burnin import cli
 from burnin.checks import CHECKS, Check, Figure, Judging, Measure, Setting
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import Num, Obj, Str, document
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import Num, Obj, Str, document
 
 NAME = "widget"
 # Everything about the check, in one place: what a check module under burnin/checks/ holds.
@@ -59,7 +59,7 @@ if payload is not None:
     probelib.emit("widget", {}, [{"device": "w0", "spin": spin}], {}, [])
 '''
 SUITE = '''\
-from burnin.verdict import assert_passed
+from burnin.model.verdict import assert_passed
 
 
 def test_widget(node, burnin_run):

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from burnin import probe as probe_mod
 from burnin.checks import CHECKS
-from burnin.inventory import load_inventory
-from burnin.probe import PARSE_AT_ONCE, judge_output
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.inventory.schema import load_inventory
+from burnin.probe import protocol as probe_mod
+from burnin.probe.protocol import PARSE_AT_ONCE, judge_output
 from burnin.transports import CommandResult
 from burnin.transports.fanout import fan_out
 

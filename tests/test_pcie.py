@@ -14,15 +14,15 @@ import threading
 import time
 from pathlib import Path
 
-from suiterun import junit_cases, run_suite
+from support.suiterun import junit_cases, run_suite
 
-from burnin import metrics
 from burnin.checks import Fleet, Judging, resolve_settings
 from burnin.checks.pcie import figures, fleet_summary
 from burnin.checks.pcie import judge as pcie_judge
-from burnin.inventory import Node
-from burnin.probe import ProbeOutcome, run_probe
-from burnin.reference import GPU_MODELS
+from burnin.inventory.schema import Node
+from burnin.model.gpu_reference import GPU_MODELS
+from burnin.probe.protocol import ProbeOutcome, run_probe
+from burnin.report import metrics
 from burnin.transports.local import LocalTransport
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "probes"))

@@ -8,8 +8,8 @@ import textwrap
 import xml.etree.ElementTree as ET
 
 import pytest
-from replay import replay_python
-from suiterun import CHECKS, SUITES, junit_cases, run_suite, script
+from support.replay import replay_python
+from support.suiterun import CHECKS, SUITES, junit_cases, run_suite, script
 
 import burnin
 
@@ -40,8 +40,9 @@ ALL = {c: ("passed", "") for c in CHECKS}
 
 
 def replayed(pytester: pytest.Pytester, body: str = THREE) -> str:
-    """An inventory whose nodes replay the real probes' recorded documents (tests/replay.py):
-    for what the plugin does with them. test_three_local_nodes_... runs the real probes."""
+    """An inventory whose nodes replay the real probes' recorded documents
+    (tests/support/replay.py): for what the plugin does with them.
+    test_three_local_nodes_... runs the real probes."""
     py = replay_python(pytester.path / "replay")
     ours = f"defaults: {{transport: local, gpus: 0, python: {py}}}"
     return inventory(pytester, body.replace("defaults: {transport: local, gpus: 0}", ours))
@@ -71,7 +72,7 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     run_id = (reports / "latest").readlink().name
     every = ",".join(CHECKS)
-    # the node's price for a job of the fleet's size (burnin/goodput.py): figures of
+    # the node's price for a job of the fleet's size (burnin/figures/goodput.py): figures of
     # co-located real probes, so the speed itself varies from run to run
     speed = float(props.pop("relative_speed"))
     assert 0 < speed <= 1.5 and props.pop("goodput_job_nodes") == "3"

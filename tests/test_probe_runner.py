@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from burnin.inventory import Node
-from burnin.probe import run_probe, shape_problem
+from burnin.inventory.schema import Node
+from burnin.probe.protocol import run_probe, shape_problem
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
@@ -157,7 +157,7 @@ def test_shape_problems(doc, problem):
 
 def test_runner_is_importable_without_torch_on_the_controller():
     # The controller must stay light: nothing of burnin imports torch.
-    code = ("import sys, burnin.plugin, burnin.run, burnin.cli; "
+    code = ("import sys, burnin.plugin, burnin.engine.run, burnin.cli; "
             "sys.exit(sorted(m for m in sys.modules if m.split('.')[0] == 'torch') or None)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from burnin.inventory import Node
-from burnin.probe import run_probe
-from burnin.progress import Progress
+from burnin.engine.progress import Progress
+from burnin.inventory.schema import Node
+from burnin.probe.protocol import run_probe
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from burnin.inventory import load_inventory
-from burnin.run import PROBES_DIR
+from burnin.engine.run import PROBES_DIR
+from burnin.inventory.schema import load_inventory
 from burnin.transports import STDERR_TAIL_BYTES, Transport
 from burnin.transports.local import LocalTransport
 from burnin.transports.ssh import SshTransport

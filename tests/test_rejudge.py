@@ -9,7 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from suiterun import TINY_MEMORY, junit_cases, run_suite, script, trio_inventory
+from support.suiterun import TINY_MEMORY, junit_cases, run_suite, script, trio_inventory
 
 
 def burnin(*args: str) -> subprocess.CompletedProcess:
@@ -18,7 +18,7 @@ def burnin(*args: str) -> subprocess.CompletedProcess:
 
 
 def inventory(pytester, path: Path, checks: str = "") -> Path:
-    """n1 and n2 replay the real probes' recorded documents (tests/replay.py); n3's python
+    """n1 and n2 replay the real probes' recorded documents (tests/support/replay.py); n3's python
     fails every probe, so the run holds failures to reproduce as well as passes."""
     script(pytester.path / "py3", "echo 'GPU fell off the bus' >&2\nexit 3\n")
     return trio_inventory(pytester, path, f"checks:\n  memory: {json.dumps(TINY_MEMORY)}\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from burnin.reports import publish
+from burnin.report.publish import publish
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -107,7 +107,8 @@ def test_report_renders_again_from_a_run_directory_and_compare_shows_moves(tmp_p
     verdicts = make_run(a, 4, bad="none")
     make_run(b, 4, bad="g0002")
     publish(a, "c", "a", verdicts)
-    from burnin.reports import CaseResult, write_junit
+    from burnin.model.outcome import CaseResult
+    from burnin.report.junit import write_junit
     cases = {(n, c): CaseResult(n, c, o, m)
              for n, v in verdicts.items() for c, (o, m) in v.items()}
     write_junit(a / "junit.xml", "rack9", "a", [(n, n) for n in verdicts], cases)

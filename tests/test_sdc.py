@@ -9,13 +9,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from suiterun import junit_cases, run_suite, script
+from support.suiterun import junit_cases, run_suite, script
 
 from burnin.checks import Fleet, Judging
 from burnin.checks.sdc import fleet_summary as sdc_summary
 from burnin.checks.sdc import judge as sdc_judge
-from burnin.inventory import Node
-from burnin.probe import ProbeOutcome, run_probe
+from burnin.inventory.schema import Node
+from burnin.probe.protocol import ProbeOutcome, run_probe
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from replay import replay_python
-from slurmcluster import calls, logged_commands, option
-from suiterun import TINY_MEMORY, junit_cases, run_suite, script
+from support.replay import replay_python
+from support.slurmcluster import calls, logged_commands, option
+from support.suiterun import TINY_MEMORY, junit_cases, run_suite, script
 
-from burnin.actions import REASON_MAX, drain_reason
-from burnin.ledger import Ledger
+from burnin.gate.actions import REASON_MAX, drain_reason
+from burnin.ledger.api import Ledger
 
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
 # them all; `-m "not slow"` leaves them out of a developer's quick run.
@@ -56,7 +56,7 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
     path, log = logged_commands(pytester.path / "bin")
     monkeypatch.setenv("PATH", path)
     py = pytester.path / "py-h2"
-    # Healthy nodes replay the real probes' recorded documents (tests/replay.py): what is
+    # Healthy nodes replay the real probes' recorded documents (tests/support/replay.py): what is
     # tested is Slurm's drain, admission and resume.
     replay = replay_python(pytester.path / "replay")
 

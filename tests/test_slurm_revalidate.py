@@ -14,12 +14,12 @@ from pathlib import Path
 
 import docpages
 import pytest
-from slurmcluster import calls, logged_commands, option
-from suiterun import REPO, SUITES
+from support.slurmcluster import calls, logged_commands, option
+from support.suiterun import REPO, SUITES
 from test_interrupt import LONG, admit, probes_on, wait_for
 from test_slurm import TINY, slurm_inventory
 
-from burnin.ledger import Ledger
+from burnin.ledger.api import Ledger
 
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
 # them all; `-m "not slow"` leaves them out of a developer's quick run.

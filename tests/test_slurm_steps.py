@@ -14,11 +14,10 @@ from collections import Counter
 
 import nvmlemu
 import pytest
-import slurmcluster
-import testhosts
-from replay import replay_python
-from slurmcluster import calls, logged_commands, option
-from suiterun import GPU_CHECKS, REPO, SUITES, junit_cases, run_suite, script
+from support import slurmcluster, testhosts
+from support.replay import replay_python
+from support.slurmcluster import calls, logged_commands, option
+from support.suiterun import GPU_CHECKS, REPO, SUITES, junit_cases, run_suite, script
 from test_health import gpu
 from test_interrupt import LONG, probes_on, quiet_python, wait_for
 from test_slurm import TINY, jobs_left, slurm_inventory
@@ -46,7 +45,7 @@ def test_the_suite_runs_in_one_allocation_one_step_per_check_holding_every_gpu(
                                           {"devices": [gpu(0), second]})
         inner = nvmlemu.python_wrapper(tmp_path / f"py-gpus-{h.name}", scenario)
         # health's real probe reads the emulated GPUs (and the planted fault); the other
-        # checks replay their recorded documents (tests/replay.py): what is tested here is
+        # checks replay their recorded documents (tests/support/replay.py): what is tested here is
         # how Slurm runs them, not what they measure.
         replayed = replay_python(tmp_path / f"replay-{h.name}", real=("health",),
                                  python=inner)
@@ -102,7 +101,7 @@ def test_a_node_whose_task_dies_or_hangs_fails_alone_in_the_one_step(pytester, m
     monkeypatch.setenv("PATH", path)
     dies = script(tmp_path / "py-dies", "echo 'GPU has fallen off the bus' >&2\nexit 3\n")
     hangs = script(tmp_path / "py-hangs", "exec sleep 3600\n")
-    # h1's probe replays its recorded document (tests/replay.py): it answers at once, so
+    # h1's probe replays its recorded document (tests/support/replay.py): it answers at once, so
     # the hung one's timeout can be short without a healthy node ever meeting it.
     inv = slurm_inventory(cluster, pytester.path / "inv.yaml",
                           nodes={"h2": {"python": dies}, "h3": {"python": hangs}},

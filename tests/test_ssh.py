@@ -13,17 +13,17 @@ from pathlib import Path
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
-from replay import replay_python
-from suiterun import CHECKS, junit_cases, run_suite, script
+from support.replay import replay_python
+from support.suiterun import CHECKS, junit_cases, run_suite, script
 
-from burnin.inventory import load_inventory
-from burnin.probe import run_probe
-from burnin.run import PROBES_DIR, Run
+from burnin.engine.run import PROBES_DIR, Run
+from burnin.inventory.schema import load_inventory
+from burnin.probe.protocol import run_probe
 from burnin.transports.ssh import SshTransport
 
 
 def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
-    """Every check over SSH: staged probes (the recorded ones of tests/replay.py, which
+    """Every check over SSH: staged probes (the recorded ones of tests/support/replay.py, which
     import the staged probelib and keep the real lifeline), on each host in its own
     namespaces. The real probes over SSH: test_each_node_failure_..., the fan-out tests."""
     hosts = make_hosts(4)

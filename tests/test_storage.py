@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-import testdisks
-from suiterun import junit_cases, run_suite
+from support import testdisks
+from support.suiterun import junit_cases, run_suite
 
 from burnin.checks import Judging, resolve_settings
 from burnin.checks.storage import judge as storage_judge
-from burnin.inventory import Node
-from burnin.probe import run_probe
+from burnin.inventory.schema import Node
+from burnin.probe.protocol import run_probe
 from burnin.transports.local import LocalTransport
 
 REPO = Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def test_a_slow_disk_on_a_test_host_fails_while_a_normal_host_passes(root_disks,
 
 
 def test_a_stream_far_below_its_peers_fails():
-    from burnin.probe import ProbeOutcome
+    from burnin.probe.protocol import ProbeOutcome
     devices = [{"stream": i, "write": {"gbps": g}, "read": {"gbps": g}} for i, g in
                enumerate([2.0, 2.1, 0.6, 2.05])]
     out = ProbeOutcome("n1", "storage", True, data={

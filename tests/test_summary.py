@@ -12,9 +12,9 @@ import subprocess
 import sys
 import textwrap
 
-from replay import replay_python
-from suiterun import run_suite
-from summarypage import (
+from support.replay import replay_python
+from support.suiterun import run_suite
+from support.summarypage import (
     REPO,
     Summary,
     count_colour,
@@ -27,8 +27,8 @@ from summarypage import (
 )
 
 from burnin.checks import CHECKS
-from burnin.reports import publish
-from burnin.summary import NodeView
+from burnin.report.publish import publish
+from burnin.report.summary import NodeView
 
 bench = synthetic()
 KINDS = ("thermal", "sdc", "storage", "malformed", "unreachable")

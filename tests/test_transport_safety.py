@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from replay import replay_python
-from suiterun import SUITES, junit_cases, run_suite, script
+from support.replay import replay_python
+from support.suiterun import SUITES, junit_cases, run_suite, script
 
-from burnin.inventory import load_inventory
-from burnin.ledger import Ledger
-from burnin.probe import run_probe
-from burnin.run import PROBES_DIR
+from burnin.engine.run import PROBES_DIR
+from burnin.inventory.schema import load_inventory
+from burnin.ledger.api import Ledger
+from burnin.probe.protocol import run_probe
 from burnin.transports import NodeUnreachable, sshconnect
 from burnin.transports.fanout import fan_out
 from burnin.transports.ssh import SshTransport
@@ -159,7 +159,7 @@ def test_a_second_run_skips_nodes_under_test_as_busy_and_blames_nobody(pytester,
     testing nor runs its hook for them, reports them skipped (not admitted), and the first
     run's verdicts stand."""
     hosts = make_hosts(2)
-    # The first run's probes hold the nodes for 8 s (recorded documents, tests/replay.py,
+    # The first run's probes hold the nodes for 8 s (recorded documents, tests/support/replay.py,
     # answered after a delay): long enough for the second run to meet them.
     first_inv = hosts.write_inventory(tmp_path / "first.yaml",
                                       python=replay_python(tmp_path / "slow", delay_s=8))

@@ -4,6 +4,9 @@ Each row is a Check (burnin/checks/base.py) from its own module: probe, settings
 their profile defaults, the probe document's shape, fleet summary, judge, report figures,
 to which nodes it applies, and for a group check how it executes. Settings here are what
 `checks.<name>` in an inventory may set; anything else there is a typo and stops the run.
+
+Layer 5: may import every layer below it: core, model, transports, ledger, probe. A
+check's page part is named by a string (Check.page), never imported from here.
 """
 
 from __future__ import annotations

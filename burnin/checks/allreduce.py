@@ -29,10 +29,10 @@ from burnin.checks.base import (
     robust_spread,
     timeout,
 )
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import COUNT, Bool, Int, List, Num, Obj, Str, document
 
 # A size within this share of the sweep's best has reached the bus's saturation: the
 # smallest such size is the saturation size (gpu_first_run reports it per device).
@@ -188,5 +188,5 @@ BUSBW = Measure("allreduce_busbw_gbps", "GB/s", "busbw {scope} GB/s", "busbw {sc
                 speed=True)
 CHECK = Check(name="allreduce", doc="GPUs inside a node talk at full speed", judge=judge,
               schema=SCHEMA, summarize=intra_summary, figures=figures, settings=SETTINGS,
-              page="burnin.summary.checks:allreduce", page_order=60, measures=(BUSBW,),
-              fleet_page="burnin.summary.fleet_checks:allreduce")
+              page="burnin.report.summary.checks:allreduce", page_order=60, measures=(BUSBW,),
+              fleet_page="burnin.report.summary.fleet_checks:allreduce")

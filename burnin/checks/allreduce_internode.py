@@ -14,10 +14,10 @@ from burnin.checks.allreduce import BUSBW, SIZE
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.base import Check, Figure, Judging, timeout
 from burnin.checks.groups import Facts, GroupRun, group_figures, localise, observed, run_group
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import COUNT, Bool, List, Num, Obj, Str, document
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import COUNT, Bool, List, Num, Obj, Str, document
 
 NAME = "allreduce_internode"
 
@@ -158,7 +158,7 @@ SCHEMA = document(Obj(), Obj(group=Obj(members=COUNT, rank0=Str(256), busbw_gbps
                              pairs=List(PAIR, max=1 << 20), wrong_elements=COUNT,
                              ranks=List(COUNT, max=1024)))
 
-CHECK = Check(page="burnin.summary.checks:internode", page_order=70, measures=(BUSBW,),
+CHECK = Check(page="burnin.report.summary.checks:internode", page_order=70, measures=(BUSBW,),
               name=NAME, doc="nodes talk to each other at full speed; the slow one is named",
               judge=judge, schema=SCHEMA, figures=figures, execute=internode, probe="allreduce",
               settings={"timeout_s": timeout(300, 600, 1200)})

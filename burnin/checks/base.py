@@ -5,7 +5,7 @@ admission asks whether it applies to a node; nobody else branches on a check's n
 A new check is one probe (probes/<name>.py), one module here defining `CHECK`, one suite
 file (suites/test_<name>.py) and one row in burnin/checks/__init__.py; plus, if it wants
 one, its part of a node's section on summary.html (Check.page, a function in
-burnin/summary/checks.py or anywhere else, named by reference so that nothing here
+burnin/report/summary/checks.py or anywhere else, named by reference so that nothing here
 imports the page). tests/test_new_check.py counts these places.
 """
 
@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
 
-from burnin.nodes import Node
-from burnin.probe import DEFAULT_MAX_OUTPUT, ProbeOutcome
-from burnin.reference import GpuModel
-from burnin.schema import Obj
-from burnin.verdict import Verdict
+from burnin.model.gpu_reference import GpuModel
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.probe.protocol import DEFAULT_MAX_OUTPUT, ProbeOutcome
+from burnin.probe.shapes import Obj
 
 PROFILES = ("quick", "standard", "extended")
 DEFAULT_PROFILE = "standard"
@@ -81,7 +81,7 @@ class Kind:
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting: its kind (a general inventory kind by name, burnin/inventory.py's
+    """One setting: its kind (a general inventory kind by name, burnin/inventory/schema.py's
     KINDS, or a check's own Kind) and default per profile."""
 
     kind: str | Kind
@@ -146,7 +146,7 @@ class Measure:
     zero: bool = True               # the chart's axis includes 0 (off for temperatures)
     span: float = 0.0               # the least range the chart's axis shows
     # A speed a synchronous job runs at (TFLOPS, GB/s): the node's relative speed, and
-    # its goodput price, is its slowest such figure against the fleet (burnin/goodput.py).
+    # its goodput price, is its slowest such figure against the fleet (burnin/figures/goodput.py).
     speed: bool = False
 
     def __post_init__(self):
@@ -249,7 +249,7 @@ class Check:
     # The command a check needs on the node (dcgm: dcgmi), from the node's settings for the
     # check: the facts check looks for it, and where it is missing the check does not apply.
     tool: Callable[[dict], str] | None = None
-    # Bytes of JSON the probe may print (burnin/probe.py): what its honest document can
+    # Bytes of JSON the probe may print (burnin/probe/protocol.py): what its honest document can
     # reach. output_bound(settings, devices), when given, derives it from the node's
     # settings and device count (None: unknown) instead: burn's telemetry grows with both.
     max_output: int = DEFAULT_MAX_OUTPUT

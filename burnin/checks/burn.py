@@ -24,9 +24,11 @@ from burnin.checks.base import (
     node_spread,
     peer_bound,
 )
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import (
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.model.xid import meaning
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import (
     COUNT,
     MESSAGES,
     NULL_COUNT,
@@ -39,8 +41,6 @@ from burnin.schema import (
     Str,
     document,
 )
-from burnin.verdict import Verdict
-from burnin.xid import meaning
 
 # Clock event reasons that mean the GPU was slowed by a fault, not by policy: a
 # software power cap alone is the GPU working as configured.
@@ -316,8 +316,8 @@ HOTTEST = Measure("gpu_temperature_max_celsius", "°C", "hottest GPU °C", "hott
                   worst="high", chart="burn: hottest temperature per GPU", key="temp",
                   per_model=True, zero=False, span=20)
 CHECK = Check(
-    name="burn", page="burnin.summary.burn_part:burn", page_order=20,
-    fleet_page="burnin.summary.fleet_checks:burn",
+    name="burn", page="burnin.report.summary.burn_part:burn", page_order=20,
+    fleet_page="burnin.report.summary.fleet_checks:burn",
     measures=(TFLOPS, HOTTEST), evidence=evidence, doc="the node holds full load",
     judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, output_bound=output_bound,

@@ -16,10 +16,10 @@ the probe still find no dcgmi, it says so and the node passes."""
 from __future__ import annotations
 
 from burnin.checks.base import Check, Judging, Kind, Setting, timeout
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import Bool, Int, List, Num, Obj, Str, document
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import Bool, Int, List, Num, Obj, Str, document
 
 # dcgm_errors.h, dcgmErrorSeverity_t: the same numbers from DCGM 3.3 to 4.6.
 SEVERITIES = {0: "DCGM_ERROR_NONE", 1: "DCGM_ERROR_MONITOR", 2: "DCGM_ERROR_ISOLATE",

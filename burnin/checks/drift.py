@@ -7,7 +7,7 @@ a reading the GPU does not support is not judged."""
 
 from __future__ import annotations
 
-from burnin.nodes import Node
+from burnin.model.nodes import Node
 
 # nvml.h nvmlComputeMode_t
 COMPUTE_MODES = {0: "default", 1: "exclusive_thread", 2: "prohibited", 3: "exclusive_process"}

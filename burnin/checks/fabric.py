@@ -19,11 +19,11 @@ from collections import Counter
 
 from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, timeout
 from burnin.checks.base import device_name as where
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.reference import GPU_MODELS
-from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
-from burnin.verdict import Verdict, majority
+from burnin.model.gpu_reference import GPU_MODELS
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict, majority
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import COUNT, Bool, Int, List, Num, Obj, Str, document
 
 
 def _hcas(outcome: ProbeOutcome) -> list[dict]:
@@ -259,7 +259,7 @@ SCHEMA = document(DEVICE, Obj(
     nvlink=Obj(required=("read",), read=Bool(), why=Str(4096)), elapsed_s=Num(0)))
 
 CHECK = Check(
-    name="fabric", page="burnin.summary.checks:fabric", page_order=80,
+    name="fabric", page="burnin.report.summary.checks:fabric", page_order=80,
     doc="the node's fabric ports and NVLink links are up at their rate",
     judge=judge, schema=SCHEMA, summarize=fleet_summary, figures=figures, evidence=evidence,
     baseline=lambda settings: {"sysfs_root": settings["sysfs_root"]},

@@ -23,14 +23,14 @@ from dataclasses import dataclass
 
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.allreduce import judged
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
+from burnin.model.nodes import Node
+from burnin.probe.protocol import ProbeOutcome
 from burnin.transports import Launcher
 
 
 @dataclass(frozen=True, slots=True)
 class GroupRun:
-    """All a group check can reach of its run (burnin/run.py makes one per group check):
+    """All a group check can reach of its run (burnin/engine/run.py makes one per group check):
     the run's nodes, what the single-node checks left known of each, its own settings,
     the one payload builder and the launch layer's means to start a group. Nothing else
     of the run: the outcome store, judging and reports stay out of its reach."""
@@ -40,9 +40,9 @@ class GroupRun:
     failed: Callable[[], dict[str, list[str]]]      # {node: single-node checks it failed}
     devices: Callable[[Node], int | None]           # devices it must report; None: unknown
     gpus: Callable[[Node], int | None]              # of which GPUs (0: a CPU-only node)
-    # The probe's payload for a node with these GPUs and settings (burnin/probe.py).
+    # The probe's payload for a node with these GPUs and settings (burnin/probe/protocol.py).
     payload: Callable[[Node, int | None, dict], dict]
-    probe: Callable[..., ProbeOutcome]              # burnin/launch.py: Launch.probe
+    probe: Callable[..., ProbeOutcome]              # burnin/engine/launch.py: Launch.probe
     launcher: Callable[[Node], Launcher | None]     # Launch.launcher
     probe_tasks: Callable[..., dict[str, list[ProbeOutcome]]]  # Launch.probe_tasks
     at_once: Callable[[list, Callable], list]       # Launch.at_once

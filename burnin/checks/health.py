@@ -20,9 +20,10 @@ from burnin.checks.base import PEERS, Check, Fleet, Judging, Kind, Setting, time
 from burnin.checks.drift import COMPUTE_MODES, device_drift, pinned_versions
 from burnin.checks.fabric import SNAPSHOT
 from burnin.checks.host import GIB, clock_rules, host_rules, kernel_log_rules
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import (
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict, majority
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import (
     COUNT,
     MESSAGES,
     NULL_COUNT,
@@ -35,7 +36,6 @@ from burnin.schema import (
     Str,
     document,
 )
-from burnin.verdict import Verdict, majority
 
 # --- what the run learns from a node's health document (its facts), before other checks ---
 
@@ -312,7 +312,7 @@ COMPUTE_MODE = Kind(lambda v: v in COMPUTE_MODES.values(),
 KERNEL_LOG = Kind(lambda v: v is False or (isinstance(v, str) and v != ""),
                   "auto, off, or a file of kernel log lines")
 CHECK = Check(
-    name="health", page="burnin.summary.checks:health", page_order=0,
+    name="health", page="burnin.report.summary.checks:health", page_order=0,
     doc="the node is what the inventory says", judge=judge, schema=SCHEMA,
     facts=True,
     settings={

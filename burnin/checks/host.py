@@ -1,14 +1,14 @@
 """The health check's host rules: what the node around the GPUs must be. XIDs and NVSwitch
 SXids in the kernel log since boot (named by GPU or switch, with NVIDIA's meaning and
-action: burnin/xid.py), and the span of time the log read covers; application or locked
+action: burnin/model/xid.py), and the span of time the log read covers; application or locked
 GPU clocks unless declared; the CPU count and memory as the settings declare or as most
 nodes of the same model have; swap as declared; EDAC memory error counts. Each rule reads
 what the health probe gathered (probes/hostfacts.py); none decides on the node."""
 
 from __future__ import annotations
 
-from burnin import xid
-from burnin.nodes import Node
+from burnin.model import xid
+from burnin.model.nodes import Node
 
 GIB = 1 << 30
 # nvml.h: nvmlClocksEventReasonApplicationsClocksSetting, also user-defined (locked) clocks

@@ -7,10 +7,10 @@ from __future__ import annotations
 from burnin.checks.base import Check, Figure, Judging, Setting, count_problem, timeout
 from burnin.checks.base import device_name as where
 from burnin.checks.burn import COUNTERS  # the same NVML counters (probes/telemetry.py)
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import COUNT, MESSAGES, List, Num, Obj, Str, document
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import COUNT, MESSAGES, List, Num, Obj, Str, document
 
 MIB = 1 << 20
 

@@ -25,10 +25,10 @@ from burnin.checks.base import (
     timeout,
 )
 from burnin.checks.base import device_name as where
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import COUNT, Bool, Int, List, Num, Obj, Str, document
 
 DIRECTIONS = {"h2d": "host-to-device", "d2h": "device-to-host"}
 

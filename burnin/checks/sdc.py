@@ -20,10 +20,10 @@ from burnin.checks.base import (
     device_tflops,
     implausible,
 )
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Str, document
-from burnin.verdict import Verdict, majority
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict, majority
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import COUNT, Bool, Int, List, Num, Obj, Str, document
 
 
 def _known_key(known: dict) -> tuple:
@@ -140,7 +140,7 @@ DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
 SCHEMA = document(DEVICE, Obj())
 
 CHECK = Check(
-    name="sdc", page="burnin.summary.checks:sdc", page_order=10,
+    name="sdc", page="burnin.report.summary.checks:sdc", page_order=10,
     measures=(device_tflops("sdc: known-answer GEMM TFLOPS per device"),),
     doc="arithmetic is right", judge=judge, schema=SCHEMA,
     summarize=fleet_summary, figures=figures, settings={

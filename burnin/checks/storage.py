@@ -16,10 +16,10 @@ from burnin.checks.base import (
     count_problem,
     timeout,
 )
-from burnin.nodes import Node
-from burnin.probe import ProbeOutcome
-from burnin.schema import COUNT, Bool, Int, List, Num, Obj, Scalar, Str, document
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import COUNT, Bool, Int, List, Num, Obj, Scalar, Str, document
 
 
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
@@ -92,7 +92,8 @@ STORAGE_GBPS = Measure("storage_gbps", "GB/s", "storage {phase} GB/s, slowest st
                        "storage {phase} stream {stream}", key="storage {phase}",
                        chart="storage: {phase} GB/s per stream (one per GPU)", speed=True)
 CHECK = Check(
-    name="storage", page="burnin.summary.checks:storage", page_order=50, measures=(STORAGE_GBPS,),
+    name="storage", page="burnin.report.summary.checks:storage", page_order=50,
+    measures=(STORAGE_GBPS,),
     doc="every GPU can be fed", judge=judge, schema=SCHEMA, figures=figures,
     settings={
         "timeout_s": timeout(300, 900, 1800),

@@ -1,5 +1,8 @@
 """Transports: how a probe reaches a node. One small base class, one file per transport,
-looked up by name in TRANSPORTS and imported only when an inventory uses it.
+and one row per transport in TABLE: its class, imported only when an inventory uses it,
+and the record of its own inventory settings (`ssh:` under defaults or a node), from which
+the inventory derives the keys it accepts, their kinds and defaults. A new transport is
+its file and its row (tests/test_new_transport.py adds one in a test).
 
 A transport returns what happened (exit code, bounded output, timeout); it raises
 NodeUnreachable only when the node cannot be reached at all.
@@ -7,24 +10,103 @@ NodeUnreachable only when the node cannot be reached at all.
 Where the scheduler is itself a distributed launcher (srun), `transport: srun` names a
 Launcher instead (LAUNCHERS): the run hands it a check's whole node set, which it runs as
 one (one job step) rather than one command per node. A name is in one table or the other.
+
+Layer 3: may import burnin.errors, burnin.core, burnin.model; never the ledger (its peer).
 """
 
 from __future__ import annotations
 
 import importlib
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from burnin.nodes import Node
+from burnin.model.nodes import Node
 
-TRANSPORTS = {
-    "local": "burnin.transports.local:LocalTransport",
-    "ssh": "burnin.transports.ssh:SshTransport",
+
+def setting(kind: str, default: Any, shown: bool = False) -> Any:
+    """A transport setting: its inventory kind (burnin/inventory/schema.py: KINDS), its
+    default, and whether `burnin inventory --json` shows it."""
+    return field(default=default, metadata={"kind": kind, "shown": shown})
+
+
+@dataclass(frozen=True)
+class SshSettings:
+    """`ssh:` under defaults or a node."""
+
+    user: str | None = setting("str", None, shown=True)
+    port: int = setting("port", 22, shown=True)
+    identity_file: str | None = setting("str", None)
+    known_hosts: str = setting("str", "~/.ssh/known_hosts")
+    connect_timeout_s: float = setting("positive", 10.0)
+    proxy_jump: str | None = setting("str", None, shown=True)  # [user@]host[:port] of a bastion
+
+
+@dataclass(frozen=True)
+class SrunSettings:
+    """`srun:` under defaults or a node."""
+
+    partition: str | None = setting("str", None, shown=True)
+    extra_args: tuple[str, ...] = setting("str_list", (), shown=True)
+
+
+@dataclass(frozen=True)
+class TransportRow:
+    """A transport's row: its class as 'module:Class' (imported on first use: a fleet
+    without Slurm never imports it) or the class itself; whether it is a Launcher (its
+    nodes run as one) rather than a Transport; the frozen dataclass of its settings, the
+    inventory's `<name>:` section (each field made with setting()), or None."""
+
+    target: str | type
+    launcher: bool = False
+    settings: type | None = None
+
+
+# In the order an inventory's error message lists them.
+TABLE: dict[str, TransportRow] = {
+    "ssh": TransportRow("burnin.transports.ssh:SshTransport", settings=SshSettings),
+    "srun": TransportRow("burnin.transports.srun:SrunLauncher", launcher=True,
+                         settings=SrunSettings),
+    "local": TransportRow("burnin.transports.local:LocalTransport"),
 }
-LAUNCHERS = {
-    "srun": "burnin.transports.srun:SrunLauncher",
-}
+
+
+class _Targets(Mapping[str, "str | type"]):
+    """TABLE's transports (or its launchers), by name: a view, so that a row added to
+    TABLE is found here too."""
+
+    def __init__(self, launchers: bool):
+        self.launchers = launchers
+
+    def __getitem__(self, name: str) -> str | type:
+        row = TABLE[name]
+        if row.launcher != self.launchers:
+            raise KeyError(name)
+        return row.target
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n, row in TABLE.items() if row.launcher == self.launchers)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+TRANSPORTS: Mapping[str, str | type] = _Targets(launchers=False)
+LAUNCHERS: Mapping[str, str | type] = _Targets(launchers=True)
+
+
+def settings_of(node: Node, name: str) -> Any:
+    """The node's settings record of transport `name`: the inventory's, or the record's
+    defaults (a node made in code, not from an inventory)."""
+    own = node.transport_settings.get(name)
+    if own is not None:
+        return own
+    row = TABLE.get(name)
+    if row is None or row.settings is None:
+        raise KeyError(f"transport {name!r} has no settings")
+    return row.settings()
 
 STDERR_TAIL_BYTES = 64 * 1024
 # The probe's lifeline: with `lifeline`, a transport writes the settings line, keeps the
@@ -171,9 +253,11 @@ class Launchers:
                 apart.append(n)
             else:
                 groups.setdefault(n.transport, []).append(n)
-        for transport in groups:
-            self._made[transport].prepare()
-        return [(self._made[t], members) for t, members in groups.items()], apart
+        made = {t: self._made[t] for t in groups}
+        together = [(launcher, groups[t]) for t, launcher in made.items() if launcher is not None]
+        for launcher, _ in together:
+            launcher.prepare()
+        return together, apart
 
     def shared(self) -> dict[str, dict]:
         """Every launcher's hold on its nodes, got now, for pytest-xdist workers (which
@@ -205,8 +289,10 @@ def transport_class(name: str) -> type[Transport]:
     return _load(target)
 
 
-def _load(target: str):
+def _load(target: str | type) -> Any:
     """'module:attr', imported on first use: a fleet without Slurm never imports it."""
+    if isinstance(target, type):
+        return target
     module, attr = target.split(":")
     return getattr(importlib.import_module(module), attr)
 

@@ -108,6 +108,7 @@ def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int
             timed_out = True
             kill_group(proc)
     done.set()
+    assert proc.stdout is not None and proc.stderr is not None  # Popen(stdout=PIPE, ...)
     proc.stdout.close()
     proc.stderr.close()
     return CommandResult(
@@ -122,6 +123,7 @@ class _Pipes:
 
     def __init__(self, proc: subprocess.Popen):
         self.sel = selectors.DefaultSelector()
+        assert proc.stdout is not None and proc.stderr is not None  # Popen(stdout=PIPE, ...)
         self.sel.register(proc.stdout, selectors.EVENT_READ, "out")
         self.sel.register(proc.stderr, selectors.EVENT_READ, "err")
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 from ClusterShell.NodeSet import NodeSet
 
-from burnin.actions import REASON_PREFIX
-from burnin.nodes import Node
+from burnin.model.nodes import Node
 from burnin.transports.slurmctl import (
+    REASON_PREFIX,
     TIMEOUT_S,
     SlurmNode,
     refusal,
@@ -251,6 +251,7 @@ class Allocations:
         try:
             deadline = time.monotonic() + wait_s
             with selectors.DefaultSelector() as sel:
+                assert proc.stdout is not None and proc.stderr is not None  # PIPE, both
                 sel.register(proc.stdout, selectors.EVENT_READ)
                 sel.register(proc.stderr, selectors.EVENT_READ)
                 while not line.endswith(b"\n") and time.monotonic() < deadline:
@@ -335,7 +336,7 @@ def _release_holder(proc: subprocess.Popen | None, job_id: str, job_name: str) -
     gone (scancel), and wait until its nodes have left COMPLETING."""
     if proc is not None:
         try:
-            proc.stdin.close()
+            proc.stdin.close()  # type: ignore[union-attr]  # Popen(stdin=PIPE); None: raises, caught
         except (OSError, ValueError):
             pass
         try:

@@ -14,6 +14,9 @@ from ClusterShell.NodeSet import NodeSet
 from burnin.transports import BUSY as BUSY_REASON
 
 TIMEOUT_S = 60
+# How burnin's own drains start (burnin/gate/actions.py writes them, the allocation
+# recognises them): burnin recognises its own drains by it: never change it.
+REASON_PREFIX = "burnin:"
 # Base states and flags under which Slurm gives a node to nobody (scontrol's State=).
 REFUSING = ("DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWERED_DOWN",
             "POWERING_DOWN", "POWERING_UP", "POWER_DOWN", "REBOOT_ISSUED", "REBOOT_REQUESTED",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from burnin.nodes import Node
+from burnin.model.nodes import Node
 from burnin.transports import CommandResult, Launcher
 from burnin.transports.fanout import fan_out
 from burnin.transports.slurm import Allocation, Allocations, slurm_env

@@ -142,6 +142,7 @@ def run_step(argv: list[str], env: dict, stdin_line: bytes, tasks: list[str],
         proc.wait(timeout=STEP_GRACE_S if ended is None else 0.1)
     except subprocess.TimeoutExpired:
         kill_group(proc)
+    assert proc.stdout is not None and proc.stderr is not None  # Popen(stdout=PIPE, ...)
     proc.stdout.close()
     proc.stderr.close()
     end = time.monotonic()
@@ -266,7 +267,7 @@ def _srun_said(line: bytes, state: list[_Task], said: bytearray) -> None:
 
 
 def _ranges(text: str) -> list[int]:
-    out = []
+    out: list[int] = []
     for part in text.split(","):
         lo, _, hi = part.partition("-")
         if lo.isdigit() and (not hi or hi.isdigit()):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import paramiko
 from paramiko.hostkeys import HostKeyEntry
 
-from burnin.nodes import Node
+from burnin.model.nodes import Node
 from burnin.transports import NodeUnreachable
 
 KEEPALIVE_S = 5

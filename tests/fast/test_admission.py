@@ -1,4 +1,4 @@
-"""burnin/admit.py in-process: what a junit.xml lets into production, decided fail closed.
+"""burnin/gate/admit.py in-process: what a junit.xml lets into production, decided fail closed.
 (tests/test_admit.py runs `burnin admit` itself against the same kinds of reports.)"""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from burnin.admit import Decision, Report, ReportError, decide, read_junit, write_admitted
 from burnin.checks import CHECKS
+from burnin.gate.admit import Decision, Report, ReportError, decide, read_junit, write_admitted
 
 PROPS = {"cluster": "c", "run_id": "r1", "burnin_report": "1", "complete": "true",
          "nodes_in_run": "2", "gpus": "0"}
@@ -118,7 +118,8 @@ def test_the_inventorys_admission_require_recorded_in_the_report_wins(tmp_path):
 # --- reading a report -------------------------------------------------------------
 
 def test_read_junit_keeps_every_testcase_and_its_outcome(tmp_path):
-    """Each <failure>, <error> and <skipped> element read as its Outcome (burnin/outcome.py)."""
+    """Each <failure>, <error> and <skipped> element read as its Outcome
+    (burnin/model/outcome.py)."""
     r = report(tmp_path,
                suite("n1", ok("health"), bad("sdc", "failure", "GPU 3 wrong"),
                      bad("burn", "error", None, "  a traceback\n "),

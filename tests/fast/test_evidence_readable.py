@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from burnin.evidence import readable
+from burnin.report.evidence import readable
 
 
 def test_evidence_json_reads_back_the_same_and_keeps_series_on_one_line():

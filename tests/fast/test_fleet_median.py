@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import statistics
 
-from burnin.summary.fleet import sorted_median
+from burnin.report.summary.fleet import sorted_median
 
 
 def test_the_median_of_ranked_values_is_statistics_median_either_way():

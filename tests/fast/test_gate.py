@@ -1,15 +1,15 @@
-"""burnin/gate.py: a finished run's verdicts become quarantine, release and actions."""
+"""burnin/gate/quarantine.py: a finished run's verdicts become quarantine, release and actions."""
 
 from __future__ import annotations
 
 import pytest
 
-from burnin import actions
-from burnin.actions import ActionResult
-from burnin.gate import GateReport, quarantine_actions, settle, split_by_quarantine
-from burnin.ledger import Ledger
-from burnin.nodes import Inventory, Node, QuarantineSettings
-from burnin.reports import CaseResult
+from burnin.gate import actions
+from burnin.gate.actions import ActionResult
+from burnin.gate.quarantine import GateReport, quarantine_actions, settle, split_by_quarantine
+from burnin.ledger.api import Ledger
+from burnin.model.nodes import Inventory, Node, QuarantineSettings
+from burnin.model.outcome import CaseResult
 
 
 def inventory(*names: str, actions_=(), release_after=2, command=()) -> Inventory:
@@ -222,7 +222,7 @@ def test_a_dry_run_keeps_nothing(ledger, done):
 
 
 def test_each_judged_node_s_run_is_kept_with_its_speed(ledger, done):
-    from burnin.goodput import Speed
+    from burnin.figures.goodput import Speed
     speeds = {"n3": Speed(0.9, "burn", "burn TFLOPS cpu", 45.0, 50.0)}
     settle(inventory("n1", "n2", "n3"), ledger, "r1",
            cases(("n1", "sdc", "skipped", "busy"), ("n2", "sdc", "failed", "GPU 0 wrong"),

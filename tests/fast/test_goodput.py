@@ -1,4 +1,4 @@
-"""Goodput (burnin/goodput.py): a node's relative speed is its slowest speed-bearing
+"""Goodput (burnin/figures/goodput.py): a node's relative speed is its slowest speed-bearing
 figure over the fleet's median of it, and its price for a job of N nodes is
 N x (1 - speed); `burnin admit --min-speed` keeps out what is slower, or unknown."""
 
@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from burnin.admit import Report, decide, too_slow
 from burnin.checks import Figure
-from burnin.goodput import Speed, break_even, speeds
-from burnin.outcome import Outcome
+from burnin.figures.goodput import Speed, break_even, speeds
+from burnin.gate.admit import Report, decide, too_slow
+from burnin.model.outcome import Outcome
 
 
 def tflops(device: str, value: float) -> tuple[str, Figure]:
@@ -142,8 +142,8 @@ def test_a_tie_between_figures_keeps_the_first_check_that_set_it():
 def test_of_run_prices_the_checks_that_ran_for_the_inventory_s_job_size():
     from types import SimpleNamespace
 
-    from burnin.goodput import of_run
-    from burnin.nodes import GoodputSettings, Node
+    from burnin.figures.goodput import of_run
+    from burnin.model.nodes import GoodputSettings, Node
     kept = {"burn": {n: [tflops("cuda:0", tf)[1]] for n, tf in
                      (("n1", 10.0), ("n2", 10.0), ("n3", 9.0), ("a1", 4.0))}}
     run = SimpleNamespace(  # a1 an A100: compared with none of the H100s

@@ -13,13 +13,14 @@ from pathlib import Path
 from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import internode
 from burnin.checks.groups import GroupRun
-from burnin.inventory import load_inventory
-from burnin.probe import ProbeOutcome
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.inventory.schema import load_inventory
+from burnin.probe.protocol import ProbeOutcome
 
 REPO = Path(__file__).resolve().parents[2]
 GROUP_MODULES = ("burnin/checks/groups.py", "burnin/checks/allreduce_internode.py")
-UPPER = ("burnin.run", "burnin.launch", "burnin.store", "burnin.plugin")
+UPPER = ("burnin.engine.run", "burnin.engine.launch", "burnin.engine.outcome_store",
+         "burnin.plugin")
 
 
 def reached(path: Path) -> set[str]:

@@ -10,13 +10,13 @@ import json
 import threading
 from dataclasses import replace
 
-from judging import judge
+from support.judging import judge
 
 from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import excluded, internode
-from burnin.inventory import load_inventory
-from burnin.probe import ProbeOutcome
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.inventory.schema import load_inventory
+from burnin.probe.protocol import ProbeOutcome
 
 RANKS = 2  # each node's ranks (a CPU node's gloo ranks)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from burnin.checks import CHECKS, Kind
-from burnin.inventory import InventoryError, load_inventory
+from burnin.inventory.schema import InventoryError, load_inventory
 
 
 @pytest.mark.parametrize("text,error", [

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from judging import H100, failed, outcome
+from support.judging import H100, failed, outcome
 
 from burnin.checks import CHECKS, applicable, resolve_settings
 from burnin.checks.base import (
@@ -17,9 +17,9 @@ from burnin.checks.base import (
     implausible,
     timeout,
 )
-from burnin.probe import DEFAULT_MAX_OUTPUT
-from burnin.reference import GpuModel
-from burnin.schema import Obj
+from burnin.model.gpu_reference import GpuModel
+from burnin.probe.protocol import DEFAULT_MAX_OUTPUT
+from burnin.probe.shapes import Obj
 
 
 def test_a_setting_has_a_default_per_profile_or_one_for_all():

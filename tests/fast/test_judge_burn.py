@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from judging import H100, failed, judge, outcome, summary
+from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.burn import (
     BYTES_PER_SAMPLE,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from judging import H100, failed, judge, outcome, summary
+from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.base import Judging
 from burnin.checks.fabric import _links_for, _over, evidence, figures
-from burnin.nodes import Node
-from burnin.reference import GpuModel
+from burnin.model.gpu_reference import GpuModel
+from burnin.model.nodes import Node
 
 NAME = "NVIDIA H100 80GB HBM3"
 CPU = Node("n1", "n1", gpus=0)

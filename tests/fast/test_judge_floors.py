@@ -4,11 +4,11 @@ node group's where given, and none where it judged against no floor."""
 
 from __future__ import annotations
 
-from judging import H100, outcome
+from support.judging import H100, outcome
 
 from burnin.checks import CHECKS, Judging
-from burnin.nodes import Node
-from burnin.verdict import Verdict
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict
 
 
 def allreduce(busbw: float, ranks: int = 8):

@@ -3,11 +3,11 @@ and host rules it calls (drift.py, host.py) have their own tests; here they stay
 
 from __future__ import annotations
 
-from judging import H100, failed, judge, outcome, summary
+from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.health import _odd_one_out, evidence
-from burnin.nodes import Node
-from burnin.reference import GpuModel
+from burnin.model.gpu_reference import GpuModel
+from burnin.model.nodes import Node
 
 NAME = "NVIDIA H100 80GB HBM3"
 

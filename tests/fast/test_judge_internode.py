@@ -7,15 +7,15 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from judging import judge
+from support.judging import judge
 
 from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import excluded, internode
 from burnin.checks.allreduce_internode import figures as internode_figures
 from burnin.checks.base import Figure
-from burnin.inventory import load_inventory
-from burnin.probe import ProbeOutcome
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.inventory.schema import load_inventory
+from burnin.probe.protocol import ProbeOutcome
 
 
 def timeouts_of_a_run(tmp_path, checks: dict) -> set[float]:

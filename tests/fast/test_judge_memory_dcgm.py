@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from judging import failed, judge, outcome
+from support.judging import failed, judge, outcome
 
 from burnin.checks.dcgm import evidence as dcgm_evidence
 from burnin.checks.memory import _examples, device_rules

@@ -5,10 +5,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-from judging import H100, failed, judge, outcome, summary
+from support.judging import H100, failed, judge, outcome, summary
 
-from burnin.inventory import load_inventory
-from burnin.run import Run
+from burnin.engine.run import Run
+from burnin.inventory.schema import load_inventory
 
 GOOD = "a" * 64
 EVIL = "f" * 64

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from judging import H100, failed, judge, outcome, summary
+from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.checks.allreduce import figures as allreduce_figures
 from burnin.checks.allreduce import judged, saturation

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from junit_xml import to_xml_report_string
 
-from burnin import reports
-from burnin.outcome import Outcome
-from burnin.reports import CaseResult, render_junit
+from burnin.model.outcome import CaseResult, Outcome
+from burnin.report import junit as reports
+from burnin.report.junit import render_junit
 
 STAMP = re.compile(r'timestamp="[^"]*"')
 

@@ -3,8 +3,9 @@ lean pass over the file: the same as the admission reader's properties say."""
 
 from __future__ import annotations
 
-from burnin.admit import read_junit
-from burnin.reports import CaseResult, junit_speeds, write_junit
+from burnin.gate.admit import read_junit
+from burnin.model.outcome import CaseResult
+from burnin.report.junit import junit_speeds, write_junit
 
 
 def by_admit(path):

@@ -1,4 +1,4 @@
-"""The launch layer (burnin/launch.py, burnin/transports/fanout.py): the one fan-out
+"""The launch layer (burnin/engine/launch.py, burnin/transports/fanout.py): the one fan-out
 returns every item's result and, interrupted, cancels what runs before it re-raises; a
 cancelled run starts nothing; a bug of ours in a launcher is a controller fault for the
 nodes it held, never a node's failure."""
@@ -11,9 +11,9 @@ import time
 import pytest
 
 from burnin.checks import CHECKS
-from burnin.launch import NOT_STARTED, Launch
-from burnin.nodes import Node
-from burnin.run import PROBES_DIR
+from burnin.engine.launch import NOT_STARTED, Launch
+from burnin.engine.run import PROBES_DIR
+from burnin.model.nodes import Node
 from burnin.transports import Launcher
 from burnin.transports.fanout import fan_out
 

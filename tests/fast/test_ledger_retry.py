@@ -1,4 +1,4 @@
-"""burnin/ledger.py's engine-facing edges in-process: a write the engine refused for a
+"""burnin/ledger/api.py's engine-facing edges in-process: a write the engine refused for a
 concurrent one is run again with bounded, growing pauses and then given up; a copy's
 read takes no write lock; a PostgreSQL ledger without its driver says what to install.
 (The refusals themselves come from PostgreSQL: tests/test_ledger_postgres.py.)"""
@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-import burnin.ledger as ledger_module
-from burnin.ledger import PAUSE_S, WRITE_ATTEMPTS, Ledger, LedgerError
+import burnin.ledger.api as ledger_module
+from burnin.ledger.api import PAUSE_S, WRITE_ATTEMPTS, Ledger, LedgerError
 
 
 class Refused(Exception):

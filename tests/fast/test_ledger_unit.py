@@ -1,4 +1,4 @@
-"""burnin/ledger.py in-process: what each write keeps, what a failed write leaves, and the
+"""burnin/ledger/api.py in-process: what each write keeps, what a failed write leaves, and the
 guard against a lost ledger. (tests/test_ledger.py: concurrent writers and SIGKILL.)"""
 
 from __future__ import annotations
@@ -10,27 +10,7 @@ from pathlib import Path
 
 import pytest
 
-# The behaviour every engine shares, run here on SQLite: tests/ledger_cases.py.
-from ledger_cases import (  # noqa: E402, F401
-    clock,
-    test_a_node_quarantined_by_hand_is_released_only_by_hand,
-    test_a_node_twice_in_one_run_is_new_once_then_failed_again,
-    test_a_repeat_offender_is_not_released_by_clean_runs_only_by_hand,
-    test_a_run_failing_more_nodes_than_one_lookup_holds_knows_every_one_already_held,
-    test_a_write_that_fails_rolls_back_all_of_it_and_re_raises,
-    test_check_writable_keeps_nothing,
-    test_dump_and_load_copy_everything_in_order_and_refuse_a_ledger_that_holds_anything,
-    test_entries_are_in_node_order,
-    test_exposure_counts_quarantines_in_the_window_from_a_node_s_first_kept_run,
-    test_quarantine_by_hand_holds_a_node_burnin_quarantined,
-    test_quarantines_older_than_the_window_do_not_count,
-    test_record_clean_counts_and_releases_at_release_after,
-    test_record_failures_inserts_new_nodes_and_updates_known_ones,
-    test_runs_are_kept_per_node_in_order_and_let_go_past_the_retention,
-    test_set_drained_release_and_note,
-)
-
-from burnin.ledger import (
+from burnin.ledger.api import (
     BUSY_TIMEOUT_S,
     Entry,
     Ledger,
@@ -40,11 +20,6 @@ from burnin.ledger import (
     ledger_path,
     parse_location,
 )
-
-
-@pytest.fixture
-def new_ledger(tmp_path):
-    return lambda: Ledger(tmp_path / "q.db")
 
 
 def rows(path, sql):
@@ -132,8 +107,8 @@ def test_a_ledger_from_before_by_hand_is_migrated_and_keeps_its_entries(tmp_path
 @pytest.fixture
 def locked(monkeypatch):
     """locked(path): another writer holds the ledger's write lock, and nobody waits."""
-    import burnin.ledger_backends
-    monkeypatch.setattr(burnin.ledger_backends, "BUSY_TIMEOUT_S", 0)
+    import burnin.ledger.backends
+    monkeypatch.setattr(burnin.ledger.backends, "BUSY_TIMEOUT_S", 0)
     held = []
 
     def lock(path):
@@ -168,14 +143,14 @@ def test_an_up_to_date_ledger_opens_without_writing(tmp_path, locked):
 
 
 def test_a_reader_that_cannot_write_the_marker_opens_the_ledger(tmp_path, monkeypatch):
-    import burnin.ledger
+    import burnin.ledger.api
     path = tmp_path / "q.db"
     Ledger(path).record_failure("n1", "c", ["sdc"], ["sdc: x"], {}, "r1")
     (tmp_path / ".q.db.burnin").unlink()
 
     def refused(*a, **k):
         raise PermissionError("read-only")
-    monkeypatch.setattr(burnin.ledger, "write_atomically", refused)
+    monkeypatch.setattr(burnin.ledger.api, "write_atomically", refused)
     assert Ledger(path).quarantined() == {"n1"}
     assert not (tmp_path / ".q.db.burnin").exists()
 
@@ -250,9 +225,3 @@ def test_burnin_history_shows_a_node_over_time_and_flags_a_repeat_offender(tmp_p
     assert [h["event"] for h in shown["n1"]["history"]] == ["quarantined", "released"] * 3
     assert main(["history", "n7", "--ledger", str(db)]) == 1  # a node it never knew
 
-
-def test_every_shared_ledger_case_runs_here():
-    """A case added to tests/ledger_cases.py and not imported here would never run."""
-    import ledger_cases
-    cases = {n for n in dir(ledger_cases) if n.startswith("test_")}
-    assert cases - set(globals()) == set()

@@ -1,4 +1,4 @@
-"""One outcome vocabulary (burnin/outcome.py): each output prints its own word from it,
+"""One outcome vocabulary (burnin/model/outcome.py): each output prints its own word from it,
 and no other module keeps a table of outcome words."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from burnin.outcome import JUNIT_TAGS, RESULTS, Outcome
+from burnin.model.outcome import JUNIT_TAGS, RESULTS, Outcome
 
 BURNIN = Path(__file__).resolve().parents[2] / "burnin"
 

@@ -1,6 +1,6 @@
-"""The outcome store (burnin/store.py): each check's outcomes made once per run, however
-many pytest-xdist workers ask (each a store over the same run directory), and recorded in
-results.jsonl under the check's name, whichever probe made them."""
+"""The outcome store (burnin/engine/outcome_store.py): each check's outcomes made once per
+run, however many pytest-xdist workers ask (each a store over the same run directory), and
+recorded in results.jsonl under the check's name, whichever probe made them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from burnin.probe import ProbeOutcome
-from burnin.store import ControllerFault, OutcomeStore
+from burnin.engine.outcome_store import ControllerFault, OutcomeStore
+from burnin.probe.protocol import ProbeOutcome
 
 DOC = {"probe": "allreduce", "schema": 1, "node": {}, "devices": [], "figures": {},
        "errors": []}

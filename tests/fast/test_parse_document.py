@@ -1,4 +1,4 @@
-"""burnin/text.py parse_document: a probe's document parsed and made safe in one step,
+"""burnin/core/safetext.py parse_document: a probe's document parsed and made safe in one step,
 with a fast way for plain texts. Whatever the text, it must give what safe_document gives
 of json.loads (the same values, the same refusals): each case here is one the fast way
 must notice and leave to safe_document."""
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burnin.text import MAX_DEPTH, UnsafeDocument, parse_document, safe_document
+from burnin.core.safetext import MAX_DEPTH, UnsafeDocument, parse_document, safe_document
 
 
 def reference(raw: bytes):

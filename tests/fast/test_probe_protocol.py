@@ -1,4 +1,4 @@
-"""burnin/probe.py in-process: whatever a node's command came to becomes one outcome, and
+"""burnin/probe/protocol.py in-process: whatever a node's command came to becomes one outcome, and
 a document is parsed, made safe and shape-checked before anyone reads it. (The probe
 runner against real misbehaving processes: tests/test_probe_runner.py.)"""
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from burnin.nodes import Node
-from burnin.probe import (
+from burnin.model.nodes import Node
+from burnin.probe.protocol import (
     DEFAULT_MAX_OUTPUT,
     MAX_PROGRESS_LINE,
     ProbeOutcome,
@@ -20,7 +20,7 @@ from burnin.probe import (
     shape_problem,
     unreachable,
 )
-from burnin.schema import Int, List, Obj
+from burnin.probe.shapes import Int, List, Obj
 from burnin.transports import WATCHDOG_S, CommandResult, NodeBusy, NodeUnreachable
 
 DOC = {"probe": "p", "schema": 1, "node": {"host": "n1"}, "devices": [{"x": 1}],
@@ -313,8 +313,8 @@ def test_a_progress_line_too_long_is_dropped_and_the_buffer_stays_bounded():
 
 
 def test_every_probe_reads_its_run_and_its_node_from_one_payload():
-    from burnin.nodes import StorageSettings
-    from burnin.probe import payload
+    from burnin.model.nodes import StorageSettings
+    from burnin.probe.protocol import payload
     node = Node("n1", "10.0.0.1", gpus=8, gpu_model="H100", cpu_devices=2,
                 storage=StorageSettings("/data", "/data"), env={"NCCL_IB_HCA": "mlx5"})
     assert payload("burn", node, "r1", "quick", 8, {"seconds": 60}) == {

@@ -21,12 +21,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from burnin.admit import Report, ReportError, decide, read_junit
 from burnin.checks import CHECKS
 from burnin.checks.burn import shape as burn_shape
-from burnin.inventory import InventoryError, load_inventory
-from burnin.nodes import Inventory
-from burnin.schema import NONFINITE, Bool, List, Num, Obj, Scalar, Str
+from burnin.gate.admit import Report, ReportError, decide, read_junit
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.model.nodes import Inventory
+from burnin.probe.shapes import NONFINITE, Bool, List, Num, Obj, Scalar, Str
 
 BOUNDED = settings(max_examples=150, deadline=None, derandomize=True, database=None,
                    suppress_health_check=list(HealthCheck))

@@ -1,10 +1,10 @@
-"""burnin/schema.py: the declared shapes of probe documents, and what each says is wrong."""
+"""burnin/probe/shapes.py: the declared shapes of probe documents, and what each says is wrong."""
 
 from __future__ import annotations
 
 import pytest
 
-from burnin.schema import (
+from burnin.probe.shapes import (
     COUNT,
     MAX_DEVICES,
     MAX_STR,

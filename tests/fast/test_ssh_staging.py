@@ -11,7 +11,7 @@ from pathlib import Path
 
 import paramiko
 
-from burnin.run import PROBES_DIR
+from burnin.engine.run import PROBES_DIR
 from burnin.transports.nodeside import HOLDER
 from burnin.transports.ssh import probes_archive
 from burnin.transports.sshconnect import KnownHosts

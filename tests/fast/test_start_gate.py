@@ -9,8 +9,8 @@ import select
 import threading
 import time
 
-from burnin.nodes import Node
-from burnin.probe import run_probe, run_probes
+from burnin.model.nodes import Node
+from burnin.probe.protocol import run_probe, run_probes
 from burnin.transports import CommandResult
 from burnin.transports.fanout import Cancel, fan_out, stand_aside, start_gate
 

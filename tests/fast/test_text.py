@@ -1,11 +1,12 @@
-"""burnin/text.py and burnin/verdict.py: text and numbers from nodes, made safe once."""
+"""burnin/core/safetext.py and burnin/model/verdict.py: text and numbers from nodes, made
+safe once."""
 
 from __future__ import annotations
 
 import pytest
 
-from burnin.text import MAX_DEPTH, UnsafeDocument, safe_document, safe_text
-from burnin.verdict import Verdict, assert_passed, clean, majority
+from burnin.core.safetext import MAX_DEPTH, UnsafeDocument, safe_document, safe_text
+from burnin.model.verdict import Verdict, assert_passed, clean, majority
 
 
 @pytest.mark.parametrize("raw,multiline,shown", [

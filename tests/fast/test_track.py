@@ -1,5 +1,5 @@
-"""What the ledger remembers of a node, priced (burnin/track.py): the speed trend and its
-warning, failures per node-day and their cost to a job, the fleet's rate, on a real
+"""What the ledger remembers of a node, priced (burnin/figures/track_record.py): the speed
+trend and its warning, failures per node-day and their cost to a job, the fleet's rate, on a real
 SQLite ledger."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from burnin import track
-from burnin.ledger import Ledger, NodeRun
-from burnin.nodes import GoodputSettings, QuarantineSettings
-from burnin.summary import ledger_part
+from burnin.figures import track_record as track
+from burnin.ledger.api import Ledger, NodeRun
+from burnin.model.nodes import GoodputSettings, QuarantineSettings
+from burnin.report.summary import ledger_part
 
 DAY = track.DAY
 T0 = 1_800_000_000.0
@@ -157,7 +157,7 @@ def test_the_pace_of_a_job_is_its_slowest_member_on_the_fastest_nodes():
 
 
 def test_the_inventory_sets_the_prices_and_the_retention(tmp_path):
-    from burnin.inventory import InventoryError, load_inventory
+    from burnin.inventory.schema import InventoryError, load_inventory
     path = tmp_path / "inv.yaml"
     path.write_text("version: 1\nnodes: [{name: n1}]\n"
                     "goodput: {job_nodes: 8, restart_minutes: 5, checkpoint_minutes: 30,\n"
@@ -178,7 +178,7 @@ def test_the_inventory_sets_the_prices_and_the_retention(tmp_path):
 
 
 def test_the_page_part_names_at_most_a_few_dozen_nodes_and_counts_the_rest():
-    from burnin.summary.model import PageRun
+    from burnin.report.summary.model import PageRun
     nodes = {f"n{i}": {"quarantines": 3, "node_days": 30.0, "warning": f"falling {i}"}
              for i in range(1, 201)}
     report = PageRun("c", "r1", {}, {}, {}, {}, set(),

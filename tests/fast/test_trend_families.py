@@ -4,7 +4,7 @@ each get their own."""
 
 from __future__ import annotations
 
-from burnin.summary.trend import families
+from burnin.report.summary.trend import families
 
 
 def tflops(device: str) -> tuple:
@@ -31,8 +31,8 @@ def test_a_sparkline_value_is_the_number_fmt_shows():
     import math
     import random
 
-    from burnin.summary.charts import fmt
-    from burnin.summary.trend import shown
+    from burnin.report.summary.charts import fmt
+    from burnin.report.summary.trend import shown
     rng = random.Random(5)
     values = [0.0, -0.0, 1.0, 0.5, 9.995, 10.05, 99.95, 100.5, 101.5, 2.675, 0.0001234,
               123456.5, -3.14159, 1e-9, 1e17, math.inf, -math.inf]

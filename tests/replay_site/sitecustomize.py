@@ -1,4 +1,4 @@
-"""Replays a probe's recorded document (tests/replay.py) in place of running the probe,
+"""Replays a probe's recorded document (tests/support/replay.py) in place of running the probe,
 when $BURNIN_REPLAY is set and this folder is on PYTHONPATH: the interpreter that was
 started on `probes/<check>.py` (directly, over SSH, or exec'd by srun's bootstrap) prints
 the recorded document and exits before the probe's first line runs.
@@ -37,7 +37,7 @@ def _replay() -> None:
             os.path.join(tests, "corpus", f"{probe}.cpu.json")) or "--worker" in sys.argv:
         return
     sys.path.insert(0, tests)
-    import replay
+    from support import replay
     code = replay.main(sys.argv, float(os.environ.get("BURNIN_REPLAY_DELAY_S") or 0))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,0 +1,364 @@
+"""The `burnin` command: run, inventory check, admit, quarantine, ledger, report, compare,
+rejudge.
+
+Exit codes are documented per command in README.md; commands that print state take
+--json for machines. `burnin = burnin.cli:main` (pyproject.toml); the commands with
+more to them each have a module here (ledger, quarantine, compare, rejudge).
+
+Layer 12: may import every layer; nothing of burnin imports it but `python -m burnin`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from burnin import __version__
+from burnin.checks import CHECKS
+from burnin.cli import ledger as cli_ledger
+from burnin.cli import quarantine as cli_quarantine
+from burnin.core.shipped_files import inventory as shipped_inventory
+from burnin.core.shipped_files import shipped
+from burnin.gate.admit import ReportError, decide, read_junit, write_admitted
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.ledger.api import Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
+from burnin.model.verdict import clean
+from burnin.report.publish import publish
+from burnin.transports import TABLE, settings_of
+
+# `burnin run` pins pytest's configuration to this file, so that no pytest.ini, tox.ini
+# or pyproject.toml around the install or the working directory changes the suites' run.
+RUN_INI = "pytest-run.ini"
+
+
+def run_suites(pytest_args: list[str]) -> int:
+    """`burnin run [--inventory FILE] [pytest args]`: the shipped suites under pytest, from
+    any directory. Reports land in ./reports (pytest's rootdir is the working directory)
+    unless --reports says otherwise; with no --inventory, the shipped localhost.yaml
+    validates this machine. Returns pytest's exit code."""
+    import pytest
+
+    from burnin.errors import NotShipped
+    try:
+        suites = shipped("suites")
+    except NotShipped as e:
+        print(f"burnin run: {e}", file=sys.stderr)
+        return int(pytest.ExitCode.USAGE_ERROR)
+    ini = Path(__file__).resolve().parent.parent / "data" / RUN_INI
+    args = [str(suites), "-c", str(ini), "--rootdir", os.getcwd(), "--confcutdir", str(suites)]
+    if not any(a == "--inventory" or a.startswith("--inventory=") for a in pytest_args):
+        args += ["--inventory", str(shipped_inventory())]
+    return int(pytest.main(args + pytest_args))
+
+
+def _inventory_check(args) -> int:
+    try:
+        inv = load_inventory(args.file)
+    except InventoryError as e:
+        if args.json:
+            print(json.dumps({"path": str(args.file), "valid": False,
+                              "errors": str(e).splitlines()}, indent=2))
+        else:
+            print(f"invalid inventory:\n{e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"path": str(inv.path), "valid": True, "cluster": inv.cluster,
+                          "nodes": [_node_dict(n) for n in inv.nodes]}, indent=2))
+        return 0
+    rows = [("NODE", "ADDRESS", "TRANSPORT", "GPUS", "GPU_MODEL", "LABELS", "ENV")]
+    for n in inv.nodes:
+        port = f":{n.ssh.port}" if n.transport == "ssh" and n.ssh.port != 22 else ""
+        rows.append((n.name, n.address + port, n.transport,
+                     "auto" if n.gpus is None else str(n.gpus), n.gpu_model or "-",
+                     ",".join(f"{k}={v}" for k, v in sorted(n.labels.items())) or "-",
+                     # quoted for reading only: no shell ever sees these values
+                     " ".join(f"{k}={shlex.quote(v)}" for k, v in n.env.items()) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    print(f"{inv.path}: cluster {inv.cluster}, {len(inv.nodes)} nodes, valid")
+    return 0
+
+
+def _node_dict(n) -> dict:
+    out = {"name": n.name, "address": n.address, "transport": n.transport,
+           "gpus": "auto" if n.gpus is None else n.gpus, "gpu_model": n.gpu_model,
+           "cpu_devices": n.cpu_devices, "python": n.python, "workdir": n.workdir,
+           "labels": dict(n.labels), "checks": n.checks, "env": dict(n.env)}
+    # The node's transport's settings, those its row marks shown (burnin/transports).
+    row = TABLE.get(n.transport)
+    if row is not None and row.settings is not None:
+        own = settings_of(n, n.transport)
+        out[n.transport] = {f.name: list(v) if isinstance(v := getattr(own, f.name), tuple)
+                            else v for f in fields(row.settings) if f.metadata.get("shown")}
+    return out
+
+
+def _admit(args) -> int:
+    path = Path(args.junit)
+    required = [c.strip() for c in args.require.split(",") if c.strip()] if args.require \
+        else None
+    unknown = [c for c in required or () if c not in CHECKS]
+    if unknown:
+        print(f"burnin admit: --require names unknown checks: {', '.join(unknown)}; "
+              f"expected some of: {', '.join(CHECKS)}; no node is admitted", file=sys.stderr)
+        return 2
+    try:
+        report = read_junit(path)
+        inventory_nodes = inventory_require = inv = None
+        if args.inventory:
+            inv = load_inventory(args.inventory)
+            inventory_nodes = [n.name for n in inv.nodes]
+            inventory_require = list(inv.require) if inv.require else None
+        quarantined = _quarantined(args, path, inv)
+    except ReportError as e:
+        print(f"burnin admit: {e}; no node is admitted", file=sys.stderr)
+        return 2
+    except InventoryError as e:
+        print(f"burnin admit: invalid inventory:\n{e}", file=sys.stderr)
+        return 2
+    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+        print(f"burnin admit: cannot read the quarantine ledger: {e}; no node is admitted",
+              file=sys.stderr)
+        return 2
+    decisions = decide(report, required, inventory_nodes, inventory_require, quarantined,
+                       args.min_speed)
+    admitted = [d.node for d in decisions if d.admitted]
+    rejected = {d.node: list(d.reasons) for d in decisions if not d.admitted}
+    out_file = Path(args.admitted_file) if args.admitted_file else path.parent / "admitted.txt"
+    try:
+        write_admitted(out_file, decisions)
+    except OSError as e:
+        print(f"burnin admit: cannot write {out_file}: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"report": str(path), "admitted": admitted, "rejected": rejected,
+                          "admitted_file": str(out_file)}, indent=2))
+    else:
+        print(f"admitted ({len(admitted)}): {', '.join(admitted) or '-'}")
+        if rejected:
+            print(f"rejected ({len(rejected)}):")
+            for node, reasons in rejected.items():
+                print(f"  {node}: {'; '.join(reasons)}")
+        print(f"admitted list written to {out_file}")
+    return 1 if rejected else 0
+
+
+def _quarantined(args, junit: Path, inv) -> dict[str, str] | None:
+    """{node: why} of the nodes in the quarantine ledger, with --ledger or --inventory
+    (its quarantine.ledger, or the run's default: quarantine.db beside the run
+    directories); None with neither. A ledger that is not there is an error: a node we
+    cannot look up is not vouched for."""
+    if args.ledger:
+        where = args.ledger
+    elif inv is not None:
+        where = ledger_path(inv.quarantine.ledger, junit.resolve().parent.parent)
+    else:
+        return None
+    return {e.node: (f"since run {e.run_id}: " if e.run_id else "") + "; ".join(e.reasons)
+            for e in Ledger(where, create=False).entries()}
+
+
+def _report(args) -> int:
+    run_dir = Path(args.dir)
+    try:
+        report = read_junit(run_dir / "junit.xml", strict=False)
+    except ReportError as e:
+        print(f"burnin report: {e}", file=sys.stderr)
+        return 2
+    cluster = _junit_property(run_dir / "junit.xml", "cluster") or "?"
+    verdicts: dict[str, dict[str, tuple[str, str]]] = {
+        n: {c: (o, m) for c, o, m in cases} for n, cases in report.cases.items()}
+    publish(run_dir, cluster, run_dir.resolve().name, verdicts)
+    print(f"wrote {run_dir / 'summary.html'}, {run_dir / 'metrics.prom'}")
+    return 0
+
+
+def _junit_property(path: Path, name: str) -> str | None:
+    import xml.etree.ElementTree as ET
+    for prop in ET.parse(path).getroot().iter("property"):
+        if prop.get("name") == name:
+            return prop.get("value")
+    return None
+
+
+def _compare(args) -> int:
+    from burnin.cli.compare import RunError, compare, run_figures
+    try:
+        result = compare(run_figures(Path(args.run_a)), run_figures(Path(args.run_b)),
+                         args.threshold)
+    except RunError as e:
+        print(f"burnin compare: {e}", file=sys.stderr)
+        return 2
+    regressed = result.regressions
+    if args.json:
+        print(json.dumps({"run_a": args.run_a, "run_b": args.run_b,
+                          "threshold": args.threshold,
+                          "moved": [m.to_dict() for m in result.moves],
+                          "regressed": len(regressed),
+                          "only_in_a": [dict(zip(("node", "metric", "labels"), k, strict=True))
+                                        for k in result.only_a],
+                          "only_in_b": [dict(zip(("node", "metric", "labels"), k, strict=True))
+                                        for k in result.only_b]}, indent=2))
+    else:
+        # Node names, devices and ports come from the runs' results.jsonl: node text,
+        # made safe for the terminal (ESC, C1, bidi) here as everywhere it is shown.
+        for m in result.moves:
+            where = ",".join(f"{k}={v}" for k, v in m.labels.items())
+            print(clean(f"{m.node} {m.metric}{{{where}}}: {m.old:g} -> {m.new:g} "
+                        f"({m.change:+.1%})" + ("  REGRESSED" if m.regressed else "")))
+        for which, keys in (("A", result.only_a), ("B", result.only_b)):
+            for node, metric, _ in keys:
+                print(clean(f"{node} {metric}: only in {which}"))
+        print(f"{len(result.moves)} figure(s) moved by more than {args.threshold:.0%}, "
+              f"{len(regressed)} of them the wrong way")
+    return 1 if regressed else 0
+
+
+def _rejudge(args) -> int:
+    from burnin.cli.rejudge import RejudgeError, rejudge
+    try:
+        total, changes = rejudge(Path(args.dir), Path(args.inventory) if args.inventory
+                                 else None)
+    except RejudgeError as e:
+        print(f"burnin rejudge: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"run_dir": args.dir, "inventory": args.inventory, "judged": total,
+                          "changed": [{"node": c.node, "check": c.check,
+                                       "was": c.was.outcome, "was_message": c.was.message,
+                                       "now": c.now.outcome, "now_message": c.now.message}
+                                      for c in changes]}, indent=2))
+        return 1 if changes else 0
+    for c in changes:  # node text, made safe for the terminal
+        print(clean(f"{c.node} {c.check}: {c.was.outcome} -> {c.now.outcome}"
+                    + (f": {c.now.message}" if c.now.message else "")))
+        if c.was.message:
+            print(clean(f"    was: {c.was.message}"))
+    if not total:
+        print("burnin rejudge: the run has no testcase with a probe record behind it",
+              file=sys.stderr)
+        return 2
+    print(f"{total} verdict(s) judged again, {len(changes)} would change"
+          if changes else f"{total} verdict(s) judged again, every one as the run's")
+    return 1 if changes else 0
+
+
+def _speed(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a relative speed above 0, at most 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="burnin", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"burnin {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    # Parsed by pytest, not here (see main): listed for --help.
+    sub.add_parser("run", help="run the acceptance suites: burnin run [--inventory FILE] "
+                               "[pytest args] (see burnin run --help)")
+    inv = sub.add_parser("inventory", help="work with inventories")
+    inv_sub = inv.add_subparsers(dest="action", required=True)
+    check = inv_sub.add_parser("check", help="validate FILE and print its expanded nodes")
+    check.add_argument("file")
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(func=_inventory_check)
+
+    admit = sub.add_parser("admit", help="which nodes a junit.xml lets into production")
+    admit.add_argument("junit")
+    admit.add_argument("--inventory", help="also reject inventory nodes the report lacks, "
+                                           "and nodes in its quarantine ledger")
+    admit.add_argument("--ledger", help="reject nodes in this quarantine ledger (default "
+                                        "with --inventory: the inventory's ledger)")
+    admit.add_argument("--require", metavar="CHECK,...",
+                       help="checks every node must pass (default: every check of the suite "
+                            "that applies to the node, or the inventory's admission.require)")
+    admit.add_argument("--json", action="store_true", help="machine-readable output")
+    admit.add_argument("--min-speed", type=_speed, metavar="S",
+                       help="also reject nodes slower than S (0 to 1) against their fleet "
+                            "(junit.xml's relative_speed; off by default)")
+    admit.add_argument("--admitted-file", metavar="PATH",
+                       help="where to write the admitted nodes (default: beside the report)")
+    admit.set_defaults(func=_admit)
+
+    q = sub.add_parser("quarantine", help="the quarantine ledger")
+    where = argparse.ArgumentParser(add_help=False)
+    for parser, default in ((q, None), (where, argparse.SUPPRESS)):
+        # Accepted before and after the action: `quarantine --inventory X list` and
+        # `quarantine list --inventory X` (SUPPRESS: after, it does not reset before).
+        parser.add_argument("--ledger", default=default,
+                            help="ledger: a file, sqlite:///path or postgresql://user@host/db "
+                                 "(default: the inventory's, or reports/quarantine.db)")
+        parser.add_argument("--inventory", default=default,
+                            help="take the ledger path (and for add, the actions) from it")
+    where.add_argument("--json", action="store_true", help="machine-readable output")
+    q_sub = q.add_subparsers(dest="action", required=True)
+    q_sub.add_parser("list", parents=[where], help="nodes in quarantine")
+    show = q_sub.add_parser("show", parents=[where], help="nodes' entries and history")
+    show.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
+    add = q_sub.add_parser("add", parents=[where],
+                           help="quarantine nodes by hand (released only by hand); with "
+                                "--inventory, its quarantine.actions too (Slurm drain)")
+    release = q_sub.add_parser("release", parents=[where],
+                               help="take nodes out of quarantine by hand")
+    for a in (add, release):
+        a.add_argument("nodes", metavar="NODES", help="a node or a hostlist: gpu[001-004]")
+        a.add_argument("--reason", required=True)
+        a.add_argument("--who", help="who does it (default: the current user)")
+    q.set_defaults(func=cli_quarantine.run)
+    history = sub.add_parser("history", parents=[where],
+                             help="nodes over time: quarantined, failed again, clean, released, "
+                                  "every run's verdict and speed; and whether each is a "
+                                  "repeat offender")
+    history.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
+    # not ledger/inventory: set_defaults would change the actions `where` shares with
+    # every quarantine action (argparse's parents share them), and their SUPPRESS
+    history.set_defaults(func=cli_quarantine.run, action="show")
+    cli_ledger.add_parser(sub)
+
+    report = sub.add_parser("report", help="render summary.html and metrics.prom again from "
+                                           "a run directory (junit.xml, results.jsonl)")
+    report.add_argument("dir")
+    report.set_defaults(func=_report)
+    compare = sub.add_parser("compare", help="per node, the figures that moved between runs; "
+                                             "exit 1 when one regressed")
+    compare.add_argument("run_a")
+    compare.add_argument("run_b")
+    compare.add_argument("--threshold", type=float, default=0.1,
+                         help="relative change worth reporting (default 0.1 = 10%%)")
+    compare.add_argument("--json", action="store_true", help="machine-readable output")
+    compare.set_defaults(func=_compare)
+    rejudge = sub.add_parser("rejudge", help="judge a run again from its results.jsonl: with "
+                                             "its own settings, or what-if with --inventory; "
+                                             "exit 1 when a verdict would change")
+    rejudge.add_argument("dir", help="the run's directory (reports/<run-id>)")
+    rejudge.add_argument("--inventory", help="judge with this inventory's settings instead "
+                                             "of the copy the run kept")
+    rejudge.add_argument("--json", action="store_true", help="machine-readable output")
+    rejudge.set_defaults(func=_rejudge)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:  # everything after `run` is pytest's (and burnin's plugin's)
+        return run_suites(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # `burnin ... | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

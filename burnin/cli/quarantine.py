@@ -1,0 +1,184 @@
+"""`burnin quarantine list | show NODE | add NODES | release NODES`: the ledger by hand.
+
+NODES is a Slurm hostlist (gpu[001-004],gpu017). Exit 0 when done; 1 when a named node
+was not in quarantine (release, show: nothing to do for it; the others are done) or a
+quarantine action failed (add: the ledger entry stays); 2 when the ledger, the inventory
+or a hostlist cannot be used."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from burnin.gate import actions
+from burnin.gate.quarantine import quarantine_actions
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.ledger.api import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
+from burnin.model.nodes import QuarantineSettings
+
+
+def run(args) -> int:
+    """The `quarantine` command."""
+    try:
+        return _run(args)
+    except LedgerError as e:  # a database lost half-way: what was done is in its history
+        print(f"the quarantine ledger failed: {e}", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
+    try:
+        given = getattr(args, "inventory", None)  # `burnin history` may have neither
+        inventory = load_inventory(given) if given else None
+        ledger = Ledger(args.ledger) if getattr(args, "ledger", None) else Ledger(ledger_path(
+            inventory.quarantine.ledger if inventory else None, Path("reports")))
+    except InventoryError as e:
+        print(f"invalid inventory:\n{e}", file=sys.stderr)
+        return 2
+    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+        print(f"cannot open the quarantine ledger: {e}", file=sys.stderr)
+        return 2
+    if args.action == "list":
+        return _list(ledger, args.json)
+    try:
+        nodes = list(NodeSet(args.nodes))
+    except NodeSetException as e:
+        print(f"burnin quarantine {args.action}: {args.nodes!r} is not a hostlist: {e}",
+              file=sys.stderr)
+        return 2
+    if args.action == "show":
+        q = inventory.quarantine if inventory else QuarantineSettings()
+        return _show(ledger, nodes, args.json, (q.repeat_times, q.repeat_days))
+    who = args.who or getpass.getuser()
+    if args.action == "add":
+        return _add(ledger, inventory, nodes, args.reason, who, args.json)
+    return _release(ledger, nodes, args.reason, who, args.json)
+
+
+def entry_dict(e: Entry) -> dict:
+    return {"node": e.node, "cluster": e.cluster, "checks": list(e.checks),
+            "reasons": list(e.reasons), "run_id": e.run_id or None, "since": _iso(e.since),
+            "updated": _iso(e.updated), "set_by": e.set_by, "clean_runs": e.clean_runs,
+            "drained_by_burnin": e.drained_by_burnin, "by_hand": e.by_hand}
+
+
+def _list(ledger: Ledger, as_json: bool) -> int:
+    entries = ledger.entries()
+    if as_json:
+        print(json.dumps({"ledger": ledger.where,
+                          "nodes": [entry_dict(e) for e in entries]}, indent=2))
+        return 0
+    for e in entries:
+        origin = f"by hand by {e.set_by}" if e.by_hand and not e.run_id else f"run {e.run_id}"
+        print(f"{e.node}  since {_when(e.since)}  checks {','.join(e.checks) or '-'}  "
+              f"clean runs {e.clean_runs}  {origin}"
+              + ("  (released only by hand)" if e.by_hand else "")
+              + ("  (drained in Slurm by burnin)" if e.drained_by_burnin else ""))
+    print(f"{len(entries)} node(s) in quarantine ({ledger.where})")
+    return 0
+
+
+def _show(ledger: Ledger, nodes: list[str], as_json: bool,
+          repeat: tuple[int, float] = (3, 30.0)) -> int:
+    shown, unknown = [], 0
+    offenders = ledger.repeat_offenders(*repeat)
+    for node in nodes:
+        entry, history, runs = ledger.get(node), ledger.history(node), ledger.runs(node)
+        unknown += not entry and not history and not runs
+        shown.append({"node": node, "in_quarantine": entry is not None,
+                      "repeat_offender": node in offenders,
+                      "quarantined_in_window": offenders.get(node, 0),
+                      "entry": entry_dict(entry) if entry else None,
+                      "history": [{**h, "time": _iso(h["time"])} for h in history],
+                      "runs": [{**r.as_dict(), "time": _iso(r.time)} for r in runs]})
+        if as_json:
+            continue
+        if node in offenders:
+            print(f"{node}: a repeat offender: quarantined {offenders[node]} times in "
+                  f"{repeat[1]:g} days; clean re-validation runs do not release it, a person "
+                  "does (burnin quarantine release)")
+        if entry:
+            print(f"{node}: in quarantine since {_when(entry.since)} "
+                  f"({'by hand' if entry.by_hand and not entry.run_id else 'run ' + entry.run_id}"
+                  f", set by {entry.set_by}), clean re-validation runs {entry.clean_runs}"
+                  + (", released only by hand" if entry.by_hand else ""))
+            for reason in entry.reasons:
+                print(f"  {reason}")
+        else:
+            print(f"{node}: not in quarantine")
+        for h in history:
+            print(f"  {_when(h['time'])}  {h['event']:<14} by {h['who']}: {h['why']}")
+        if runs:
+            print(f"{node}: {len(runs)} run(s) kept")
+        for r in runs:
+            speed = f"speed {r.speed:.3f}" if r.speed is not None else "speed -    "
+            print(f"  {_when(r.time)}  {r.outcome:<7} {speed}  run {r.run_id}"
+                  + (f": {'; '.join(r.reasons)[:200]}" if r.reasons else ""))
+    if as_json:
+        print(json.dumps({"ledger": ledger.where, "nodes": shown}, indent=2))
+    return 1 if unknown else 0
+
+
+def _add(ledger: Ledger, inventory, nodes: list[str], reason: str, who: str,
+         as_json: bool) -> int:
+    """Quarantine by hand: the ledger entry and history, then, with --inventory, its
+    quarantine.actions (a Slurm drain, the command hook) for nodes new to quarantine."""
+    cluster = inventory.cluster if inventory else ""
+    done: list[dict[str, Any]] = []
+    for node in nodes:
+        new = ledger.quarantine_by_hand(node, cluster, reason, who)
+        results = []
+        if new and inventory is not None:
+            results = quarantine_actions(ledger, inventory.quarantine, node, [],
+                                         [f"by hand ({who}): {reason}"], None, who=who)
+        done.append({"node": node, "new": new, "actions": [
+            {"action": r.action, "ok": r.ok, "message": r.message} for r in results]})
+        if not as_json:
+            print(f"{node} quarantined by hand: {reason}" if new else
+                  f"{node} was in quarantine already; now released only by hand: {reason}")
+            for r in results:
+                print(f"  {r.action}: {r.message}")
+    if as_json:
+        print(json.dumps({"ledger": ledger.where, "nodes": done}, indent=2))
+    return 1 if any(not a["ok"] for d in done for a in d["actions"]) else 0
+
+
+def _release(ledger: Ledger, nodes: list[str], reason: str, who: str, as_json: bool) -> int:
+    done: list[dict[str, Any]] = []
+    missing: list[str] = []
+    for node in nodes:
+        entry = ledger.release(node, reason, who)
+        if entry is None:
+            missing.append(node)
+            continue
+        item: dict[str, Any] = {"node": node, "actions": []}
+        if entry.drained_by_burnin:  # an administrator's drain is never resumed
+            r = actions.slurm_resume(node)
+            ledger.note(node, "action", f"{r.action}: {r.message}", who=who)
+            item["actions"].append({"action": r.action, "ok": r.ok, "message": r.message})
+        done.append(item)
+        if not as_json:
+            print(f"{node} released from quarantine: {reason}")
+            for a in item["actions"]:
+                print(f"  {a['action']}: {a['message']}")
+    if as_json:
+        print(json.dumps({"ledger": ledger.where, "released": done,
+                          "not_in_quarantine": missing}, indent=2))
+    elif missing:
+        print(f"not in quarantine, nothing to release: {NodeSet.fromlist(missing)}",
+              file=sys.stderr)
+    return 1 if missing else 0
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))

@@ -1,0 +1,346 @@
+"""The quarantine ledger: which nodes are out of production, why, and their history.
+
+One API over two engines (burnin/ledger/backends.py): an SQLite file, the embedded
+default, or a PostgreSQL database shared by controllers on different machines. Every
+change is one transaction, so concurrent writers (pytest-xdist workers, runs, operators)
+lose nothing and a process killed mid-write leaves the ledger as it was before that
+transaction. History is append-only. A database error is a LedgerError: the controller's
+fault, never a node's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from burnin.core.safefiles import private_dirs, write_atomically
+from burnin.core.safetext import safe_text
+from burnin.errors import LedgerLost  # noqa: F401  (raised here, caught by callers)
+from burnin.ledger.backends import (
+    BUSY_TIMEOUT_S,  # noqa: F401  (tests and callers read it here)
+    Backend,
+    LedgerError,
+    LedgerNotEmpty,
+    LedgerUrlError,  # noqa: F401  (callers catch it here)
+    PostgresBackend,
+    SqliteBackend,
+    parse_location,
+)
+from burnin.ledger.read import (  # noqa: F401  (Entry: callers)
+    HISTORY_COLUMNS,
+    QUARANTINE_COLUMNS,
+    Entry,
+    LedgerReads,
+    _entry,
+)
+from burnin.ledger.runs import DAY, RUN_COLUMNS, NodeRun, RunLog  # noqa: F401  (NodeRun: callers)
+
+# A serialization failure (PostgreSQL) is retried this often, with growing random
+# pauses (at most PAUSE_S each), before the run hears of it: some 10 s of contention.
+WRITE_ATTEMPTS = 20
+PAUSE_S = 1.0
+
+
+class Ledger(RunLog, LedgerReads):
+    def __init__(self, where: str | Path, create: bool = True):
+        """Open the ledger at `where` (a path, sqlite:///path or postgresql://...),
+        creating it when it was never there (`create`). LedgerLost when burnin made an
+        SQLite ledger there before and the file is now missing or empty;
+        FileNotFoundError when it is missing and `create` is False; LedgerError when the
+        database cannot be reached or refuses; LedgerUrlError for a bad location."""
+        location = parse_location(where)
+        if isinstance(location, str):
+            self.path = None
+            try:
+                self._backend: Backend = PostgresBackend(location)
+            except ImportError:
+                raise LedgerError(f"the quarantine ledger {location} is PostgreSQL, and the "
+                                  "psycopg driver is not installed: pip install "
+                                  "'psycopg[binary]'") from None
+            self.where = location
+            with self._guard():
+                if not create:
+                    with self._backend.reading() as db:
+                        if self._backend.version(db) == 0:
+                            raise LedgerError(f"no quarantine ledger in {location}")
+                self._backend.migrate()
+            return
+        self.path = location
+        self.where = str(location)
+        self._backend = SqliteBackend(self.path)
+        marker = self.marker
+        if not self.path.exists():
+            if marker.exists():
+                raise LedgerLost(f"the quarantine ledger {self.path} is missing, but burnin "
+                                 f"created one there ({marker} says when): restore it from "
+                                 f"a backup, or remove {marker} to start an empty ledger")
+            if not create:
+                raise FileNotFoundError(f"no quarantine ledger at {self.path}")
+            private_dirs(self.path.parent)
+            # owner-only from its first byte: it holds evidence
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            self._init()
+            write_atomically(marker, f"burnin created {self.path.name} here at "
+                                     f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+            return
+        if self.path.is_file() and self.path.stat().st_size == 0 and marker.exists():
+            raise LedgerLost(f"the quarantine ledger {self.path} is empty (0 bytes), but burnin "
+                             f"created it ({marker} says when): restore it from a backup, or "
+                             f"remove both files to start an empty ledger")
+        self._init()
+        if not marker.exists():  # a ledger from before the marker: from now on, guarded
+            try:
+                write_atomically(marker, f"burnin found {self.path.name} here at "
+                                         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+            except OSError:
+                pass  # a reader without write access (burnin admit) guards nothing
+
+    @property
+    def marker(self) -> Path:
+        """The file beside the ledger that says burnin created one here: without it, a
+        deleted or truncated ledger would silently become an empty one."""
+        return self.path.with_name(f".{self.path.name}.burnin")
+
+    def check_writable(self) -> None:
+        """Raise (LedgerError, OSError) unless a write transaction can be taken and every
+        table written as a run writes it (a PostgreSQL role may lack a right); nothing is
+        kept."""
+        with self._guard():
+            db = self._backend.connect()
+            try:
+                db.execute(self._backend.begin)
+                try:
+                    db.execute("INSERT INTO history (node, time, event, who, why) "
+                               "VALUES ('', 0, 'writable?', 'burnin', '')")
+                    # rights are checked when a statement starts, whatever rows it meets
+                    db.execute("INSERT INTO quarantine SELECT * FROM quarantine WHERE 0 = 1")
+                    db.execute("UPDATE quarantine SET clean_runs = 0 WHERE 0 = 1")
+                    db.execute("DELETE FROM quarantine WHERE 0 = 1")
+                finally:
+                    db.execute("ROLLBACK")
+            finally:
+                db.close()
+
+    @contextmanager
+    def _guard(self):
+        """The engine's errors as LedgerError, naming the ledger."""
+        try:
+            yield
+        except self._backend.errors as e:
+            raise LedgerError(f"the quarantine ledger {self.where}: "
+                              f"{str(e).strip() or type(e).__name__}") from e
+
+    def _connect(self):
+        return self._backend.connect()
+
+    def _init(self) -> None:
+        with self._guard():
+            self._backend.migrate()
+
+    @contextmanager
+    def _tx(self):
+        """One write transaction, taken at its start so concurrent writers queue."""
+        with self._guard(), self._backend.transaction() as db:
+            yield db
+
+    def _write(self, work):
+        """work(db) in one write transaction, run again from the start when the engine
+        refused it for a concurrent one (PostgreSQL's SERIALIZABLE), a bounded number of
+        times: `work` keeps nothing outside the transaction."""
+        with self._guard():
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
+                try:
+                    with self._backend.transaction() as db:
+                        return work(db)
+                except self._backend.retryable:
+                    if attempt == WRITE_ATTEMPTS:
+                        raise
+                    time.sleep(random.uniform(0, min(PAUSE_S, 0.005 * 2 ** attempt)))
+        raise AssertionError("unreachable")
+
+    def _read(self, work):
+        with self._guard(), self._backend.reading() as db:
+            return work(db)
+
+    # --- writes ----------------------------------------------------------------------
+
+    def record_failure(self, node: str, cluster: str, checks: list[str], reasons: list[str],
+                       figures: dict, run_id: str, who: str = "burnin") -> bool:
+        """Quarantine `node` (or keep it there, resetting its clean runs). True if new."""
+        return self.record_failures(cluster, [(node, checks, reasons, figures)], run_id,
+                                    who)[node]
+
+    def record_failures(self, cluster: str, failures: list[tuple[str, list, list, dict]],
+                        run_id: str, who: str = "burnin") -> dict[str, bool]:
+        """Quarantine every (node, checks, reasons, figures) of a run in one transaction:
+        all of them or, on a crash, none (one fsync for the run, not one per node: a
+        fleet-wide bad rollout fails thousands at once). {node: new in quarantine}."""
+        now = time.time()
+        # JSON before the transaction: a figure it cannot hold fails the run's write
+        # before anything is taken, and a retried transaction encodes nothing again.
+        encoded = [(node, json.dumps(checks), json.dumps(reasons), json.dumps(figures),
+                    "; ".join(reasons)[:4000]) for node, checks, reasons, figures in failures]
+
+        def work(db) -> dict[str, bool]:
+            # A few statements for the whole run, not three per node: over a network each
+            # statement is a round trip (PostgreSQL), and a bad rollout fails thousands.
+            names = [f[0] for f in encoded]
+            known: set[str] = set()
+            for i in range(0, len(names), 500):
+                chunk = names[i:i + 500]
+                known.update(r[0] for r in db.execute(
+                    f"SELECT node FROM quarantine WHERE node IN ({','.join('?' * len(chunk))})",
+                    tuple(chunk)).fetchall())
+            out: dict[str, bool] = {}
+            inserts, updates, history = [], [], []
+            for node, checks, reasons, figures, why in encoded:
+                if node in known:
+                    updates.append((checks, reasons, figures, run_id, now, node))
+                else:
+                    inserts.append((node, cluster, checks, reasons, figures, run_id, now, now,
+                                    who))
+                history.append((node, now, "failed-again" if node in known else "quarantined",
+                                who, safe_text(why), run_id))
+                out.setdefault(node, node not in known)
+                known.add(node)
+            db.executemany("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
+                           "run_id, since, updated, set_by) VALUES (?,?,?,?,?,?,?,?,?)",
+                           inserts)
+            db.executemany("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
+                           "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?", updates)
+            db.executemany("INSERT INTO history (node, time, event, who, why, run_id) "
+                           "VALUES (?,?,?,?,?,?)", history)
+            return out
+        return self._write(work)
+
+    def quarantine_by_hand(self, node: str, cluster: str, reason: str, who: str) -> bool:
+        """An operator takes `node` out of production (`burnin quarantine add`): True if
+        it is new here. A node already in quarantine stays, its clean runs reset, and is
+        from now on released only by hand, as any node quarantined by hand."""
+        now = time.time()
+        why = f"quarantined by hand by {who}: {reason}"
+
+        def work(db) -> bool:
+            row = db.execute("SELECT reasons FROM quarantine WHERE node = ?", (node,)).fetchone()
+            if row:
+                db.execute("UPDATE quarantine SET reasons = ?, updated = ?, clean_runs = 0, "
+                           "by_hand = 1 WHERE node = ?",
+                           (json.dumps([*json.loads(row[0]), why]), now, node))
+            else:
+                db.execute("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
+                           "run_id, since, updated, set_by, by_hand) "
+                           "VALUES (?,?,?,?,?,?,?,?,?,1)",
+                           (node, cluster, "[]", json.dumps([why]), "{}", "", now, now, who))
+            self._log(db, node, "quarantined" if row is None else "held-by-hand", who,
+                      reason, None, now)
+            return row is None
+        return self._write(work)
+
+    def record_clean(self, node: str, run_id: str, release_after: int,
+                     repeat: tuple[int, float] | None = None) -> tuple[int, bool]:
+        """A clean re-validation run: (clean runs so far, released now?). A node
+        quarantined by hand, or a repeat offender (quarantined `repeat` = (times, days)
+        times within that many days), is counted but never released here: only by hand."""
+        now = time.time()
+
+        def work(db) -> tuple[int, bool]:
+            row = db.execute("SELECT clean_runs, by_hand FROM quarantine WHERE node = ?",
+                             (node,)).fetchone()
+            if row is None:
+                return 0, False
+            clean = row[0] + 1
+            times = self._quarantined_since(db, node, now - repeat[1] * DAY) if repeat else 0
+            if repeat and times >= repeat[0]:
+                db.execute("UPDATE quarantine SET clean_runs = ?, updated = ? WHERE node = ?",
+                           (clean, now, node))
+                self._log(db, node, "clean", "burnin",
+                          f"clean re-validation run {clean}; a repeat offender (quarantined "
+                          f"{times} times in {repeat[1]:g} days): released only by hand",
+                          run_id, now)
+                return clean, False
+            if clean >= release_after and not row[1]:
+                db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
+                self._log(db, node, "released", "burnin",
+                          f"{clean} consecutive clean re-validation runs", run_id, now)
+                return clean, True
+            db.execute("UPDATE quarantine SET clean_runs = ?, updated = ? WHERE node = ?",
+                       (clean, now, node))
+            self._log(db, node, "clean", "burnin",
+                      f"clean re-validation run {clean}" + (
+                          "; quarantined by hand: released only by hand" if row[1]
+                          else f" of {release_after}"), run_id, now)
+            return clean, False
+        return self._write(work)
+
+    @staticmethod
+    def _quarantined_since(db, node: str, since: float) -> int:
+        return db.execute("SELECT COUNT(*) FROM history WHERE node = ? AND event = ? AND "
+                          "time >= ?", (node, "quarantined", since)).fetchone()[0]
+
+    def set_drained(self, node: str, drained: bool) -> None:
+        self._write(lambda db: db.execute(
+            "UPDATE quarantine SET drained_by_burnin = ? WHERE node = ?", (int(drained), node)))
+
+    def release(self, node: str, reason: str, who: str) -> Entry | None:
+        """Take `node` out of quarantine by hand; returns the entry it had, or None. The
+        entry is read in the transaction that deletes it: what is returned is what went."""
+        now = time.time()
+
+        def work(db) -> Entry | None:
+            rows = db.execute(f"SELECT {', '.join(QUARANTINE_COLUMNS)} FROM quarantine "
+                              "WHERE node = ?", (node,)).fetchall()
+            if not rows:
+                return None
+            db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
+            self._log(db, node, "released", who, reason, None, now)
+            return _entry(rows[0])
+        return self._write(work)
+
+    def note(self, node: str, event: str, why: str, run_id: str | None = None,
+             who: str = "burnin") -> None:
+        now = time.time()
+        self._write(lambda db: self._log(db, node, event, who, why, run_id, now))
+
+    @staticmethod
+    def _log(db, node, event, who, why, run_id, now) -> None:
+        # Reasons quote nodes; text is made safe where it enters (burnin/core/safetext.py), and
+        # once more here, where an unencodable character would roll back a whole run.
+        db.execute("INSERT INTO history (node, time, event, who, why, run_id) "
+                   "VALUES (?,?,?,?,?,?)", (node, now, event, who, safe_text(why), run_id))
+
+
+    def load(self, quarantine: list[tuple], history: list[tuple], runs: list[tuple],
+             force: bool) -> None:
+        """Replace everything with `quarantine`, `history` and `runs` (as dump() gives
+        them), in one transaction. LedgerNotEmpty when this ledger holds anything, unless
+        `force`."""
+        def work(db) -> None:
+            held = db.execute("SELECT (SELECT count(*) FROM quarantine), "
+                              "(SELECT count(*) FROM history), "
+                              "(SELECT count(*) FROM runs)").fetchone()
+            if any(held) and not force:
+                raise LedgerNotEmpty(f"{self.where} holds {held[0]} node(s) in quarantine, "
+                                     f"{held[1]} history event(s) and {held[2]} kept run(s)")
+            for table in ("quarantine", "history", "runs"):
+                db.execute(f"DELETE FROM {table}")
+            marks = ", ".join("?" * len(QUARANTINE_COLUMNS))
+            for row in quarantine:
+                db.execute(f"INSERT INTO quarantine ({', '.join(QUARANTINE_COLUMNS)}) "
+                           f"VALUES ({marks})", tuple(row))
+            for row in history:  # in order: the new ids keep it
+                db.execute(f"INSERT INTO history ({', '.join(HISTORY_COLUMNS)}) "
+                           f"VALUES (?,?,?,?,?,?)", tuple(row))
+            db.executemany(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) "
+                           f"VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
+                           [tuple(r) for r in runs])
+        self._write(work)
+
+
+def ledger_path(configured: str | None, reports_dir: Path) -> Path | str:
+    """quarantine.ledger from the inventory (a Path for SQLite, the URL for PostgreSQL),
+    or reports/quarantine.db. LedgerUrlError for a location burnin cannot open."""
+    return parse_location(configured) if configured else reports_dir / "quarantine.db"

@@ -1,0 +1,108 @@
+"""The records an inventory turns into: nodes and their settings, every default applied.
+
+Plain frozen dataclasses with no behaviour beyond lookups, so that every other module
+(judges, transports, reports) can import them without importing the inventory loader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from burnin.model.gpu_reference import GpuModel
+
+# The staging directory on a node: under the login user's home, never a shared /tmp
+# path that another local user could create first (see transports).
+DEFAULT_WORKDIR = "~/.cache/burnin"
+
+
+@dataclass(frozen=True)
+class StorageSettings:
+    path: str = "/tmp"  # set it to the file system the GPUs read from
+    mount: str | None = None  # when set, `path` must be on this mount point
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node as the run sees it, every default already applied."""
+
+    name: str
+    address: str
+    transport: str = "ssh"
+    # None means: the interpreter running pytest for `local`, python3 elsewhere.
+    python: str | None = None
+    workdir: str = DEFAULT_WORKDIR
+    gpus: int | None = None  # None: 'auto', whatever the node reports
+    gpu_model: str | None = None
+    # Devices a CPU-only node (gpus: 0) is tested as, e.g. one per socket: each gets its
+    # own worker, figures and all-reduce rank, as each GPU of a GPU node does.
+    cpu_devices: int = 1
+    # InfiniBand / RoCE HCAs the node must have (fabric check); None: the run's majority.
+    hcas: int | None = None
+    # Versions the inventory pins (`expect: {driver, vbios, cuda}`), judged by health.
+    expect: dict[str, str] = field(default_factory=dict)
+    # Each transport's own settings record (`ssh:`, `srun:`), by the transport's name, as
+    # its row in burnin/transports' TABLE declares it: node.ssh.port reads it.
+    transport_settings: dict[str, Any] = field(default_factory=dict)
+    storage: StorageSettings = field(default_factory=StorageSettings)
+    labels: dict[str, str] = field(default_factory=dict)
+    checks: dict[str, dict[str, Any]] = field(default_factory=dict)  # this group's overrides
+    # Environment variables its probes set before torch, NCCL or gloo start (`env:`, the
+    # node entry's over the defaults', name by name): burnin/model/environment.py.
+    env: dict[str, str] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names that are no field: a transport's settings (node.ssh), so that
+        # this module names no transport and a new one needs no field here.
+        settings = self.__dict__.get("transport_settings") or {}
+        if name in settings:
+            return settings[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class QuarantineSettings:
+    ledger: str | None = None
+    actions: tuple[str, ...] = ()
+    release_after: int = 2
+    command: tuple[str, ...] = ()
+    # A node quarantined repeat_times times within repeat_days is a repeat offender:
+    # clean re-validation runs do not release it; a person does.
+    repeat_times: int = 3
+    repeat_days: float = 30.0
+    # Every run's verdict per node is kept this long (burnin history, failures per
+    # node-day, the speed trend), then let go.
+    keep_runs_days: float = 180.0
+
+
+@dataclass(frozen=True)
+class GoodputSettings:
+    """What a node's speed and failures cost a synchronous job (burnin/figures/goodput.py)."""
+
+    job_nodes: int | None = None     # nodes in a job; None: the run's node count
+    restart_minutes: float = 10.0    # a failed job's restart: rescheduling, loading
+    checkpoint_minutes: float = 60.0  # checkpoint interval: a failure loses half of one
+    speed_drop_per_week: float = 0.01  # a steady fall this fast is warned of
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: str
+    cluster: str
+    nodes: tuple[Node, ...]
+    checks: dict[str, dict[str, Any]]
+    quarantine: QuarantineSettings
+    gpu_models: dict[str, GpuModel] = field(default_factory=dict)
+    require: tuple[str, ...] | None = None  # admission.require; None: every check that applies
+    goodput: GoodputSettings = field(default_factory=GoodputSettings)
+    version: int = 1
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def model(self, node: Node) -> GpuModel | None:
+        """The reference figures of the node's gpu_model (built-in or the inventory's)."""
+        return self.gpu_models.get(node.gpu_model or "")

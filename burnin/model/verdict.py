@@ -1,0 +1,69 @@
+"""Verdicts: what the controller decided about one node for one check."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from burnin.core.safetext import safe_text
+
+
+def clean(text: str) -> str:
+    """`text` from a node, safe to show and store: control and bidi characters escaped,
+    lone surrogates replaced (burnin/core/safetext.py)."""
+    return safe_text(text)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    node: str
+    check: str
+    failures: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    # Why the node was not judged at all (another run holds it): neither passed nor
+    # failed, so neither admitted nor quarantined.
+    skipped: str = ""
+    # The floors the judge held this node's figures to, by the figure family they bound
+    # ("burn": TFLOPS per device, "storage read": GB/s per GPU, ...): summary.html draws
+    # these and nothing else, so the page shows what the judge used.
+    floors: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Failure texts quote what nodes said; they are shown, stored and reported.
+        object.__setattr__(self, "failures", tuple(clean(str(f)) for f in self.failures))
+        object.__setattr__(self, "warnings", tuple(clean(str(w)) for w in self.warnings))
+        object.__setattr__(self, "skipped", clean(str(self.skipped)))
+        object.__setattr__(self, "floors", {str(k): float(v) for k, v in self.floors.items()
+                                            if v is not None})
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures and not self.skipped
+
+
+def majority(values: dict[str, object]) -> tuple[object | None, str]:
+    """The value most nodes share, and '' ; or (None, why) when no value leads outright.
+
+    `values` maps node name to value; nodes without a value are left out by the caller.
+    """
+    counts = Counter(values.values()).most_common()
+    if not counts:
+        return None, "no node reported a value"
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        tied = ", ".join(f"{v} on {n} node(s)" for v, n in counts if n == counts[0][1])
+        return None, f"no majority ({tied})"
+    return counts[0][0], ""
+
+
+def assert_passed(verdict: Verdict) -> None:
+    """Fail the calling test with the verdict's messages (skip it, for a node not judged);
+    print its warnings for the report."""
+    __tracebackhide__ = True
+    import pytest
+
+    for w in verdict.warnings:
+        print(f"WARNING {verdict.node} {verdict.check}: {w}")
+    if verdict.skipped:
+        pytest.skip(verdict.skipped)
+    if verdict.failures:
+        pytest.fail("\n".join(verdict.failures), pytrace=False)

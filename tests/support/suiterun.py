@@ -1,0 +1,74 @@
+"""Helpers to run the real suites/ through pytester and read what they reported."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SUITES = str(REPO / "suites")
+# The full suite on CPU-only nodes, in run order (pcie does not apply to them).
+CHECKS = ("health", "memory", "sdc", "burn", "storage", "allreduce", "fabric",
+          "allreduce_internode")
+# The same on GPU nodes (emulated): pcie applies there; dcgm only where dcgmi is installed.
+GPU_CHECKS = ("health", "pcie", "memory", "sdc", "burn", "storage", "allreduce", "fabric",
+              "allreduce_internode")
+# Tiny settings for the memory check where a test runs the full suite.
+TINY_MEMORY = {"host_bytes": 1 << 20, "retention_s": 0.2, "passes": 1}
+
+
+def run_suite(pytester: pytest.Pytester, inv, *args: str) -> tuple[pytest.RunResult, Path]:
+    """Run suites/ against inventory `inv`; return the result and the reports directory."""
+    reports = pytester.path / "reports"
+    result = pytester.runpytest(SUITES, "--inventory", str(inv), "--reports", str(reports),
+                                "-p", "no:cacheprovider", *args)
+    return result, reports
+
+
+def junit_cases(reports: Path) -> dict[str, dict[str, tuple[str, str]]]:
+    """{node: {check: (outcome, message)}} from reports/latest/junit.xml."""
+    root = ET.parse(reports / "latest" / "junit.xml").getroot()
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for suite in root.iter("testsuite"):
+        cases = out.setdefault(suite.get("name"), {})
+        for case in suite.iter("testcase"):
+            outcome, message = "passed", ""
+            for tag in ("failure", "error", "skipped"):
+                el = case.find(tag)
+                if el is not None:
+                    outcome, message = tag, el.get("message") or ""
+            cases[case.get("name")] = (outcome, message)
+    return out
+
+
+def script(path: Path, body: str) -> str:
+    """An executable shell script, e.g. a node's `python` that plants a fault below the
+    probe (a hang, a crash, a throttle, a corrupting library); returns its path."""
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def trio_inventory(pytester: pytest.Pytester, path: Path, tail: str = "",
+                   ledger: str | None = None) -> Path:
+    """n1 and n2, whose probes replay the real ones' recorded documents (tests/support/replay.py),
+    and n3, whose python is the test's own `py3` script (healthy, slowed or broken below
+    the probe); the ledger in the test's directory, or at `ledger` (a path or URL). `tail`:
+    YAML lines appended as they are (indented two spaces, they continue `quarantine:`)."""
+    from support.replay import replay_python
+    replay = replay_python(pytester.path / "replay")
+    path.write_text(textwrap.dedent(f"""\
+        version: 1
+        defaults: {{transport: local, gpus: 0, python: {replay}}}
+        nodes:
+          - name: n[1-2]
+          - name: n3
+            python: {pytester.path / 'py3'}
+        quarantine:
+          ledger: {json.dumps(ledger or str(pytester.path / 'ledger.db'))}
+        """) + tail)
+    return path
