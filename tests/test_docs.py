@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import docpages
 import pytest
 import yaml
-from requires import need
+from support import docpages
+from support.requires import need
 
 REPO = docpages.REPO
 

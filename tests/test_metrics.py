@@ -14,9 +14,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-import docpages
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from support import docpages
 from test_reports import burn_record, sweep_record
 
 from burnin.report.metrics import BASE_UNITS, base_unit

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import docpages
+from support import docpages
 
 REPO = Path(__file__).resolve().parent.parent
 

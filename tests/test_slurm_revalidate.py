@@ -12,8 +12,8 @@ import textwrap
 import time
 from pathlib import Path
 
-import docpages
 import pytest
+from support import docpages
 from support.slurmcluster import calls, logged_commands, option
 from support.suiterun import REPO, SUITES
 from test_interrupt import LONG, admit, probes_on, wait_for
