@@ -1,0 +1,148 @@
+"""A node whose sshd takes the connection and the key and then hangs (issue 40, item 8):
+every wait on the SSH path is bounded, so that node fails alone, with a reason that names
+the hang, within about its connect_timeout_s, and the run goes on. The peers are real SSH
+servers: paramiko's server side wedged on purpose (tests/wedgedpeer.py), and a real
+OpenSSH sshd whose connection processes are stopped (SIGSTOP)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from replay import replay_python
+from suiterun import SUITES, junit_cases
+from wedgedpeer import HANGS, WedgedPeer
+
+from burnin.inventory import load_inventory
+from burnin.run import PROBES_DIR
+from burnin.transports import NodeUnreachable
+from burnin.transports.ssh import SshTransport
+
+HANG_BOUND_S = 120  # for a hang only: the bound under test is seconds
+
+
+def bounded_call(fn) -> tuple[float, object]:
+    """(seconds fn took, what it returned or raised); fails the test if fn hangs."""
+    box: list = []
+
+    def call():
+        t0 = time.monotonic()
+        try:
+            got = fn()
+        except Exception as e:  # the outcome under test
+            got = e
+        box.append((time.monotonic() - t0, got))
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(HANG_BOUND_S)
+    assert box, f"hung: no return within {HANG_BOUND_S} s"
+    return box[0]
+
+
+def client_key(tmp_path: Path) -> Path:
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                   check=True, capture_output=True, timeout=60)
+    return key
+
+
+def wedged_node_entry(peer: WedgedPeer, key: Path, known_hosts: Path,
+                      timeout_s: float) -> dict:
+    return {"name": "wedged", "address": "127.0.0.1", "transport": "ssh",
+            "ssh": {"port": peer.port, "user": "root", "identity_file": str(key),
+                    "known_hosts": str(known_hosts), "connect_timeout_s": timeout_s}}
+
+
+@pytest.mark.parametrize("hang_at", HANGS)
+def test_a_node_that_never_answers_fails_alone_within_its_connect_timeout(tmp_path, hang_at):
+    key = client_key(tmp_path)
+    with WedgedPeer(tmp_path, key.with_suffix(".pub"), hang_at) as peer:
+        known = tmp_path / "known_hosts"
+        known.write_text(peer.known_hosts_line + "\n")
+        inv = tmp_path / "inv.yaml"
+        inv.write_text(yaml.safe_dump({"version": 1, "defaults": {"gpus": 0}, "nodes": [
+            wedged_node_entry(peer, key, known, 2)]}))
+        t = SshTransport(load_inventory(inv).nodes[0], PROBES_DIR, "r1")
+        took, got = bounded_call(t.prepare)
+        assert peer.held.is_set(), "the peer must have been asked, and never answered"
+        assert isinstance(got, NodeUnreachable), got
+        assert (f"no answer from 127.0.0.1:{peer.port} within 2 s to the start of the "
+                "command that holds the node") in str(got), got
+        assert "took the connection and then hung" in str(got)
+        assert took < HANG_BOUND_S / 2, took  # seconds; the hang bound is for a hang
+        took, got = bounded_call(t.close)
+        assert got is None
+
+
+def session_sshds(hosts, h) -> list[int]:
+    """The sshd processes of h's open connections (not its listener)."""
+    return [p for p in hosts.pids(h) if p != h.sshd.pid
+            and Path(f"/proc/{p}/comm").read_text().strip() == "sshd"]
+
+
+def test_an_openssh_node_wedged_after_staging_fails_its_probe_and_closes_bounded(
+        make_hosts, tmp_path):
+    """The node is held and staged, then its sshd's connection processes stop: the next
+    probe's exec request is never answered. The probe fails within connect_timeout_s and
+    the node's close (the holder's end, the hang-up) returns, bounded too."""
+    hosts = make_hosts(1)
+    h = hosts[0]
+    inv = hosts.write_inventory(tmp_path / "inv.yaml", ssh={"connect_timeout_s": 3})
+    t = SshTransport(load_inventory(inv).nodes[0], PROBES_DIR, "r1")
+    stopped = []
+    try:
+        took, got = bounded_call(t.prepare)
+        assert got is None, got
+        stopped = session_sshds(hosts, h)
+        assert stopped
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        argv = t.probe_command("health")
+        took, got = bounded_call(lambda: t.run(argv, b"{}", 60, 1 << 20, lifeline=True))
+        assert isinstance(got, NodeUnreachable), got
+        assert f"no answer from {h.address}:22 within 3 s to the start of a command" \
+            in str(got), got
+        took, got = bounded_call(t.close)
+        assert got is None, got
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        t.close()
+
+
+def test_a_run_with_one_wedged_node_finishes_and_fails_that_node_alone(pytester, make_hosts,
+                                                                      tmp_path):
+    """A suite run over SSH: two healthy OpenSSH hosts and one node whose sshd never answers
+    its exec request. Without the bound the run never ends (every node is staged before
+    the first probe); with it, the wedged node fails with a reason naming the hang and
+    the others pass."""
+    hosts = make_hosts(2)
+    with WedgedPeer(tmp_path, hosts.client_key.with_suffix(".pub"), "exec") as peer:
+        inv = hosts.write_inventory(pytester.path / "inv.yaml",
+                                    python=replay_python(pytester.path / "replay"))
+        doc = yaml.safe_load(inv.read_text())
+        doc["nodes"].append(wedged_node_entry(peer, hosts.client_key, hosts.known_hosts, 3))
+        inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+        with hosts.known_hosts.open("a") as f:
+            f.write(peer.known_hosts_line + "\n")
+        reports = pytester.path / "reports"
+        result = pytester.runpytest_subprocess(
+            SUITES, "--inventory", str(inv), "--reports", str(reports),
+            "-p", "no:cacheprovider", "-k", "health", timeout=HANG_BOUND_S * 4)
+        assert peer.held.is_set(), "the wedged node's exec request must have come"
+    cases = {node: checks["health"] for node, checks in junit_cases(reports).items()}
+    assert cases["h1"] == ("passed", "") and cases["h2"] == ("passed", ""), cases
+    outcome, message = cases["wedged"]
+    assert outcome == "failure", cases
+    assert (f"no answer from 127.0.0.1:{peer.port} within 3 s to the start of the command "
+            "that holds the node") in message, message
+    result.assert_outcomes(passed=2, failed=1)
