@@ -80,6 +80,42 @@ def test_a_node_that_never_answers_fails_alone_within_its_connect_timeout(tmp_pa
         assert got is None
 
 
+@pytest.mark.parametrize("wedged", ["node", "bastion"])
+def test_through_a_bastion_a_wedged_node_or_bastion_fails_within_its_timeout(
+        make_hosts, tmp_path, wedged):
+    """ProxyJump: a node behind a real OpenSSH bastion that never answers its exec request,
+    and a bastion that never answers the opening of the tunnel to a real node."""
+    hosts = make_hosts(1)
+    h1 = hosts[0]
+    key = hosts.client_key
+    gateway = f"{hosts.subnet}.1"  # the controller's address on the hosts' bridge
+    if wedged == "node":  # listening where the bastion, not only the controller, reaches
+        peer = WedgedPeer(tmp_path, key.with_suffix(".pub"), "exec", address=gateway)
+        node = {"name": "behind", "address": gateway, "ssh": {
+            "port": peer.port, "proxy_jump": f"root@{h1.address}", "connect_timeout_s": 3}}
+        expected = (f"no answer from {gateway}:{peer.port} within 3 s to the start of the "
+                    "command that holds the node")
+    else:
+        peer = WedgedPeer(tmp_path, key.with_suffix(".pub"), "session")
+        node = {"name": "h1", "address": h1.address, "ssh": {
+            "proxy_jump": f"root@127.0.0.1:{peer.port}", "connect_timeout_s": 3}}
+        expected = (f"no answer from bastion 127.0.0.1:{peer.port} within 3 s to opening a "
+                    f"tunnel to {h1.address}:22")
+    with peer:
+        with hosts.known_hosts.open("a") as f:
+            f.write(peer.known_hosts_line + "\n")
+        doc = hosts.inventory()
+        doc["nodes"] = [node]
+        inv = tmp_path / "inv.yaml"
+        inv.write_text(yaml.safe_dump(doc))
+        t = SshTransport(load_inventory(inv).nodes[0], PROBES_DIR, "r1")
+        took, got = bounded_call(t.prepare)
+        assert peer.held.is_set(), "the peer must have been asked, and never answered"
+        assert isinstance(got, NodeUnreachable) and expected in str(got), got
+        took, got = bounded_call(t.close)
+        assert got is None
+
+
 def session_sshds(hosts, h) -> list[int]:
     """The sshd processes of h's open connections (not its listener)."""
     return [p for p in hosts.pids(h) if p != h.sshd.pid
@@ -88,9 +124,11 @@ def session_sshds(hosts, h) -> list[int]:
 
 def test_an_openssh_node_wedged_after_staging_fails_its_probe_and_closes_bounded(
         make_hosts, tmp_path):
-    """The node is held and staged, then its sshd's connection processes stop: the next
-    probe's exec request is never answered. The probe fails within connect_timeout_s and
-    the node's close (the holder's end, the hang-up) returns, bounded too."""
+    """The node is held and staged, then its sshd's connection processes stop (SIGSTOP):
+    the next probe's session is never opened. The probe fails within connect_timeout_s and
+    the node's close (the holder's end, the hang-up) returns, bounded too. (paramiko bounds
+    a session's open itself; its exec request, which it does not, is held by the wedged
+    peer's test above and the run's below.)"""
     hosts = make_hosts(1)
     h = hosts[0]
     inv = hosts.write_inventory(tmp_path / "inv.yaml", ssh={"connect_timeout_s": 3})

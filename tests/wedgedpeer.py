@@ -5,7 +5,8 @@ client's key for real and then never answers one request (issue 40, item 8).
         peer.known_hosts_line  # "[127.0.0.1]:PORT ssh-ed25519 ..."
         peer.held.wait(...)    # set once the request it never answers has come
 
-`hang_at`: "session" (the channel open is never answered) or "exec" (the session opens,
+`hang_at`: "session" (the channel open is never answered: a session, or a bastion's
+tunnel) or "exec" (the session opens,
 the exec request is never answered). What a hung sshd looks like from the client: the
 TCP connection stays up, keepalives are acknowledged by the kernel, no reply ever comes.
 Teardown lets the held requests go and closes everything.
@@ -39,6 +40,11 @@ class _Wedged(paramiko.ServerInterface):
             self.peer.hold()
         return paramiko.OPEN_SUCCEEDED
 
+    def check_channel_direct_tcpip_request(self, chanid, origin, destination):
+        if self.peer.hang_at == "session":  # a bastion's tunnel: a channel open too
+            self.peer.hold()
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
     def check_channel_exec_request(self, channel, command):
         if self.peer.hang_at == "exec":
             self.peer.hold()
@@ -48,7 +54,8 @@ class _Wedged(paramiko.ServerInterface):
 class WedgedPeer:
     __test__ = False
 
-    def __init__(self, workdir: Path, client_pub: Path, hang_at: str):
+    def __init__(self, workdir: Path, client_pub: Path, hang_at: str,
+                 address: str = "127.0.0.1"):
         assert hang_at in HANGS, hang_at
         self.hang_at = hang_at
         self.client_blob = Path(client_pub).read_text().split()[1]
@@ -56,9 +63,9 @@ class WedgedPeer:
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)],
                        check=True, capture_output=True, timeout=60)
         self.host_key = paramiko.Ed25519Key.from_private_key_file(str(key_file))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.known_hosts_line = (f"[127.0.0.1]:{self.port} {self.host_key.get_name()} "
+        self.listener = socket.create_server((address, 0))
+        self.address, self.port = address, self.listener.getsockname()[1]
+        self.known_hosts_line = (f"[{address}]:{self.port} {self.host_key.get_name()} "
                                  f"{self.host_key.get_base64()}")
         self.held = threading.Event()  # a request came that is never answered
         self.released = threading.Event()

@@ -58,10 +58,17 @@ def connect(node: Node) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
                   f"bastion {host}:{port}")
             _keep_alive(bastion)
             try:
-                sock = bastion.get_transport().open_channel(
-                    "direct-tcpip", (node.address, ssh.port), ("127.0.0.1", 0),
-                    timeout=ssh.connect_timeout_s)
+                with bounded(ssh.connect_timeout_s, lambda: hang_up(bastion)) as bound:
+                    sock = bastion.get_transport().open_channel(
+                        "direct-tcpip", (node.address, ssh.port), ("127.0.0.1", 0),
+                        timeout=ssh.connect_timeout_s)
             except Exception as e:
+                if bound.expired or "Timeout opening channel" in str(e):
+                    raise NodeUnreachable(
+                        f"no answer from bastion {host}:{port} within "
+                        f"{ssh.connect_timeout_s:g} s to opening a tunnel to "
+                        f"{node.address}:{ssh.port}: its sshd took the connection and then "
+                        "hung") from None
                 raise NodeUnreachable(f"bastion {host}:{port} cannot reach "
                                       f"{node.address}:{ssh.port}: {e}") from None
         client = _client(known_hosts, _host_key_name(node.address, ssh.port))
