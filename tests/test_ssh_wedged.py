@@ -72,9 +72,9 @@ def test_a_node_that_never_answers_fails_alone_within_its_connect_timeout(tmp_pa
         took, got = bounded_call(t.prepare)
         assert peer.held.is_set(), "the peer must have been asked, and never answered"
         assert isinstance(got, NodeUnreachable), got
-        assert (f"no answer from 127.0.0.1:{peer.port} within 2 s to the start of the "
-                "command that holds the node") in str(got), got
-        assert "took the connection and then hung" in str(got)
+        assert (f"cannot start a command on 127.0.0.1:{peer.port}: no answer within 2 s to "
+                "the start of the command that holds the node: the node's sshd or the link "
+                "to it hung") in str(got), got
         assert took < HANG_BOUND_S / 2, took  # seconds; the hang bound is for a hang
         took, got = bounded_call(t.close)
         assert got is None
@@ -93,8 +93,8 @@ def test_through_a_bastion_a_wedged_node_or_bastion_fails_within_its_timeout(
         peer = WedgedPeer(tmp_path, key.with_suffix(".pub"), "exec", address=gateway)
         node = {"name": "behind", "address": gateway, "ssh": {
             "port": peer.port, "proxy_jump": f"root@{h1.address}", "connect_timeout_s": 3}}
-        expected = (f"no answer from {gateway}:{peer.port} within 3 s to the start of the "
-                    "command that holds the node")
+        expected = (f"cannot start a command on {gateway}:{peer.port}: no answer within 3 s "
+                    "to the start of the command that holds the node")
     else:
         peer = WedgedPeer(tmp_path, key.with_suffix(".pub"), "session")
         node = {"name": "h1", "address": h1.address, "ssh": {
@@ -144,8 +144,8 @@ def test_an_openssh_node_wedged_after_staging_fails_its_probe_and_closes_bounded
         argv = t.probe_command("health")
         took, got = bounded_call(lambda: t.run(argv, b"{}", 60, 1 << 20, lifeline=True))
         assert isinstance(got, NodeUnreachable), got
-        assert f"no answer from {h.address}:22 within 3 s to the start of a command" \
-            in str(got), got
+        assert f"cannot start a command on {h.address}:22: no answer within 3 s to its " \
+            "request" in str(got), got
         took, got = bounded_call(t.close)
         assert got is None, got
     finally:
@@ -181,6 +181,7 @@ def test_a_run_with_one_wedged_node_finishes_and_fails_that_node_alone(pytester,
     assert cases["h1"] == ("passed", "") and cases["h2"] == ("passed", ""), cases
     outcome, message = cases["wedged"]
     assert outcome == "failure", cases
-    assert (f"no answer from 127.0.0.1:{peer.port} within 3 s to the start of the command "
-            "that holds the node") in message, message
+    assert (f"cannot start a command on 127.0.0.1:{peer.port}: no answer within 3 s to the "
+            "start of the command that holds the node: the node's sshd or the link to it "
+            "hung") in message, message
     result.assert_outcomes(passed=2, failed=1)

@@ -35,7 +35,7 @@ from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreacha
 from burnin.transports.fanout import start_gate
 from burnin.transports.nodeside import HOLDER
 from burnin.transports.reading import POLL_S, read_bounded
-from burnin.transports.sshbounds import Bound, bounded
+from burnin.transports.sshbounds import Bound, bounded, within
 from burnin.transports.sshconnect import connect, hang_up
 
 KILL_GRACE_S = 2
@@ -95,13 +95,12 @@ class SshTransport(Transport):
                 answers = chan.makefile("r")
                 answer = answers.readline().strip()
         except Exception as e:
-            raise NodeUnreachable(self._hung(bound, what, e)
-                                  or f"cannot start a command on {self.where}: {e}") from None
+            raise NodeUnreachable(f"cannot start a command on {self.where}: "
+                                  f"{self._hung(bound, what, e) or e}") from None
         word, _, rest = answer.partition(" ")
         if word != "ready":
-            with self._bounded(wait):
-                status = chan.recv_exit_status() if chan.status_event.wait(5) else None
-                chan.close()
+            status = chan.exit_status if chan.status_event.wait(5) else None
+            within(self._bounded(wait), chan.close)
             if word == "busy":
                 raise NodeBusy(f"under test by {rest}")
             if word == "unsafe":
@@ -139,14 +138,14 @@ class SshTransport(Transport):
             yield bound
 
     def _hung(self, bound: Bound | None, what: str, e: Exception) -> str:
-        """Why the node failed, when `e` came from its connection hung up at `bound`;
-        '' when it did not."""
+        """Why the node failed, when `e` came from its connection hung up at `bound` (or
+        paramiko's own bound on a session's open); '' when it did not."""
         # paramiko's own bound on opening a session says the same as ours, in its words.
         opening = isinstance(e, paramiko.SSHException) and "Timeout opening channel" in str(e)
         if bound is None or not (bound.expired or opening):
             return ""
-        return (f"no answer from {self.where} within {bound.seconds:g} s to {what}: its sshd "
-                f"took the connection and then hung (hung up; {type(e).__name__})")
+        return (f"no answer within {bound.seconds:g} s to {what}: the node's sshd or the link "
+                "to it hung (the connection is closed)")
 
     def prepare(self) -> None:
         with self._lock:
@@ -176,8 +175,8 @@ class SshTransport(Transport):
                 chan = client.get_transport().open_session(timeout=wait)
                 chan.exec_command(line)
         except Exception as e:
-            raise NodeUnreachable(self._hung(bound, "the start of a command", e)
-                                  or f"cannot start a command on {self.where}: {e}") from None
+            raise NodeUnreachable(f"cannot start a command on {self.where}: "
+                                  f"{self._hung(bound, 'its request', e) or e}") from None
         data = stdin + b"\n" if lifeline else stdin
         sent = self._start_together(chan, data)
         try:
@@ -195,7 +194,8 @@ class SshTransport(Transport):
             hung = self._hung(bound, "the probe's settings", e)
             if hung:
                 chan.close()
-                raise NodeUnreachable(hung) from None
+                raise NodeUnreachable(f"cannot send the probe its settings on {self.where}: "
+                                      f"{hung}") from None
             # else the probe exited without reading; its exit status says the rest
         if lifeline:
             LIFELINE.hold(chan)
@@ -219,8 +219,7 @@ class SshTransport(Transport):
                 overflow=r.overflow, cancelled=r.cancelled, unkilled=unkilled)
         finally:
             LIFELINE.release(chan)
-            with self._bounded(wait):
-                chan.close()
+            within(self._bounded(wait), chan.close)
 
     def _start_together(self, chan: paramiko.Channel, data: bytes) -> int:
         """Wait at the fan-out's start gate, if any, for the other nodes' probes to start
@@ -265,7 +264,8 @@ class SshTransport(Transport):
                 chan.close()
             return "" if done else f"no answer from {self.where} within {timeout_s:g} s"
         except Exception as e:
-            return self._hung(bound, "a command", e) or f"{type(e).__name__}: {e}"
+            hung = self._hung(bound, "a command", e)
+            return f"{self.where}: {hung}" if hung else f"{type(e).__name__}: {e}"
 
     def close(self) -> None:
         client, self._client = self._client, None

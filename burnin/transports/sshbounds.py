@@ -21,7 +21,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 
@@ -105,3 +105,13 @@ def bounded(seconds: float, hang_up: Callable[[], None]) -> Iterator[Bound]:
         yield bound
     finally:
         WATCH.end(bound)
+
+
+def within(bound: AbstractContextManager, fn: Callable[[], object]) -> None:
+    """fn() inside `bound` (one of bounded()'s), never raising: for a close, which is a
+    message to the node, and which a hung-up connection has nothing left to do."""
+    try:
+        with bound:
+            fn()
+    except Exception:
+        pass

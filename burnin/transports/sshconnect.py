@@ -67,7 +67,7 @@ def connect(node: Node) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
                     raise NodeUnreachable(
                         f"no answer from bastion {host}:{port} within "
                         f"{ssh.connect_timeout_s:g} s to opening a tunnel to "
-                        f"{node.address}:{ssh.port}: its sshd took the connection and then "
+                        f"{node.address}:{ssh.port}: the bastion's sshd or the link to it "
                         "hung") from None
                 raise NodeUnreachable(f"bastion {host}:{port} cannot reach "
                                       f"{node.address}:{ssh.port}: {e}") from None
