@@ -41,7 +41,7 @@ class Watch:
     """Every bounded wait of the process, watched by one thread that sleeps until the
     earliest deadline: a bound costs a heap push and a pop, not a thread or a timer."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._cv = threading.Condition()
         self._heap: list[tuple[float, int, Bound]] = []
         self._count = itertools.count()
