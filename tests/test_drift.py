@@ -95,6 +95,21 @@ def test_settings_change_what_is_expected(nvml):
         "GPU 0 (GPU-0): power limit 500 W, expected 600 W (the power_limit_w setting)",)
 
 
+def test_a_power_limit_a_watt_off_is_drift_and_less_is_not(nvml):
+    """NVML states limits in mW: under a watt apart is the same setting, a watt or more is
+    another one (the tolerance is held here, both sides of it: a wider one lets a GPU
+    capped a few watts low pass)."""
+    limits = (699_001, 700_999, 699_000, 701_000, 695_000)
+    n = node(gpus=len(limits))
+    out = probe(n, nvml, [gpu(i, power={"limit_mw": mw}) for i, mw in enumerate(limits)])
+    assert sorted(judged(n, out).failures) == [
+        f"GPU {i} (GPU-{i}): power limit {mw / 1000:g} W, expected 700 W (the GPU's default "
+        "limit)" for i, mw in enumerate(limits) if i >= 2]
+    assert sorted(judged(n, out, power_limit_w=695).failures)[-1] == (
+        "GPU 3 (GPU-3): power limit 701 W, expected 695 W (the power_limit_w setting)")
+    assert not any("GPU 4 " in f for f in judged(n, out, power_limit_w=695).failures)
+
+
 def test_mig_expected_on_a_gpu_without_mig_fails(nvml):
     n = node(gpus=1)
     out = probe(n, nvml, [gpu(0, unsupported=["mig_mode"])])

@@ -108,3 +108,26 @@ def test_a_check_the_run_kept_no_record_of_is_an_error_not_a_probe_run_now(pytes
     assert res.returncode == 1, res.stdout + res.stderr
     assert "n1 burn: passed -> error: RejudgeError: the run kept no record of health" \
         in res.stdout, res.stdout
+
+
+def test_a_failed_verdict_whose_reasons_change_is_a_change(pytester):
+    """Failed before and failed again, for another reason: the operator tuning a floor
+    must see it (the outcome alone would hide it)."""
+    strict = inventory(pytester, pytester.path / "strict.yaml", "burn: {min_tflops: 1000000}\n")
+    _, reports = run_suite(pytester, strict, "--no-quarantine", "-k", "health or burn")
+    run_dir = (reports / "latest").resolve()
+    assert junit_cases(reports)["n1"]["burn"][0] == "failure"
+    stricter = inventory(pytester, pytester.path / "stricter.yaml",
+                         "burn: {min_tflops: 2000000}\n")
+    res = burnin("rejudge", str(run_dir), "--inventory", str(stricter), "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    changed = {(c["node"], c["check"]): c for c in json.loads(res.stdout)["changed"]}
+    assert sorted(changed) == [("n1", "burn"), ("n2", "burn")], changed
+    n1 = changed["n1", "burn"]
+    assert n1["was"] == n1["now"] == "failed"
+    assert "below the floor of 1e+06 TFLOPS" in n1["was_message"]
+    assert "below the floor of 2e+06 TFLOPS" in n1["now_message"]
+    # n3 failed burn for the same reason under both: not a change.
+    assert ("n3", "burn") not in changed
+    text = burnin("rejudge", str(run_dir), "--inventory", str(stricter))
+    assert "n1 burn: failed -> failed (another reason): " in text.stdout, text.stdout

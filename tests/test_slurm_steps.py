@@ -227,3 +227,94 @@ def test_the_slurm_scale_benchmark_runs_at_tiny_scale():
     burnin = next(ln for ln in lines if ln.strip().startswith("burnin "))
     # One step per check: srun and its helper, never one per node.
     assert int(re.search(r"srun processes at once (\d+)", burnin).group(1)) <= 2, burnin
+
+
+ENV_PROBE = """import json, os, sys
+sys.stdin.read(1)
+print(json.dumps({k: os.environ.get(k) for k in (
+    "SLURMD_NODENAME", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_LOCALID",
+    "CUDA_VISIBLE_DEVICES")}))
+"""
+
+
+def test_nodes_that_differ_in_gpu_count_each_get_a_step_holding_all_of_their_own(
+        make_slurm, monkeypatch, tmp_path):
+    """h1 and h2 have two GPUs as GRES, h3 one: a probe with one task per GPU (the
+    inter-node all-reduce's layout) runs every node's tasks, each task on its own GPU of
+    its node, and each step asks for no more GPUs per node than its nodes have."""
+    from burnin.inventory import load_inventory
+    from burnin.transports.srun import SrunLauncher
+
+    gpus = {"h1": 2, "h2": 2, "h3": 1}
+    cluster = make_slurm(3, gpus=gpus)
+    path, log = logged_commands(tmp_path / "bin")
+    monkeypatch.setenv("PATH", path)
+    probes_dir = tmp_path / "probes"
+    probes_dir.mkdir()
+    (probes_dir / "env.py").write_text(ENV_PROBE)
+    inv = load_inventory(slurm_inventory(
+        cluster, tmp_path / "inv.yaml", defaults={"python": sys.executable},
+        nodes={name: {"gpus": count} for name, count in gpus.items()}))
+    nodes = list(inv.nodes)
+    # Then h2 reports one GPU of its two (health saw one device): one task there, in
+    # the step its allocation shares with h1's two.
+    layouts = (gpus, {"h1": 2, "h2": 1, "h3": 1})
+    launcher = SrunLauncher(nodes, probes_dir, "r1")
+    try:
+        outs = [launcher.run(nodes, "env", {n.name: b"{}" for n in nodes},
+                             dict.fromkeys(gpus, 120.0), 1 << 16, tasks=dict(tasks))
+                for tasks in layouts]
+    finally:
+        launcher.close()
+    for tasks, out in zip(layouts, outs, strict=True):
+        for name, results in out.items():
+            assert not isinstance(results, str), (name, results)
+            assert [r.exit_code for r in results] == [0] * tasks[name], (name, results)
+            seen = [json.loads(r.stdout) for r in results]
+            assert [t["SLURMD_NODENAME"] for t in seen] == [name] * tasks[name]
+            assert sorted(t["SLURM_LOCALID"] for t in seen) == [
+                str(i) for i in range(tasks[name])]
+            # Every task sees every GPU of its node: the rank picks its own by SLURM_LOCALID.
+            visible = {t["CUDA_VISIBLE_DEVICES"] for t in seen}
+            assert visible == {",".join(map(str, range(gpus[name])))}, (name, visible)
+    for c in calls(log, "srun"):
+        held = {n for n in gpus if n in option(c["argv"], "nodelist").split(",")}
+        asked = option(c["argv"], "gres")
+        assert asked == f"gpu:{min(gpus[n] for n in held)}", (asked, held)
+    assert jobs_left(cluster) == ""
+
+
+def test_an_internode_all_reduce_over_nodes_that_differ_in_gpu_count_passes_all_of_them(
+        pytester, make_slurm, monkeypatch, tmp_path):
+    """The whole path: health learns each node's GPUs, the inter-node all-reduce gives
+    each node one rank per GPU (two, two and one: a world of five), and every rank meets
+    the others at the real rendezvous, whichever step its node runs in."""
+    gpus = {"h1": 2, "h2": 2, "h3": 1}
+    cluster = make_slurm(3, gpus=gpus)
+    path, log = logged_commands(tmp_path / "bin")
+    monkeypatch.setenv("PATH", path)
+    nodes = {}
+    for name, count in gpus.items():
+        scenario = nvmlemu.write_scenario(tmp_path / f"{name}.json",
+                                          {"devices": [gpu(i) for i in range(count)]})
+        inner = nvmlemu.python_wrapper(tmp_path / f"py-gpus-{name}", scenario)
+        nodes[name] = {"gpus": count, "python": replay_python(
+            tmp_path / f"replay-{name}", real=("health",), python=inner)}
+    inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=TINY, nodes=nodes)
+    result, reports = run_suite(pytester, inv, "-k", "health or allreduce_internode")
+    cases = junit_cases(reports)
+    for name in gpus:
+        assert cases[name] == {"health": ("passed", ""),
+                               "allreduce_internode": ("passed", "")}, cases[name]
+    records = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
+               if '"check": "allreduce_internode"' in ln]
+    figures = {r["node"]: r["data"]["figures"] for r in records}
+    assert {n: f["ranks"] for n, f in figures.items()} == {
+        "h1": [0, 1], "h2": [2, 3], "h3": [4]}, figures
+    assert {f["group"]["members"] for f in figures.values()} == {3}
+    # Each allocation holds nodes of one GPU count: the group is a step in each, at once.
+    steps = [c for c in calls(log, "srun") if option(c["argv"], "job-name") ==
+             "burnin-allreduce"]
+    assert sorted((option(c["argv"], "nodelist"), option(c["argv"], "gres")) for c in steps) \
+        == [("h1,h1,h2,h2", "gpu:2"), ("h3", "gpu:1")], steps
+    assert jobs_left(cluster) == ""

@@ -235,7 +235,9 @@ def _rejudge(args) -> int:
                                       for c in changes]}, indent=2))
         return 1 if changes else 0
     for c in changes:  # node text, made safe for the terminal
-        print(clean(f"{c.node} {c.check}: {c.was.outcome} -> {c.now.outcome}"
+        # Same outcome, another reason (a failure for another cause): say so.
+        same = " (another reason)" if c.was.outcome == c.now.outcome else ""
+        print(clean(f"{c.node} {c.check}: {c.was.outcome} -> {c.now.outcome}{same}"
                     + (f": {c.now.message}" if c.now.message else "")))
         if c.was.message:
             print(clean(f"    was: {c.was.message}"))

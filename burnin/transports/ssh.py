@@ -25,6 +25,8 @@ import shlex
 import threading
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import paramiko
@@ -33,6 +35,7 @@ from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreacha
 from burnin.transports.fanout import start_gate
 from burnin.transports.nodeside import HOLDER
 from burnin.transports.reading import POLL_S, read_bounded
+from burnin.transports.sshbounds import Bound, bounded, within
 from burnin.transports.sshconnect import connect, hang_up
 
 KILL_GRACE_S = 2
@@ -79,19 +82,25 @@ class SshTransport(Transport):
         args = shlex.join(["-c", HOLDER, self.node.workdir, self.node.name, self.run_id])
         line = (f"p=$(command -v python3) || p={shlex.quote(self.python)}; "
                 f'exec "$p" {args}')
-        timeout = self.node.ssh.connect_timeout_s + STAGE_TIMEOUT_S
+        wait = self.node.ssh.connect_timeout_s
+        timeout = wait + STAGE_TIMEOUT_S  # the holder's interpreter may be slow to start
         try:
-            chan = client.get_transport().open_session(timeout=self.node.ssh.connect_timeout_s)
-            chan.settimeout(timeout)  # a stalled node cannot hold us
-            chan.exec_command(line)
-            answers = chan.makefile("r")
-            answer = answers.readline().strip()
+            what = "the start of the command that holds the node"
+            with self._bounded(wait) as bound:
+                chan = client.get_transport().open_session(timeout=wait)
+                chan.exec_command(line)
+            what = "the command that holds the node (it never said ready)"
+            with self._bounded(timeout) as bound:
+                chan.settimeout(timeout)  # a stalled node cannot hold us
+                answers = chan.makefile("r")
+                answer = answers.readline().strip()
         except Exception as e:
-            raise NodeUnreachable(f"cannot start a command on {self.where}: {e}") from None
+            raise NodeUnreachable(f"cannot start a command on {self.where}: "
+                                  f"{self._hung(bound, what, e) or e}") from None
         word, _, rest = answer.partition(" ")
         if word != "ready":
-            status = chan.recv_exit_status() if chan.status_event.wait(5) else None
-            chan.close()
+            status = chan.exit_status if chan.status_event.wait(5) else None
+            within(self._bounded(wait), chan.close)
             if word == "busy":
                 raise NodeBusy(f"under test by {rest}")
             if word == "unsafe":
@@ -104,16 +113,39 @@ class SshTransport(Transport):
                                   f"(status {status}): {answer or 'no answer'}")
         self._holder = chan
         try:
-            archive = probes_archive(self.probes_dir)
-            chan.sendall(b"probes %d\n" % len(archive) + archive)
-            staged = answers.readline().strip()
+            with self._bounded(timeout) as bound:
+                archive = probes_archive(self.probes_dir)
+                chan.sendall(b"probes %d\n" % len(archive) + archive)
+                staged = answers.readline().strip()
         except Exception as e:
-            staged = f"{type(e).__name__}: {e}"
+            staged = self._hung(bound, "the probes sent to it", e) or f"{type(e).__name__}: {e}"
         if not staged.startswith("staged "):
             raise NodeUnreachable(f"cannot stage probes into {rest} on {self.where}: "
                                   f"{staged.removeprefix('unstaged ') or 'no answer'}")
         self._staged = rest
         return rest
+
+    @contextmanager
+    def _bounded(self, seconds: float) -> Iterator[Bound]:
+        """Bound the block's waits on this node's connection: past `seconds`, the
+        connection is hung up and the block raises (sshbounds.py)."""
+        clients = [c for c in (self._client, *self._hops) if c is not None]
+
+        def hang_up_node() -> None:
+            for c in clients:
+                hang_up(c)
+        with bounded(seconds, hang_up_node) as bound:
+            yield bound
+
+    def _hung(self, bound: Bound | None, what: str, e: Exception) -> str:
+        """Why the node failed, when `e` came from its connection hung up at `bound` (or
+        paramiko's own bound on a session's open); '' when it did not."""
+        # paramiko's own bound on opening a session says the same as ours, in its words.
+        opening = isinstance(e, paramiko.SSHException) and "Timeout opening channel" in str(e)
+        if bound is None or not (bound.expired or opening):
+            return ""
+        return (f"no answer within {bound.seconds:g} s to {what}: the node's sshd or the link "
+                "to it hung (the connection is closed)")
 
     def prepare(self) -> None:
         with self._lock:
@@ -137,44 +169,57 @@ class SshTransport(Transport):
         if pidfile:
             line = f"echo $$ > {shlex.quote(pidfile)}; {line}"
         start = time.monotonic()
+        wait = self.node.ssh.connect_timeout_s
         try:
-            chan = client.get_transport().open_session(timeout=self.node.ssh.connect_timeout_s)
-            chan.exec_command(line)
+            with self._bounded(wait) as bound:
+                chan = client.get_transport().open_session(timeout=wait)
+                chan.exec_command(line)
         except Exception as e:
-            raise NodeUnreachable(f"cannot start a command on {self.where}: {e}") from None
+            raise NodeUnreachable(f"cannot start a command on {self.where}: "
+                                  f"{self._hung(bound, 'its request', e) or e}") from None
         data = stdin + b"\n" if lifeline else stdin
         sent = self._start_together(chan, data)
         try:
             # Settings are a few kB, within the channel's window; the time-out bounds a
-            # probe that neither reads them nor exits (its deadline then kills it).
-            chan.settimeout(self.node.ssh.connect_timeout_s)
-            if sent < len(data):
-                chan.sendall(data[sent:])
-            if not lifeline:
-                chan.shutdown_write()
-        except Exception:
-            pass  # the probe exited without reading; its exit status says the rest
+            # probe that neither reads them nor exits (its deadline then kills it). The
+            # bound, past that time-out, is for a connection whose writes hang (a node
+            # behind a bastion that stopped reading: paramiko retries them until closed).
+            with self._bounded(2 * wait) as bound:
+                chan.settimeout(wait)
+                if sent < len(data):
+                    chan.sendall(data[sent:])
+                if not lifeline:
+                    chan.shutdown_write()
+        except Exception as e:
+            hung = self._hung(bound, "the probe's settings", e)
+            if hung:
+                chan.close()
+                raise NodeUnreachable(f"cannot send the probe its settings on {self.where}: "
+                                      f"{hung}") from None
+            # else the probe exited without reading; its exit status says the rest
         if lifeline:
             LIFELINE.hold(chan)
         try:
             source = _Channel(chan, client, cancel)
             r = read_bounded(source, start + timeout_s, max_stdout, on_stderr, cancel,
                              IDLE_POLL_S if source.wakes else POLL_S)
-            unkilled = ""
+            unkilled, status = "", -1
             if r.stopped:
                 unkilled = self._kill_group(pidfile)
-            elif chan.recv_exit_status() == -1:
+            elif chan.status_event.wait(wait):  # the output ended: the status is due
+                status = chan.exit_status
+            if not r.stopped and status == -1:
                 # Closed with no exit status: sshd or the link went away under the probe.
                 raise NodeUnreachable(f"connection to {self.where} lost after "
                                       f"{time.monotonic() - start:.0f} s while the probe ran")
             return CommandResult(
-                exit_code=None if r.stopped else chan.recv_exit_status(),
+                exit_code=None if r.stopped else status,
                 stdout=r.stdout[:max_stdout], stderr_tail=r.stderr_tail,
                 duration_s=time.monotonic() - start, timed_out=r.timed_out,
                 overflow=r.overflow, cancelled=r.cancelled, unkilled=unkilled)
         finally:
             LIFELINE.release(chan)
-            chan.close()
+            within(self._bounded(wait), chan.close)
 
     def _start_together(self, chan: paramiko.Channel, data: bytes) -> int:
         """Wait at the fan-out's start gate, if any, for the other nodes' probes to start
@@ -205,29 +250,37 @@ class SshTransport(Transport):
 
     def _quiet(self, line: str, timeout_s: float) -> str:
         """Run a housekeeping command, bounded; '' when it ran, else why not."""
+        wait = self.node.ssh.connect_timeout_s
+        bound = None
         try:
             transport = self._client.get_transport() if self._client else None
             if transport is None or not transport.is_active():
                 return f"the connection to {self.where} is lost"
-            chan = transport.open_session(timeout=self.node.ssh.connect_timeout_s)
-            chan.exec_command(line)
+            with self._bounded(wait) as bound:
+                chan = transport.open_session(timeout=wait)
+                chan.exec_command(line)
             done = chan.status_event.wait(timeout_s)  # recv_exit_status() would wait forever
-            chan.close()
+            with self._bounded(wait) as bound:
+                chan.close()
             return "" if done else f"no answer from {self.where} within {timeout_s:g} s"
         except Exception as e:
-            return f"{type(e).__name__}: {e}"
+            hung = self._hung(bound, "a command", e)
+            return f"{self.where}: {hung}" if hung else f"{type(e).__name__}: {e}"
 
     def close(self) -> None:
         client, self._client = self._client, None
         holder, self._holder = self._holder, None
         if holder is not None:
             # End of its stdin: the holder removes the staged directory and lets the lock go.
+            wait = self.node.ssh.connect_timeout_s
             try:
-                holder.shutdown_write()
-                holder.status_event.wait(self.node.ssh.connect_timeout_s)
+                with self._bounded(wait):
+                    holder.shutdown_write()
+                holder.status_event.wait(wait)
+                with self._bounded(wait):
+                    holder.close()
             except Exception:
-                pass
-            holder.close()
+                pass  # hung up: the holder cleans up when its connection ends
         self._staged = None
         for c in (client, *self._hops):
             if c is not None:

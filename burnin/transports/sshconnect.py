@@ -26,6 +26,7 @@ from paramiko.hostkeys import HostKeyEntry
 
 from burnin.model.nodes import Node
 from burnin.transports import NodeUnreachable
+from burnin.transports.sshbounds import bounded
 
 KEEPALIVE_S = 5
 # A link that goes silent is dead after this long: TCP keepalive probes an idle link, and
@@ -57,10 +58,17 @@ def connect(node: Node) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
                   f"bastion {host}:{port}")
             _keep_alive(bastion)
             try:
-                sock = bastion.get_transport().open_channel(
-                    "direct-tcpip", (node.address, ssh.port), ("127.0.0.1", 0),
-                    timeout=ssh.connect_timeout_s)
+                with bounded(ssh.connect_timeout_s, lambda: hang_up(bastion)) as bound:
+                    sock = bastion.get_transport().open_channel(
+                        "direct-tcpip", (node.address, ssh.port), ("127.0.0.1", 0),
+                        timeout=ssh.connect_timeout_s)
             except Exception as e:
+                if bound.expired or "Timeout opening channel" in str(e):
+                    raise NodeUnreachable(
+                        f"no answer from bastion {host}:{port} within "
+                        f"{ssh.connect_timeout_s:g} s to opening a tunnel to "
+                        f"{node.address}:{ssh.port}: the bastion's sshd or the link to it "
+                        "hung") from None
                 raise NodeUnreachable(f"bastion {host}:{port} cannot reach "
                                       f"{node.address}:{ssh.port}: {e}") from None
         client = _client(known_hosts, _host_key_name(node.address, ssh.port))
@@ -170,18 +178,34 @@ class _Transport(paramiko.Transport):
 
 def _open(client, address, port, user, key_file, known_hosts, timeout, where,
           sock=None) -> None:
+    bound = None
     try:
         # The key is read once per run (paramiko reads the file once per connection, as
         # each of three key types in turn).
         key = _cached(key_file, _private_key) if key_file else None
-        client.connect(address, port=port, username=user, pkey=key,
-                       allow_agent=key_file is None, look_for_keys=False, timeout=timeout,
-                       banner_timeout=timeout, auth_timeout=timeout, channel_timeout=timeout,
-                       sock=sock, transport_factory=_Transport)
+        # paramiko bounds each step (TCP connect, banner, key exchange, each auth
+        # request) by `timeout`; the watch bounds them all together by it, and any wait
+        # of paramiko's that has no bound of its own (sshbounds.py).
+        with bounded(timeout, lambda: hang_up(client)) as bound:
+            client.connect(address, port=port, username=user, pkey=key,
+                           allow_agent=key_file is None, look_for_keys=False,
+                           timeout=timeout, banner_timeout=timeout, auth_timeout=timeout,
+                           channel_timeout=timeout, sock=sock, transport_factory=_Transport)
     except Exception as e:
         client.close()
+        if bound is not None and bound.expired and not _before_connected(e):
+            raise NodeUnreachable(f"unreachable: no answer from {where} within {timeout:g} s "
+                                  "(connected, but the SSH handshake and login did not "
+                                  "finish)") from None
         raise NodeUnreachable(explain(e, address, port, user, known_hosts, key_file,
                                       timeout, where)) from None
+
+
+def _before_connected(e: Exception) -> bool:
+    """Whether `e` came before there was a connection to hang up (the TCP connect, which
+    paramiko bounds itself): explain() words those."""
+    return isinstance(e, (socket.timeout, socket.gaierror,
+                          paramiko.ssh_exception.NoValidConnectionsError))
 
 
 def _keep_alive(client: paramiko.SSHClient) -> None:

@@ -30,13 +30,28 @@ def test_the_trend_is_the_least_squares_line_per_week():
     assert flat.per_week == 0.0 and flat.fit == 0.0  # a flat line explains nothing
 
 
+# Falling 2.8% a week, with noise of +-0.05 that does not lean with time (its signs sum to
+# nothing against the days): only the fit keeps this out of "steadily falling".
+NOISY_FALL = [(d, 1.0 - 0.004 * d + 0.05 * sign)
+              for d, sign in enumerate((1, -1, -1, 1, 1, -1, -1, 1))]
+
+
+def test_the_noisy_fall_fails_on_its_fit_alone():
+    t = track.trend([(T0 + d * DAY, s) for d, s in NOISY_FALL])
+    assert t.per_week == pytest.approx(-0.028)  # the noise does not bend the slope
+    assert t.runs >= track.TREND_MIN_POINTS and t.days >= track.TREND_MIN_DAYS
+    assert t.fit < track.TREND_MIN_FIT and not t.steady_fall(0.01)
+
+
 @pytest.mark.parametrize("points,drop,steady", [
     ([(d, 1.0 - 0.002 * d) for d in range(8)], 0.01, True),     # 1.4% a week
     ([(d, 1.0 - 0.002 * d) for d in range(8)], 0.02, False),    # under the setting
     ([(d, 1.0 - 0.002 * d) for d in range(3)], 0.01, False),    # three runs only
     ([(d / 10, 1.0 - 0.02 * d) for d in range(8)], 0.01, False),  # less than 2 days
-    ([(d, 1.0 - 0.002 * d + (0.05 if d % 2 else 0)) for d in range(8)], 0.01, False),  # noise
+    # Alternating: its odd days' bumps outweigh the fall, so on balance it rises.
+    ([(d, 1.0 - 0.002 * d + (0.05 if d % 2 else 0)) for d in range(8)], 0.01, False),
     ([(d, 1.0 + 0.002 * d) for d in range(8)], 0.01, False),    # rising
+    (NOISY_FALL, 0.01, False),  # falling fast enough, but the line explains little of it
 ])
 def test_a_steady_fall_needs_runs_days_a_slope_and_a_fit(points, drop, steady):
     t = track.trend([(T0 + d * DAY, s) for d, s in points])
