@@ -19,7 +19,8 @@ from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES
 from burnin.collection import check_of, check_of_id, inapplicable, is_check, node_param
 from burnin.gate import GateReport, split_by_quarantine
 from burnin.inventory import InventoryError, load_inventory, select_nodes
-from burnin.ledger import Ledger, LedgerError, LedgerLost, ledger_path
+from burnin.ledger import Ledger, LedgerError, LedgerLost
+from burnin.ledger_open import ledger_site, open_ledger
 from burnin.nodes import Node
 from burnin.outcome import Outcome
 from burnin.plugin_end import RunEnd
@@ -97,8 +98,10 @@ class BurninState(RunEnd):
             try:
                 inventory = load_inventory(path)
                 nodes = select_nodes(inventory, self.config.getoption("nodes"))
-                self.ledger = Ledger(ledger_path(inventory.quarantine.ledger,
-                                                 self.reports_dir))
+                # the default ledger is created by the first run, no other (ledger_open.py)
+                self.ledger = open_ledger(
+                    ledger_site(inventory.quarantine.ledger, self.reports_dir),
+                    first_run=not self.worker, insecure=inventory.quarantine.ledger_insecure)
                 nodes, self.held = self._split(nodes)
             except InventoryError as e:
                 self.error = f"invalid inventory:\n{e}"
@@ -296,23 +299,12 @@ class BurninState(RunEnd):
         if self.held:
             tr.write_line(f"skipped for quarantine: {', '.join(n.name for n in self.held)} "
                           "(re-test with --revalidate; see burnin quarantine list)")
-        g = self.gate
-        if g:
-            for label, names in (("quarantined", g.quarantined),
-                                 ("still failing, kept in quarantine", g.still_failing),
-                                 ("released from quarantine", g.released),
-                                 ("would be quarantined (--no-quarantine)",
-                                  g.would_quarantine)):
-                if names:
-                    tr.write_line(f"{label}: {', '.join(names)}")
-            after = run.inventory.quarantine.release_after
-            for node, clean in sorted(g.clean.items()):
-                if node not in g.released:
-                    tr.write_line(f"{node}: clean re-validation run {clean} of {after}" + (
-                        f"; held for a person: a repeat offender or quarantined by hand "
-                        f"(burnin history {node})" if clean >= after else ""))
-            for a in g.actions:
-                tr.write_line(f"{a.action} on {a.node}: {a.message}", red=not a.ok)
+        if self.ledger is not None and self.ledger.created:
+            tr.write_line(f"created the quarantine ledger {self.ledger.where} (no "
+                          "quarantine.ledger configured: this run's first; see docs/ledger.md)")
+        for line, red in self.gate.lines(run.inventory.quarantine.release_after) \
+                if self.gate else ():
+            tr.write_line(line, red=red)
         for problem in self.report_problems:
             tr.write_line(f"report: {problem}", red=True)
         if self.fault:

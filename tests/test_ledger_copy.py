@@ -80,7 +80,7 @@ def test_bad_sources_and_destinations_exit_2_with_a_message(tmp_path, pg_url, ca
     assert main(["ledger", "copy", str(tmp_path / "q.db"), str(tmp_path / "q.db")]) == 2
     assert "are the same ledger" in capsys.readouterr().err
     assert main(["ledger", "copy", pg_url, str(tmp_path / "q.db")]) == 2  # empty pg: none
-    assert "no quarantine ledger in postgresql://" in capsys.readouterr().err
+    assert "no quarantine ledger at postgresql://" in capsys.readouterr().err
 
 
 def test_a_source_a_run_is_writing_is_copied_without_taking_its_lock(tmp_path, pg_url,
