@@ -12,6 +12,7 @@ from replay import replay_python
 from suiterun import SUITES, junit_cases, script
 
 from burnin.inventory import load_inventory
+from burnin.ledger import Ledger
 from burnin.run import Run
 
 # Loaded with -p into the run: counts, when publish starts, the pytest items of the tests
@@ -57,6 +58,7 @@ def pair_inventory(tmp_path):
         quarantine:
           ledger: {tmp_path / 'ledger.db'}
         """))
+    Ledger(tmp_path / "ledger.db")  # burnin ledger init: a run never creates a configured one
     return inv
 
 
