@@ -71,8 +71,10 @@ def test_a_destination_that_holds_anything_is_refused_unless_forced(tmp_path, pg
 
 def test_bad_sources_and_destinations_exit_2_with_a_message(tmp_path, pg_url, capsys):
     assert main(["ledger", "copy", str(tmp_path / "none.db"), pg_url]) == 2
-    assert f"no quarantine ledger at {tmp_path}/none.db; nothing copied" in \
-        capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no quarantine ledger at {tmp_path}/none.db: none was ever created there " \
+           f"(`burnin ledger init {tmp_path}/none.db` creates one)" in err
+    assert err.endswith("; nothing copied\n") and not (tmp_path / "none.db").exists()
     filled(tmp_path / "q.db")
     assert main(["ledger", "copy", str(tmp_path / "q.db"), "postgresql://u:pw@h/db"]) == 2
     err = capsys.readouterr().err
