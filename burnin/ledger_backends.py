@@ -353,7 +353,15 @@ class SqliteBackend(Backend):
             raise LedgerLost(f"the quarantine ledger {self.path} is empty (0 bytes), but burnin "
                              f"created it ({marker} says when): restore it from a backup, or "
                              f"remove both files to start an empty ledger")
-        made = super().open(create)
+        try:  # a file burnin made that holds no ledger is one lost, not one to make
+            made = super().open(create and not marker.exists())
+        except LedgerMissing:
+            if not marker.exists():
+                raise
+            raise LedgerLost(f"the quarantine ledger {self.path} holds no ledger tables, but "
+                             f"burnin created a ledger there ({marker} says when): restore "
+                             f"it from a backup, or remove both files to start an empty "
+                             f"ledger") from None
         if not marker.exists():  # a ledger from before the marker: from now on, guarded
             try:
                 write_atomically(marker, f"burnin found {self.path.name} here at "
