@@ -101,7 +101,8 @@ class Ledger(RunEndWrites, RunLog, LedgerReads):
         try:
             yield
         except self._backend.errors as e:
-            said = self._backend.scrub(str(e).strip()) or type(e).__name__
+            # one line: PostgreSQL adds DETAIL and CONTEXT lines, and faults are one line
+            said = " ".join(self._backend.scrub(str(e)).split()) or type(e).__name__
             raise LedgerError(f"the quarantine ledger {self.where}: {said}") from e
 
     def _connect(self):
