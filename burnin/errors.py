@@ -56,13 +56,19 @@ class LedgerUrlError(BurninError, ValueError):
     what is accepted."""
 
 
+class LedgerMissing(LedgerError):
+    """No ledger where one is opened, and it was not asked to be created: a ledger is
+    created on purpose (`burnin ledger init`), never where one was expected."""
+
+
 class LedgerNotEmpty(BurninError):
     """`burnin ledger copy` would overwrite a ledger that holds something."""
 
 
 class LedgerLost(BurninError):
-    """A ledger that existed is gone or emptied: starting an empty one would release every
-    node it held, so nothing opens it until a person restores it (or says to start anew)."""
+    """A ledger that existed is gone, emptied or lost tables: starting an empty one would
+    release every node it held, so nothing opens it until a person restores it (or says to
+    start anew)."""
 
 
 # --- the controller and its run ----------------------------------------------------------

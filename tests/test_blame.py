@@ -348,6 +348,7 @@ def test_a_gpu_model_node_with_gpus_auto_and_no_nvml_fails_health(pytester):
         "defaults": {"transport": "local", "python": replay_python(pytester.path / "replay")},
         "quarantine": {"ledger": str(pytester.path / "ledger.db")},
         "nodes": [{"name": "g1", "gpu_model": "H100-SXM5-80GB"}]}))
+    Ledger(pytester.path / "ledger.db")  # burnin ledger init: a run never creates one
     result, reports = run_suite(pytester, inv, "-k", "health")
     outcome, message = junit_cases(reports)["g1"]["health"]
     assert outcome == "failure"
@@ -365,6 +366,7 @@ def test_a_check_that_does_not_apply_to_a_node_is_not_one_it_failed(pytester):
         "quarantine": {"ledger": str(pytester.path / "ledger.db")},
         "nodes": [{"name": name, "address": "127.0.0.1", "gpus": 2 if name[0] == "g" else 0}
                   for name in ("c1", "c2", "g1", "g2")]}))
+    Ledger(pytester.path / "ledger.db")  # burnin ledger init: a run never creates one
     result, reports = run_suite(pytester, inv, "-k", "health or pcie or allreduce_internode")
     cases = junit_cases(reports)
     assert {n: c["allreduce_internode"] for n, c in cases.items()} == dict.fromkeys(

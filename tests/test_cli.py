@@ -107,6 +107,7 @@ def gate_inventory(tmp: Path, actions: str = "") -> Path:
         quarantine:
           ledger: {tmp / 'ledger.db'}
         """) + actions)
+    Ledger(tmp / "ledger.db")  # burnin ledger init: commands never create one
     return path
 
 

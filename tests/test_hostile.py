@@ -55,6 +55,7 @@ def three_nodes(pytester, edit: str, **extra) -> Path:
         "quarantine": {"ledger": str(pytester.path / "ledger.db")},
         "nodes": [{"name": "n1"}, {"name": "n2"},
                   {"name": "n3", "python": liar(pytester.path / "liar", edit)}], **extra}))
+    Ledger(pytester.path / "ledger.db")  # burnin ledger init: a run never creates one
     return inv
 
 

@@ -77,6 +77,7 @@ def start(hosts, tmp_path: Path, check: str, **defaults) -> tuple[subprocess.Pop
     inv = hosts.write_inventory(tmp_path / "inv.yaml", checks=LONG, **defaults)
     doc = inv.read_text() + f"quarantine: {{ledger: {tmp_path / 'ledger.db'}}}\n"
     inv.write_text(doc)
+    Ledger(tmp_path / "ledger.db")  # burnin ledger init: a run never creates a configured one
     reports = tmp_path / "reports"
     proc = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
                              "--reports", str(reports), "-k", check, "-p", "no:cacheprovider",

@@ -71,8 +71,10 @@ def test_a_destination_that_holds_anything_is_refused_unless_forced(tmp_path, pg
 
 def test_bad_sources_and_destinations_exit_2_with_a_message(tmp_path, pg_url, capsys):
     assert main(["ledger", "copy", str(tmp_path / "none.db"), pg_url]) == 2
-    assert f"no quarantine ledger at {tmp_path}/none.db; nothing copied" in \
-        capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"no quarantine ledger at {tmp_path}/none.db: none was ever created there " \
+           f"(`burnin ledger init {tmp_path}/none.db` creates one)" in err
+    assert err.endswith("; nothing copied\n") and not (tmp_path / "none.db").exists()
     filled(tmp_path / "q.db")
     assert main(["ledger", "copy", str(tmp_path / "q.db"), "postgresql://u:pw@h/db"]) == 2
     err = capsys.readouterr().err
@@ -80,7 +82,7 @@ def test_bad_sources_and_destinations_exit_2_with_a_message(tmp_path, pg_url, ca
     assert main(["ledger", "copy", str(tmp_path / "q.db"), str(tmp_path / "q.db")]) == 2
     assert "are the same ledger" in capsys.readouterr().err
     assert main(["ledger", "copy", pg_url, str(tmp_path / "q.db")]) == 2  # empty pg: none
-    assert "no quarantine ledger in postgresql://" in capsys.readouterr().err
+    assert "no quarantine ledger at postgresql://" in capsys.readouterr().err
 
 
 def test_a_source_a_run_is_writing_is_copied_without_taking_its_lock(tmp_path, pg_url,

@@ -14,7 +14,7 @@ from support import pgserver
 from support.ledger_replay import contradictions
 
 from burnin.ledger.api import Ledger, LedgerError
-from burnin.ledger.backends import PostgresBackend
+from burnin.ledger.postgres import PostgresBackend
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,7 @@ def test_a_server_that_is_not_there_is_a_ledger_error_naming_the_ledger():
 
 
 def test_a_missing_ledger_is_not_created_when_asked_not_to(pg_url):
-    with pytest.raises(LedgerError, match="no quarantine ledger in postgresql://"):
+    with pytest.raises(LedgerError, match="no quarantine ledger at postgresql://"):
         Ledger(pg_url, create=False)
     Ledger(pg_url)
     assert Ledger(pg_url, create=False).entries() == []

@@ -20,9 +20,11 @@ from burnin.ledger.api import Ledger
 pytestmark = pytest.mark.slow
 
 
-def inventory(pytester, ledger: str) -> str:
-    """n1, n2 healthy and n3 (whose python `py3` decides), with `ledger`."""
-    return str(trio_inventory(pytester, pytester.path / "inv.yaml", ledger=ledger))
+def inventory(pytester, ledger: str, tail: str = "", init: bool = True) -> str:
+    """n1, n2 healthy and n3 (whose python `py3` decides), with `ledger` (created first,
+    with `init`, as `burnin ledger init` does)."""
+    return str(trio_inventory(pytester, pytester.path / "inv.yaml", tail, ledger=ledger,
+                              init=init))
 
 
 def n3(pytester, body: str) -> None:
@@ -72,7 +74,8 @@ def test_a_run_quarantines_skips_revalidates_and_releases_in_postgresql(pytester
 
 def test_a_postgresql_ledger_not_reached_stops_the_run_before_any_node(pytester, tmp_path):
     url = f"postgresql://postgres@127.0.0.1:{pgserver.free_port()}/ledger"
-    inv = inventory(pytester, url)
+    # TCP without TLS, accepted on purpose: what is tested is a server not there
+    inv = inventory(pytester, url, "  ledger_insecure: true\n", init=False)
     touched = tmp_path / "touched"
     n3(pytester, f"touch {touched}\n" + healthy(pytester))
     result, _ = run_suite(pytester, inv, "-k", "health")

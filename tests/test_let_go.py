@@ -13,6 +13,7 @@ from support.suiterun import SUITES, junit_cases, script
 
 from burnin.engine.run import Run
 from burnin.inventory.schema import load_inventory
+from burnin.ledger.api import Ledger
 
 # Loaded with -p into the run: counts, when publish starts, the pytest items of the tests
 # that ran still alive (the deselected ones are pytest's terminal summary's to keep).
@@ -57,6 +58,7 @@ def pair_inventory(tmp_path):
         quarantine:
           ledger: {tmp_path / 'ledger.db'}
         """))
+    Ledger(tmp_path / "ledger.db")  # burnin ledger init: a run never creates a configured one
     return inv
 
 

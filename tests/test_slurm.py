@@ -70,6 +70,7 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
                           quarantine={"ledger": str(pytester.path / "ledger.db"),
                                       "actions": ["slurm"]})
     cluster.scontrol("update", "nodename=h3", "state=drain", "reason=admin: fan replaced")
+    Ledger(pytester.path / "ledger.db")  # burnin ledger init: a run never creates one
 
     result, reports = run_suite(pytester, inv, "-k", "health")
     result.assert_outcomes(passed=1, failed=2)

@@ -90,6 +90,7 @@ def test_ctrl_c_leaves_slurm_as_it_was_before_the_run(make_slurm, tmp_path, find
     inv = slurm_inventory(cluster, tmp_path / "inv.yaml", checks=LONG,
                           quarantine={"ledger": str(tmp_path / "ledger.db"),
                                       "actions": ["slurm"]})
+    Ledger(tmp_path / "ledger.db")  # burnin ledger init: a run never creates one
     reports = tmp_path / "reports"
     proc = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
                              "--reports", str(reports), "-k", "burn", "-p", "no:cacheprovider",

@@ -242,7 +242,7 @@ def test_nodes_that_differ_in_gpu_count_each_get_a_step_holding_all_of_their_own
     """h1 and h2 have two GPUs as GRES, h3 one: a probe with one task per GPU (the
     inter-node all-reduce's layout) runs every node's tasks, each task on its own GPU of
     its node, and each step asks for no more GPUs per node than its nodes have."""
-    from burnin.inventory import load_inventory
+    from burnin.inventory.schema import load_inventory
     from burnin.transports.srun import SrunLauncher
 
     gpus = {"h1": 2, "h2": 2, "h3": 1}

@@ -180,6 +180,7 @@ def test_a_second_run_skips_nodes_under_test_as_busy_and_blames_nobody(pytester,
         doc["quarantine"] = {"ledger": str(tmp_path / "second.db"), "actions": ["command"],
                              "command": [hook, "{node}"]}
         inv.write_text(yaml.safe_dump(doc))
+        Ledger(tmp_path / "second.db")  # burnin ledger init: a run never creates one
         result, second = run_suite(pytester, inv, "-k", "health")
         cases = junit_cases(second)
         for h in hosts.hosts:

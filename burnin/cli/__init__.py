@@ -25,7 +25,8 @@ from burnin.core.shipped_files import inventory as shipped_inventory
 from burnin.core.shipped_files import shipped
 from burnin.gate.admit import ReportError, decide, read_junit, write_admitted
 from burnin.inventory.schema import InventoryError, load_inventory
-from burnin.ledger.api import Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
+from burnin.ledger.api import LedgerError, LedgerLost, LedgerUrlError
+from burnin.ledger.open import ledger_site, open_ledger
 from burnin.model.verdict import clean
 from burnin.report.publish import publish
 from burnin.transports import TABLE, settings_of
@@ -153,14 +154,13 @@ def _quarantined(args, junit: Path, inv) -> dict[str, str] | None:
     (its quarantine.ledger, or the run's default: quarantine.db beside the run
     directories); None with neither. A ledger that is not there is an error: a node we
     cannot look up is not vouched for."""
-    if args.ledger:
-        where = args.ledger
-    elif inv is not None:
-        where = ledger_path(inv.quarantine.ledger, junit.resolve().parent.parent)
-    else:
+    if not args.ledger and inv is None:
         return None
+    site = ledger_site(inv.quarantine.ledger if inv else None, junit.resolve().parent.parent,
+                       given=args.ledger)
+    ledger = open_ledger(site, insecure=bool(inv and inv.quarantine.ledger_insecure))
     return {e.node: (f"since run {e.run_id}: " if e.run_id else "") + "; ".join(e.reasons)
-            for e in Ledger(where, create=False).entries()}
+            for e in ledger.entries()}
 
 
 def _report(args) -> int:

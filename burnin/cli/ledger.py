@@ -1,4 +1,8 @@
-"""`burnin ledger copy SRC DST`: move a quarantine ledger between engines (an SQLite file
+"""`burnin ledger init [LOCATION]`: create a quarantine ledger, on purpose (nothing else
+creates one where one was expected: burnin/ledger/open.py). Exit 0 when it is there
+(created now, or already whole); 2 when it cannot be created or one there is lost.
+
+`burnin ledger copy SRC DST`: move a quarantine ledger between engines (an SQLite file
 into PostgreSQL when a fleet's controllers start to share one, and back), entries,
 history and kept runs in order.
 
@@ -11,16 +15,48 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
-from burnin.ledger.api import Ledger, LedgerError, LedgerLost, LedgerNotEmpty, LedgerUrlError
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.ledger.api import LedgerError, LedgerLost, LedgerNotEmpty, LedgerUrlError
+from burnin.ledger.open import ledger_site, open_ledger
+
+
+def init(args) -> int:
+    """The `ledger init` command."""
+    try:
+        inventory = load_inventory(args.inventory) if args.inventory else None
+        site = ledger_site(inventory.quarantine.ledger if inventory else None,
+                           Path("reports"), given=args.location)
+        ledger = open_ledger(site, create=True, insecure=_insecure(inventory))
+    except InventoryError as e:
+        print(f"burnin ledger init: invalid inventory:\n{e}", file=sys.stderr)
+        return 2
+    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+        print(f"burnin ledger init: {e}; nothing created", file=sys.stderr)
+        return 2
+    said = "created" if ledger.created else "already there, whole; nothing changed"
+    if args.json:
+        print(json.dumps({"ledger": ledger.where, "created": ledger.created}, indent=2))
+    else:
+        print(f"quarantine ledger {ledger.where}: {said}")
+    return 0
+
+
+def _insecure(inventory) -> bool:
+    return bool(inventory and inventory.quarantine.ledger_insecure)
 
 
 def copy(args) -> int:
-    """The `ledger copy` command."""
+    """The `ledger copy` command: DST is created when it is not there (copying into it
+    is the explicit act), SRC must be there, whole."""
     try:
-        source = Ledger(args.src, create=False)
+        inventory = load_inventory(args.inventory) if args.inventory else None
+        source = open_ledger(ledger_site(None, Path("reports"), given=args.src),
+                             insecure=_insecure(inventory))
         quarantine, history, runs = source.dump()
-        target = Ledger(args.dst)
+        target = open_ledger(ledger_site(None, Path("reports"), given=args.dst),
+                             create=True, insecure=_insecure(inventory))
         if source.where == target.where:
             print(f"burnin ledger copy: {args.src} and {args.dst} are the same ledger",
                   file=sys.stderr)
@@ -29,6 +65,9 @@ def copy(args) -> int:
     except LedgerNotEmpty as e:
         print(f"burnin ledger copy: {e}; nothing copied (--force replaces what it holds)",
               file=sys.stderr)
+        return 2
+    except InventoryError as e:
+        print(f"burnin ledger copy: invalid inventory:\n{e}", file=sys.stderr)
         return 2
     except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
         print(f"burnin ledger copy: {e}; nothing copied", file=sys.stderr)
@@ -46,10 +85,20 @@ def copy(args) -> int:
 def add_parser(sub) -> None:
     ledger = sub.add_parser("ledger", help="the quarantine ledger as a whole")
     ledger_sub = ledger.add_subparsers(dest="action", required=True)
+    i = ledger_sub.add_parser("init", help="create a quarantine ledger (the only command "
+                                           "that does; docs/operator/ledger.md)")
+    i.add_argument("location", metavar="LOCATION", nargs="?",
+                   help="a path, sqlite:///path or postgresql://... (default: the "
+                        "inventory's quarantine.ledger, or reports/quarantine.db)")
+    i.add_argument("--inventory", help="take the ledger (and quarantine.ledger_insecure) "
+                                       "from it")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=init)
     c = ledger_sub.add_parser("copy", help="copy a ledger, history included, into another "
                                            "(SQLite <-> PostgreSQL)")
     c.add_argument("src", metavar="SRC", help="a path, sqlite:///path or postgresql://...")
     c.add_argument("dst", metavar="DST", help="a path, sqlite:///path or postgresql://...")
+    c.add_argument("--inventory", help="its quarantine.ledger_insecure applies to both")
     c.add_argument("--force", action="store_true",
                    help="replace what DST holds (refused by default when it is not empty)")
     c.add_argument("--json", action="store_true", help="machine-readable output")

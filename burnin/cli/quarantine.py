@@ -19,7 +19,8 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from burnin.gate import actions
 from burnin.gate.quarantine import quarantine_actions
 from burnin.inventory.schema import InventoryError, load_inventory
-from burnin.ledger.api import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
+from burnin.ledger.api import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError
+from burnin.ledger.open import ledger_site, open_ledger
 from burnin.model.nodes import QuarantineSettings
 
 
@@ -36,8 +37,11 @@ def _run(args) -> int:
     try:
         given = getattr(args, "inventory", None)  # `burnin history` may have neither
         inventory = load_inventory(given) if given else None
-        ledger = Ledger(args.ledger) if getattr(args, "ledger", None) else Ledger(ledger_path(
-            inventory.quarantine.ledger if inventory else None, Path("reports")))
+        # never created here: a missing ledger is said, not made (burnin/ledger/open.py)
+        ledger = open_ledger(
+            ledger_site(inventory.quarantine.ledger if inventory else None, Path("reports"),
+                        given=getattr(args, "ledger", None)),
+            insecure=bool(inventory and inventory.quarantine.ledger_insecure))
     except InventoryError as e:
         print(f"invalid inventory:\n{e}", file=sys.stderr)
         return 2

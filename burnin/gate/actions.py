@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 import subprocess
-from dataclasses import dataclass
 
+from burnin.model.outcome import ActionResult  # noqa: F401  (callers read it here)
 from burnin.transports.slurmctl import REASON_PREFIX
 
 # Slurm keeps longer reasons, but sinfo's columns and people's terminals do not.
@@ -19,13 +19,6 @@ _SLURM_UNSAFE = re.compile(r"[^A-Za-z0-9 ._:,;/+\-%@()#=]")
 TIMEOUT_S = 60
 
 
-@dataclass(frozen=True)
-class ActionResult:
-    action: str
-    node: str
-    ok: bool
-    message: str
-    drained: bool = False  # burnin drained the node (and so may resume it later)
 
 
 def _run(argv: list[str]) -> tuple[bool, str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from burnin.figures.goodput import Speed
 from burnin.gate import actions
-from burnin.ledger.api import Ledger, NodeRun
+from burnin.ledger.api import Ledger, LedgerError, NodeRun, RunVerdicts
 from burnin.model.nodes import Inventory, Node
 from burnin.model.outcome import CaseResult, Outcome
 
@@ -24,6 +24,29 @@ class GateReport:
     released: list[str] = field(default_factory=list)
     actions: list[actions.ActionResult] = field(default_factory=list)
     would_quarantine: list[str] = field(default_factory=list)  # --no-quarantine
+    # clean in a re-validation run without every check it failed: {node: those checks}
+    not_counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # actions taken after the run's transaction whose record the ledger did not take
+    unrecorded: list[str] = field(default_factory=list)
+
+    def lines(self, release_after: int) -> list[tuple[str, bool]]:
+        """What the run's terminal summary says of it: (line, in red)."""
+        out = [(f"{label}: {', '.join(names)}", False) for label, names in (
+            ("quarantined", self.quarantined),
+            ("still failing, kept in quarantine", self.still_failing),
+            ("released from quarantine", self.released),
+            ("would be quarantined (--no-quarantine)", self.would_quarantine)) if names]
+        for node, clean in sorted(self.clean.items()):
+            if node not in self.released:
+                out.append((f"{node}: clean re-validation run {clean} of {release_after}" + (
+                    f"; held for a person: a repeat offender or quarantined by hand "
+                    f"(burnin history {node})" if clean >= release_after else ""), False))
+        for node, lacking in sorted(self.not_counted.items()):
+            out.append((f"{node}: clean, but not counted toward release: this run did not "
+                        f"include {', '.join(lacking)}, which it is in quarantine for", True))
+        out += [(f"{a.action} on {a.node}: {a.message}", not a.ok) for a in self.actions]
+        out += [(f"not recorded in the ledger: {u}", True) for u in self.unrecorded]
+        return out
 
 
 def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
@@ -37,65 +60,78 @@ def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
 def settle(inventory: Inventory, ledger: Ledger, run_id: str,
            cases: dict[tuple[str, str], CaseResult], revalidate: bool,
            act: bool, speeds: dict[str, Speed] | None = None) -> GateReport:
-    """Apply a finished run's verdicts: keep each judged node's verdict (and `speeds`)
-    among the ledger's runs, quarantine failures (ledger, then actions), and in a
-    re-validation run count clean runs and release."""
+    """Apply a finished run's verdicts: each judged node's verdict (and `speeds`) kept
+    among the ledger's runs, failures quarantined, and in a re-validation run clean runs
+    counted and nodes released, all in one ledger transaction (a LedgerError: none of
+    it); then, once it is committed, the actions, each recorded."""
     report = GateReport()
     by_node: dict[str, list[CaseResult]] = {}
     for (node, _), case in sorted(cases.items()):
         by_node.setdefault(node, []).append(case)
     q = inventory.quarantine
-    if act:
-        kept = node_runs(run_id, by_node, speeds or {}, time.time())
-        if kept:
-            ledger.record_runs(inventory.cluster, kept, q.keep_runs_days)
-    failures = []
+    failures, clean = [], {}
     for name, node_cases in by_node.items():
         failed = [c for c in node_cases if Outcome(c.outcome).bad]
         if failed:
             failures.append((name, [c.check for c in failed],
                              [f"{c.check}: {c.message}" for c in failed],
                              {c.check: c.message for c in failed}))
-        elif revalidate and act and all(c.outcome == Outcome.PASSED for c in node_cases):
-            entry = ledger.get(name)
-            clean, released = ledger.record_clean(name, run_id, q.release_after,
-                                                  (q.repeat_times, q.repeat_days))
-            if clean == 0:
-                continue  # released meanwhile (by hand, or another run): nothing recorded
-            report.clean[name] = clean
-            if released:
-                report.released.append(name)
-                if "slurm" in q.actions and entry and entry.drained_by_burnin:
-                    result = actions.slurm_resume(name)
-                    ledger.note(name, "action", f"{result.action}: {result.message}", run_id)
-                    report.actions.append(result)
+        elif revalidate and all(c.outcome == Outcome.PASSED for c in node_cases):
+            clean[name] = frozenset(c.check for c in node_cases)
     if not act:
         report.would_quarantine += [name for name, *_ in failures]
         return report
-    # The run's failures in one ledger transaction, then each new one's actions.
-    new = ledger.record_failures(inventory.cluster, failures, run_id) if failures else {}
+    done = ledger.record_run_end(RunVerdicts(
+        inventory.cluster, run_id, node_runs(run_id, by_node, speeds or {}, time.time()),
+        q.keep_runs_days, clean, failures, q.release_after, (q.repeat_times, q.repeat_days),
+        drain="slurm" in q.actions))
+    report.clean, report.released = done.clean, list(done.released)
+    report.not_counted = done.not_counted
+    # Committed: from here on the run's verdicts stand; what the actions did is recorded
+    # each in its own transaction, and one the ledger refuses is said, not raised.
+    for name in done.resume if "slurm" in q.actions else ():
+        result = actions.slurm_resume(name)
+        report.actions.append(result)
+        _record(report, f"{result.action} on {name}: {result.message}", ledger.note,
+                name, "action", f"{result.action}: {result.message}", run_id)
     for name, checks, reasons, _ in failures:
-        (report.quarantined if new[name] else report.still_failing).append(name)
-        if new[name]:
-            report.actions += quarantine_actions(ledger, q, name, checks, reasons, run_id)
+        (report.quarantined if done.new[name] else report.still_failing).append(name)
+        if done.new[name]:
+            report.actions += quarantine_actions(ledger, q, name, checks, reasons, run_id,
+                                                 drain_recorded=True,
+                                                 unrecorded=report.unrecorded)
     return report
 
 
+def _record(report: GateReport, what: str, write, *args) -> None:
+    try:
+        write(*args)
+    except LedgerError as e:
+        report.unrecorded.append(f"{what} ({e})")
+
+
 def quarantine_actions(ledger: Ledger, q, name: str, checks: list[str], reasons: list[str],
-                       run_id: str | None, who: str = "burnin") -> list[actions.ActionResult]:
+                       run_id: str | None, who: str = "burnin", drain_recorded: bool = False,
+                       unrecorded: list[str] | None = None) -> list[actions.ActionResult]:
     """The inventory's quarantine.actions for a node just quarantined (`q`: its
-    QuarantineSettings), each noted in the ledger's history."""
+    QuarantineSettings), then what they did in one ledger transaction. A drain is marked
+    in the ledger before it is asked for (`drain_recorded`: the run's transaction did),
+    so that a write lost after it never loses that burnin drained the node. With
+    `unrecorded`, a ledger that refuses the record is said there, not raised."""
     results = []
     if "slurm" in q.actions:
-        r = actions.slurm_drain(name, checks, reasons)
-        if r.drained:
+        if not drain_recorded:
             ledger.set_drained(name, True)
-        results.append(r)
+        results.append(actions.slurm_drain(name, checks, reasons))
     if "command" in q.actions:
         results.append(actions.command_hook(q.command, name, checks, "; ".join(reasons)))
-    for r in results:
-        ledger.note(name, "action" if r.ok else "action-failed",
-                    f"{r.action}: {r.message}", run_id, who=who)
+    if results:
+        if unrecorded is None:
+            ledger.record_actions(name, results, run_id, who=who)
+        else:
+            report = GateReport(unrecorded=unrecorded)
+            _record(report, "; ".join(f"{r.action} on {name}: {r.message}" for r in results),
+                    ledger.record_actions, name, results, run_id, who)
     return results
 
 

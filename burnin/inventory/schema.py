@@ -18,7 +18,7 @@ from burnin.checks import CHECKS, Kind
 from burnin.errors import InventoryError  # noqa: F401  (raised here, caught by callers)
 from burnin.inventory import yamlsource
 from burnin.inventory.yamlsource import Mapping, Sequence, SourceError, SourceErrors
-from burnin.ledger.backends import LedgerUrlError, parse_location
+from burnin.ledger.backends import LedgerUrlError, parse_location, transport_problem
 from burnin.model import environment
 from burnin.model.gpu_reference import GPU_MODELS, NUMERIC_FIELDS, model_from
 from burnin.model.nodes import (
@@ -109,7 +109,8 @@ def node_keys() -> dict[str, str]:
             **default_keys()}
 
 
-QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "release_after",
+QUARANTINE_KEYS = {"ledger": "ledger", "ledger_insecure": "bool", "actions": "actions",
+                   "release_after": "release_after",
                    "command": "str_list", "repeat_times": "release_after",
                    "repeat_days": "positive", "keep_runs_days": "positive"}
 ADMISSION_KEYS = {"require": "check_list"}
@@ -394,8 +395,13 @@ def _quarantine(c: _Checker, doc: Mapping, top: dict) -> QuarantineSettings:
     if "command" in q.get("actions", ()) and not q.get("command"):
         c.error(top["quarantine"].key_lines["actions"], "quarantine.command",
                 "missing; the command action needs quarantine.command: [argv, ...]")
+    if "ledger" in q and not q.get("ledger_insecure", False):
+        problem = transport_problem(parse_location(q["ledger"]))
+        if problem:
+            c.error(top["quarantine"].key_lines["ledger"], "quarantine.ledger", problem)
     return QuarantineSettings(
-        ledger=q.get("ledger"), actions=tuple(q.get("actions", ())),
+        ledger=q.get("ledger"), ledger_insecure=q.get("ledger_insecure", False),
+        actions=tuple(q.get("actions", ())),
         release_after=q.get("release_after", 2), command=tuple(q.get("command", ())),
         repeat_times=q.get("repeat_times", 3), repeat_days=q.get("repeat_days", 30.0),
         keep_runs_days=q.get("keep_runs_days", 180.0))

@@ -11,23 +11,21 @@ fault, never a node's.
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from burnin.core.safefiles import private_dirs, write_atomically
 from burnin.core.safetext import safe_text
-from burnin.errors import LedgerLost  # noqa: F401  (raised here, caught by callers)
-from burnin.ledger.backends import (
-    BUSY_TIMEOUT_S,  # noqa: F401  (tests and callers read it here)
+from burnin.ledger.backends import (  # noqa: F401  (callers catch and read them here)
+    BUSY_TIMEOUT_S,
     Backend,
     LedgerError,
+    LedgerLost,
+    LedgerMissing,
     LedgerNotEmpty,
-    LedgerUrlError,  # noqa: F401  (callers catch it here)
-    PostgresBackend,
-    SqliteBackend,
+    LedgerUrlError,
+    backend_for,
     parse_location,
 )
 from burnin.ledger.read import (  # noqa: F401  (Entry: callers)
@@ -37,6 +35,12 @@ from burnin.ledger.read import (  # noqa: F401  (Entry: callers)
     LedgerReads,
     _entry,
 )
+from burnin.ledger.run_end import (  # noqa: F401  (callers)
+    RunEndWrites,
+    RunRecorded,
+    RunVerdicts,
+    encode_failures,
+)
 from burnin.ledger.runs import DAY, RUN_COLUMNS, NodeRun, RunLog  # noqa: F401  (NodeRun: callers)
 
 # A serialization failure (PostgreSQL) is retried this often, with growing random
@@ -45,65 +49,26 @@ WRITE_ATTEMPTS = 20
 PAUSE_S = 1.0
 
 
-class Ledger(RunLog, LedgerReads):
+class Ledger(RunEndWrites, RunLog, LedgerReads):
     def __init__(self, where: str | Path, create: bool = True):
-        """Open the ledger at `where` (a path, sqlite:///path or postgresql://...),
-        creating it when it was never there (`create`). LedgerLost when burnin made an
-        SQLite ledger there before and the file is now missing or empty;
-        FileNotFoundError when it is missing and `create` is False; LedgerError when the
-        database cannot be reached or refuses; LedgerUrlError for a bad location."""
+        """Open the ledger at `where` (a path, sqlite:///path, postgresql://... or another
+        scheme of BACKENDS), creating it where there is none at all (`create`): the
+        low-level opener; the product opens ledgers through burnin/ledger/open.py, which
+        decides when one may be created. LedgerMissing where there is none and not
+        `create`; LedgerLost where one was and is missing, empty or lost tables;
+        LedgerError when the database cannot be reached or refuses; LedgerUrlError for a
+        bad location."""
         location = parse_location(where)
-        if isinstance(location, str):
-            self.path = None
-            try:
-                self._backend: Backend = PostgresBackend(location)
-            except ImportError:
-                raise LedgerError(f"the quarantine ledger {location} is PostgreSQL, and the "
-                                  "psycopg driver is not installed: pip install "
-                                  "'psycopg[binary]'") from None
-            self.where = location
-            with self._guard():
-                if not create:
-                    with self._backend.reading() as db:
-                        if self._backend.version(db) == 0:
-                            raise LedgerError(f"no quarantine ledger in {location}")
-                self._backend.migrate()
-            return
-        self.path = location
-        self.where = str(location)
-        self._backend = SqliteBackend(self.path)
-        marker = self.marker
-        if not self.path.exists():
-            if marker.exists():
-                raise LedgerLost(f"the quarantine ledger {self.path} is missing, but burnin "
-                                 f"created one there ({marker} says when): restore it from "
-                                 f"a backup, or remove {marker} to start an empty ledger")
-            if not create:
-                raise FileNotFoundError(f"no quarantine ledger at {self.path}")
-            private_dirs(self.path.parent)
-            # owner-only from its first byte: it holds evidence
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            self._init()
-            write_atomically(marker, f"burnin created {self.path.name} here at "
-                                     f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
-            return
-        if self.path.is_file() and self.path.stat().st_size == 0 and marker.exists():
-            raise LedgerLost(f"the quarantine ledger {self.path} is empty (0 bytes), but burnin "
-                             f"created it ({marker} says when): restore it from a backup, or "
-                             f"remove both files to start an empty ledger")
-        self._init()
-        if not marker.exists():  # a ledger from before the marker: from now on, guarded
-            try:
-                write_atomically(marker, f"burnin found {self.path.name} here at "
-                                         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
-            except OSError:
-                pass  # a reader without write access (burnin admit) guards nothing
+        self.path = location if isinstance(location, Path) else None
+        self._backend: Backend = backend_for(location)
+        self.where = self._backend.where
+        with self._guard():
+            self.created = self._backend.open(create)  # True: made here, now
 
     @property
     def marker(self) -> Path:
-        """The file beside the ledger that says burnin created one here: without it, a
-        deleted or truncated ledger would silently become an empty one."""
-        return self.path.with_name(f".{self.path.name}.burnin")
+        """The file beside an SQLite ledger that says burnin created one here."""
+        return self._backend.marker
 
     def check_writable(self) -> None:
         """Raise (LedgerError, OSError) unless a write transaction can be taken and every
@@ -120,6 +85,11 @@ class Ledger(RunLog, LedgerReads):
                     db.execute("INSERT INTO quarantine SELECT * FROM quarantine WHERE 0 = 1")
                     db.execute("UPDATE quarantine SET clean_runs = 0 WHERE 0 = 1")
                     db.execute("DELETE FROM quarantine WHERE 0 = 1")
+                    # every run keeps its verdicts (`runs`) and lets the oldest go
+                    columns = ", ".join(RUN_COLUMNS)
+                    db.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs "
+                               "WHERE 0 = 1")
+                    db.execute("DELETE FROM runs WHERE 0 = 1")
                 finally:
                     db.execute("ROLLBACK")
             finally:
@@ -131,15 +101,12 @@ class Ledger(RunLog, LedgerReads):
         try:
             yield
         except self._backend.errors as e:
-            raise LedgerError(f"the quarantine ledger {self.where}: "
-                              f"{str(e).strip() or type(e).__name__}") from e
+            # one line: PostgreSQL adds DETAIL and CONTEXT lines, and faults are one line
+            said = " ".join(self._backend.scrub(str(e)).split()) or type(e).__name__
+            raise LedgerError(f"the quarantine ledger {self.where}: {said}") from e
 
     def _connect(self):
         return self._backend.connect()
-
-    def _init(self) -> None:
-        with self._guard():
-            self._backend.migrate()
 
     @contextmanager
     def _tx(self):
@@ -180,42 +147,40 @@ class Ledger(RunLog, LedgerReads):
         all of them or, on a crash, none (one fsync for the run, not one per node: a
         fleet-wide bad rollout fails thousands at once). {node: new in quarantine}."""
         now = time.time()
-        # JSON before the transaction: a figure it cannot hold fails the run's write
-        # before anything is taken, and a retried transaction encodes nothing again.
-        encoded = [(node, json.dumps(checks), json.dumps(reasons), json.dumps(figures),
-                    "; ".join(reasons)[:4000]) for node, checks, reasons, figures in failures]
+        encoded = encode_failures(failures)  # before the transaction
+        return self._write(lambda db: self._failures_in(db, cluster, encoded, run_id, who,
+                                                        now))
 
-        def work(db) -> dict[str, bool]:
-            # A few statements for the whole run, not three per node: over a network each
-            # statement is a round trip (PostgreSQL), and a bad rollout fails thousands.
-            names = [f[0] for f in encoded]
-            known: set[str] = set()
-            for i in range(0, len(names), 500):
-                chunk = names[i:i + 500]
-                known.update(r[0] for r in db.execute(
-                    f"SELECT node FROM quarantine WHERE node IN ({','.join('?' * len(chunk))})",
-                    tuple(chunk)).fetchall())
-            out: dict[str, bool] = {}
-            inserts, updates, history = [], [], []
-            for node, checks, reasons, figures, why in encoded:
-                if node in known:
-                    updates.append((checks, reasons, figures, run_id, now, node))
-                else:
-                    inserts.append((node, cluster, checks, reasons, figures, run_id, now, now,
-                                    who))
-                history.append((node, now, "failed-again" if node in known else "quarantined",
-                                who, safe_text(why), run_id))
-                out.setdefault(node, node not in known)
-                known.add(node)
-            db.executemany("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
-                           "run_id, since, updated, set_by) VALUES (?,?,?,?,?,?,?,?,?)",
-                           inserts)
-            db.executemany("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
-                           "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?", updates)
-            db.executemany("INSERT INTO history (node, time, event, who, why, run_id) "
-                           "VALUES (?,?,?,?,?,?)", history)
-            return out
-        return self._write(work)
+    def _failures_in(self, db, cluster: str, encoded: list[tuple], run_id: str, who: str,
+                     now: float) -> dict[str, bool]:
+        """record_failures inside the caller's transaction `db`."""
+        # A few statements for the whole run, not three per node: over a network each
+        # statement is a round trip (PostgreSQL), and a bad rollout fails thousands.
+        names = [f[0] for f in encoded]
+        known: set[str] = set()
+        for i in range(0, len(names), 500):
+            chunk = names[i:i + 500]
+            known.update(r[0] for r in db.execute(
+                f"SELECT node FROM quarantine WHERE node IN ({','.join('?' * len(chunk))})",
+                tuple(chunk)).fetchall())
+        out: dict[str, bool] = {}
+        inserts, updates, history = [], [], []
+        for node, checks, reasons, figures, why in encoded:
+            if node in known:
+                updates.append((checks, reasons, figures, run_id, now, node))
+            else:
+                inserts.append((node, cluster, checks, reasons, figures, run_id, now, now, who))
+            history.append((node, now, "failed-again" if node in known else "quarantined",
+                            who, safe_text(why), run_id))
+            out.setdefault(node, node not in known)
+            known.add(node)
+        db.executemany("INSERT INTO quarantine (node, cluster, checks, reasons, figures, "
+                       "run_id, since, updated, set_by) VALUES (?,?,?,?,?,?,?,?,?)", inserts)
+        db.executemany("UPDATE quarantine SET checks = ?, reasons = ?, figures = ?, "
+                       "run_id = ?, updated = ?, clean_runs = 0 WHERE node = ?", updates)
+        db.executemany("INSERT INTO history (node, time, event, who, why, run_id) "
+                       "VALUES (?,?,?,?,?,?)", history)
+        return out
 
     def quarantine_by_hand(self, node: str, cluster: str, reason: str, who: str) -> bool:
         """An operator takes `node` out of production (`burnin quarantine add`): True if
@@ -246,35 +211,38 @@ class Ledger(RunLog, LedgerReads):
         quarantined by hand, or a repeat offender (quarantined `repeat` = (times, days)
         times within that many days), is counted but never released here: only by hand."""
         now = time.time()
+        return self._write(lambda db: self._clean_in(db, node, run_id, release_after, repeat,
+                                                     now))
 
-        def work(db) -> tuple[int, bool]:
-            row = db.execute("SELECT clean_runs, by_hand FROM quarantine WHERE node = ?",
-                             (node,)).fetchone()
-            if row is None:
-                return 0, False
-            clean = row[0] + 1
-            times = self._quarantined_since(db, node, now - repeat[1] * DAY) if repeat else 0
-            if repeat and times >= repeat[0]:
-                db.execute("UPDATE quarantine SET clean_runs = ?, updated = ? WHERE node = ?",
-                           (clean, now, node))
-                self._log(db, node, "clean", "burnin",
-                          f"clean re-validation run {clean}; a repeat offender (quarantined "
-                          f"{times} times in {repeat[1]:g} days): released only by hand",
-                          run_id, now)
-                return clean, False
-            if clean >= release_after and not row[1]:
-                db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
-                self._log(db, node, "released", "burnin",
-                          f"{clean} consecutive clean re-validation runs", run_id, now)
-                return clean, True
+    def _clean_in(self, db, node: str, run_id: str, release_after: int,
+                  repeat: tuple[int, float] | None, now: float) -> tuple[int, bool]:
+        """record_clean inside the caller's transaction `db`."""
+        row = db.execute("SELECT clean_runs, by_hand FROM quarantine WHERE node = ?",
+                         (node,)).fetchone()
+        if row is None:
+            return 0, False
+        clean = row[0] + 1
+        times = self._quarantined_since(db, node, now - repeat[1] * DAY) if repeat else 0
+        if repeat and times >= repeat[0]:
             db.execute("UPDATE quarantine SET clean_runs = ?, updated = ? WHERE node = ?",
                        (clean, now, node))
             self._log(db, node, "clean", "burnin",
-                      f"clean re-validation run {clean}" + (
-                          "; quarantined by hand: released only by hand" if row[1]
-                          else f" of {release_after}"), run_id, now)
+                      f"clean re-validation run {clean}; a repeat offender (quarantined "
+                      f"{times} times in {repeat[1]:g} days): released only by hand",
+                      run_id, now)
             return clean, False
-        return self._write(work)
+        if clean >= release_after and not row[1]:
+            db.execute("DELETE FROM quarantine WHERE node = ?", (node,))
+            self._log(db, node, "released", "burnin",
+                      f"{clean} consecutive clean re-validation runs", run_id, now)
+            return clean, True
+        db.execute("UPDATE quarantine SET clean_runs = ?, updated = ? WHERE node = ?",
+                   (clean, now, node))
+        self._log(db, node, "clean", "burnin",
+                  f"clean re-validation run {clean}" + (
+                      "; quarantined by hand: released only by hand" if row[1]
+                      else f" of {release_after}"), run_id, now)
+        return clean, False
 
     @staticmethod
     def _quarantined_since(db, node: str, since: float) -> int:

@@ -10,15 +10,22 @@ schema at once migrate it once (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory
 
 from __future__ import annotations
 
-import re
+import importlib
+import os
 import sqlite3
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
 
-from burnin.errors import LedgerError, LedgerNotEmpty, LedgerUrlError  # noqa: F401  (raised here, caught by callers)
+from burnin.core.safefiles import private_dirs, write_atomically
+from burnin.errors import (  # noqa: F401  (raised here, caught by callers)
+    LedgerError,
+    LedgerLost,
+    LedgerMissing,
+    LedgerNotEmpty,
+    LedgerUrlError,
+)
+from burnin.ledger.url import shown
 
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 10
@@ -29,47 +36,49 @@ MIGRATION_LOCK = 0x6275726E696E
 
 def parse_location(text: str | Path) -> Path | str:
     """A ledger's location: a Path for SQLite (a path or sqlite:///absolute/path), the URL
-    for PostgreSQL (postgresql://user@host:port/db?sslmode=...). LedgerUrlError for
-    anything else, and for a URL that carries a password: an inventory is no place for
-    one (PGPASSWORD, ~/.pgpass or a service= entry are)."""
+    for any other engine of BACKENDS, chosen by its scheme (postgresql://user@host:port/db
+    ?sslmode=...). LedgerUrlError for anything else, and for what the engine refuses (a
+    PostgreSQL URL that carries a password: an inventory is no place for one)."""
     if isinstance(text, Path):
         return text.expanduser()
-    if text.startswith("sqlite:"):
-        if not text.startswith("sqlite:///") or len(text) == len("sqlite:///"):
-            raise LedgerUrlError(f"{text!r}: an SQLite ledger is a path, or "
-                                 "sqlite:///absolute/path")
-        return Path(text[len("sqlite://"):])
-    if text.startswith(("postgresql://", "postgres://")):
-        try:
-            url = urlsplit(text)
-            password = url.password
-            url.port  # noqa: B018  (ValueError when it is no number)
-        except ValueError as e:
-            raise LedgerUrlError(f"{_redacted(text)!r} is not a PostgreSQL URL: {e}") from None
-        query = dict(parse_qsl(url.query, keep_blank_values=True))
-        if password is not None or "password" in query:
-            raise LedgerUrlError(
-                f"{_redacted(text)!r}: the ledger URL holds a password; take it out and give "
-                "it in PGPASSWORD, ~/.pgpass or a service= entry of ~/.pg_service.conf")
-        return text
-    if "://" in text:
-        raise LedgerUrlError(f"{_redacted(text)!r}: a ledger is a path, sqlite:///path or "
-                             "postgresql://user@host/db")
     if text == "":
-        raise LedgerUrlError("an empty ledger location: a ledger is a path, sqlite:///path "
-                             "or postgresql://user@host/db")
-    return Path(text).expanduser()
+        raise LedgerUrlError("an empty ledger location: a ledger is " + _accepted())
+    scheme, sep, _ = text.partition(":")
+    if not sep or ("://" not in text and scheme != "sqlite") or not scheme.isidentifier():
+        return Path(text).expanduser()  # a plain path (a colon in a file name included)
+    if scheme.lower() not in BACKENDS:
+        raise LedgerUrlError(f"{shown(text)!r}: a ledger is " + _accepted())
+    return backend_class(scheme.lower()).locate(text)
 
 
-def _redacted(text: str) -> str:
-    """A URL as messages may show it: never its password."""
-    try:
-        url = urlsplit(text)
-        if url.password is not None:
-            url = url._replace(netloc=url.netloc.replace(f":{url.password}@", ":***@", 1))
-    except ValueError:
-        return text.split("://", 1)[0] + "://..."
-    return re.sub(r"(?i)(password=)[^&]*", r"\1***", url.geturl())
+def _accepted() -> str:
+    examples = dict.fromkeys(backend_class(s).example for s in BACKENDS)
+    return "a path, " + " or ".join(examples)
+
+
+def backend_for(location: Path | str) -> Backend:
+    """The engine that holds the ledger at `location` (as parse_location gives it): the
+    one place that maps a location to its backend."""
+    if isinstance(location, Path):
+        return backend_class("sqlite")(location)
+    return backend_class(location.partition(":")[0].lower())(location)
+
+
+def transport_problem(location: Path | str) -> str:
+    """Why the ledger at `location` may be reached unverified over the network ('' when
+    it cannot: a file, a unix socket, verified TLS): its engine's say."""
+    if isinstance(location, Path):
+        return ""
+    return backend_class(location.partition(":")[0].lower()).transport_problem(location)
+
+
+def backend_class(scheme: str) -> type[Backend]:
+    """BACKENDS' class for `scheme`, imported on first use (its driver too)."""
+    found = BACKENDS[scheme]
+    if isinstance(found, str):
+        module, _, name = found.partition(":")
+        found = getattr(importlib.import_module(module), name)
+    return found
 
 
 def _migrations(real: str, serial: str) -> dict[int, tuple[str, ...]]:
@@ -122,17 +131,79 @@ VERSION_TABLE = ("CREATE TABLE IF NOT EXISTS ledger_schema (version INTEGER PRIM
                  "applied {real} NOT NULL, how TEXT NOT NULL)")
 
 
-class Backend:
-    """One engine: connections, transactions and the schema's version."""
+TABLES = ("quarantine", "history", "runs", "ledger_schema")
 
-    where: str  # what messages call this ledger (never a password: the URL holds none)
+
+class Backend:
+    """One engine: connections, transactions, the schema's version, and whether a ledger
+    is there at all. A new engine is a subclass and a row of BACKENDS (below)."""
+
+    where: str  # what messages call this ledger (never a secret: url.shown)
+    example = ""  # a location of this engine, as messages show what is accepted
     migrations: dict[int, tuple[str, ...]]
     real = "REAL"
     retryable: tuple[type[BaseException], ...] = ()
     errors: tuple[type[BaseException], ...] = ()
 
+    @classmethod
+    def locate(cls, text: str) -> Path | str:
+        """The location `text` names (parse_location's answer); LedgerUrlError when this
+        engine cannot open it."""
+        return text
+
+    @classmethod
+    def transport_problem(cls, location: Path | str) -> str:
+        """Why reaching `location` may be read or changed on the way ('' when not)."""
+        return ""
+
     def connect(self):
         raise NotImplementedError
+
+    def tables(self, db) -> set[str]:
+        """Which of the ledger's TABLES the database holds."""
+        raise NotImplementedError
+
+    def scrub(self, message: str) -> str:
+        """The engine's error `message` as it may be shown: no secret of the location."""
+        return message
+
+    def open(self, create: bool) -> bool:
+        """Make sure a whole ledger is here, and its schema current. With `create`, make
+        one where there is none at all (and say so: True). LedgerMissing where there is
+        none (and not `create`); LedgerLost where one was and lost tables (a dropped
+        table, a failed restore): recreating them empty would release every node the
+        ledger held."""
+        with self.reading() as db:
+            version, present = self.version(db), self.tables(db)
+        made = version == 0 and not present
+        if made:
+            if not create:
+                raise self.missing()
+        else:
+            expected = {"quarantine"} | ({"history", "ledger_schema"} | (
+                {"runs"} if version >= 3 else set()) if self.versioned(present) else set())
+            lost = sorted(expected - present)
+            if lost:
+                raise LedgerLost(
+                    f"the quarantine ledger {self.where} has lost its table(s) "
+                    f"{', '.join(lost)} (a dropped table, a failed restore, a wrong "
+                    "database): an empty one would release every node it held, so burnin "
+                    "opens it no more. Restore it from a backup; or, to start anew on "
+                    "purpose, drop what is left and run `burnin ledger init`")
+        self.migrate()
+        return made
+
+    def missing(self) -> LedgerMissing:
+        return LedgerMissing(
+            f"no quarantine ledger at {self.where}: none was ever created there "
+            f"(`burnin ledger init {self.where}` creates one). If one was there, this is a "
+            "wrong location, a wrong or recreated database, or a failed restore: restore it "
+            "from a backup")
+
+    def versioned(self, present: set[str]) -> bool:
+        """Whether the ledger keeps its version (and so must hold every table up to it):
+        SQLite's from before versions may not; their tables say their version."""
+        return True
 
     @contextmanager
     def transaction(self, begin: str | None = None):
@@ -222,11 +293,71 @@ class SqliteBackend(Backend):
     begin = "BEGIN IMMEDIATE"
     begin_snapshot = "BEGIN"  # deferred: reads see one state, and take no write lock
     errors = (sqlite3.Error,)
+    example = "sqlite:///path"
 
     def __init__(self, path: Path):
         self.path = path
         self.where = str(path)
         self.migrations = _migrations("REAL", "INTEGER PRIMARY KEY AUTOINCREMENT")
+
+    @classmethod
+    def locate(cls, text: str) -> Path:
+        if not text.startswith("sqlite:///") or len(text) == len("sqlite:///"):
+            raise LedgerUrlError(f"{text!r}: an SQLite ledger is a path, or "
+                                 "sqlite:///absolute/path")
+        return Path(text[len("sqlite://"):])
+
+    @property
+    def marker(self) -> Path:
+        """The file beside the ledger that says burnin created one here: without it, a
+        deleted or truncated ledger would silently become an empty one."""
+        return self.path.with_name(f".{self.path.name}.burnin")
+
+    def open(self, create: bool) -> bool:
+        """Backend.open, and the marker: a file burnin created that is now missing or
+        empty is LedgerLost, not a new ledger."""
+        marker = self.marker
+        if not self.path.exists():
+            if marker.exists():
+                raise LedgerLost(f"the quarantine ledger {self.path} is missing, but burnin "
+                                 f"created one there ({marker} says when): restore it from "
+                                 f"a backup, or remove {marker} to start an empty ledger")
+            if not create:
+                raise self.missing()  # before connecting: that would make the file
+            private_dirs(self.path.parent)
+            # owner-only from its first byte: it holds evidence
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            super().open(create=True)
+            write_atomically(marker, f"burnin created {self.path.name} here at "
+                                     f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+            return True
+        if self.path.is_file() and self.path.stat().st_size == 0 and marker.exists():
+            raise LedgerLost(f"the quarantine ledger {self.path} is empty (0 bytes), but burnin "
+                             f"created it ({marker} says when): restore it from a backup, or "
+                             f"remove both files to start an empty ledger")
+        try:  # a file burnin made that holds no ledger is one lost, not one to make
+            made = super().open(create and not marker.exists())
+        except LedgerMissing:
+            if not marker.exists():
+                raise
+            raise LedgerLost(f"the quarantine ledger {self.path} holds no ledger tables, but "
+                             f"burnin created a ledger there ({marker} says when): restore "
+                             f"it from a backup, or remove both files to start an empty "
+                             f"ledger") from None
+        if not marker.exists():  # a ledger from before the marker: from now on, guarded
+            try:
+                write_atomically(marker, f"burnin found {self.path.name} here at "
+                                         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")
+            except OSError:
+                pass  # a reader without write access (burnin admit) guards nothing
+        return made
+
+    def versioned(self, present: set[str]) -> bool:
+        return "ledger_schema" in present
+
+    def tables(self, db) -> set[str]:
+        return {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = "
+                                         "'table'")} & set(TABLES)
 
     def connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -258,77 +389,11 @@ class SqliteBackend(Backend):
             yield db
 
 
-@dataclass(frozen=True)
-class _PgCursor:
-    cursor: object
-
-    def fetchone(self):
-        return self.cursor.fetchone()
-
-    def fetchall(self):
-        return self.cursor.fetchall()
-
-
-class _PgConnection:
-    """psycopg's connection, taking the ledger's ? placeholders."""
-
-    def __init__(self, conn):
-        self.conn = conn
-
-    def execute(self, sql: str, args=()):
-        return _PgCursor(self.conn.execute(PostgresBackend.q(sql), args or None))
-
-    def executemany(self, sql: str, rows: list) -> None:
-        if rows:  # pipelined by psycopg: one round trip for all of them
-            self.conn.cursor().executemany(PostgresBackend.q(sql), rows)
-
-    def close(self) -> None:
-        self.conn.close()
-
-
-class PostgresBackend(Backend):
-    """A PostgreSQL database, shared by controllers on different machines.
-
-    Every write transaction is SERIALIZABLE: PostgreSQL then guarantees the outcome of
-    some one-at-a-time order of them, so a clean re-validation run that read a node's
-    count can never release it over a failure another run committed meanwhile; what it
-    refuses (a serialization failure, a deadlock) burnin/ledger/api.py retries, a bounded
-    number of times. The migration runs READ COMMITTED under an advisory lock, so that
-    whoever waited for the lock reads the version the first one committed.
-    """
-
-    begin = "BEGIN ISOLATION LEVEL SERIALIZABLE"
-    begin_snapshot = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-    real = "DOUBLE PRECISION"
-
-    def __init__(self, url: str):
-        import psycopg  # only a PostgreSQL ledger needs the driver
-
-        self.psycopg = psycopg
-        self.url = url
-        self.where = url
-        self.migrations = _migrations("DOUBLE PRECISION",
-                                      "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY")
-        self.errors = (psycopg.Error,)
-        self.retryable = (psycopg.errors.SerializationFailure,
-                          psycopg.errors.DeadlockDetected)
-
-    def connect(self) -> _PgConnection:
-        return _PgConnection(self.psycopg.connect(
-            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S,
-            application_name="burnin"))
-
-    @staticmethod
-    def q(sql: str) -> str:
-        return sql.replace("?", "%s")
-
-    def version(self, db) -> int:
-        if db.execute("SELECT to_regclass('ledger_schema')").fetchone()[0] is None:
-            return 0
-        return db.execute("SELECT coalesce(max(version), 0) FROM ledger_schema").fetchone()[0]
-
-    def lock_for_migration(self, db) -> None:
-        db.execute("SELECT pg_advisory_xact_lock(?)", (MIGRATION_LOCK,))
-
-    def migrating(self):
-        return self.transaction("BEGIN ISOLATION LEVEL READ COMMITTED")
+# The engines, by a location's scheme (a plain path is SQLite): the one place that says
+# which engine opens which ledger. A new engine is a Backend subclass and a row here.
+# A row is the class, or "module:Class", imported only when a ledger of it is opened.
+BACKENDS: dict[str, type[Backend] | str] = {
+    "sqlite": SqliteBackend,
+    "postgresql": "burnin.ledger.postgres:PostgresBackend",
+    "postgres": "burnin.ledger.postgres:PostgresBackend",
+}

@@ -45,19 +45,19 @@ class RunLog:
         older than `keep_days` let go in the same one (the table stays bounded however
         long the fleet lives). The number let go."""
         now = time.time() if now is None else now
-        rows = [(r.node, cluster, r.run_id, r.time, r.outcome, json.dumps(list(r.checks)),
-                 json.dumps([safe_text(x)[:REASON_CHARS] for x in r.reasons]), r.speed,
-                 json.dumps(r.figures)) for r in runs]
+        rows = encode_runs(cluster, runs)
+        return self._write(lambda db: self._runs_in(db, rows, keep_days, now))
 
-        def work(db) -> int:
-            db.executemany(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) "
-                           f"VALUES ({', '.join('?' * len(RUN_COLUMNS))})", rows)
-            gone = db.execute("SELECT count(*) FROM runs WHERE time < ?",
-                              (now - keep_days * DAY,)).fetchone()[0]
-            if gone:
-                db.execute("DELETE FROM runs WHERE time < ?", (now - keep_days * DAY,))
-            return gone
-        return self._write(work)
+    @staticmethod
+    def _runs_in(db, rows: list[tuple], keep_days: float, now: float) -> int:
+        """record_runs inside the caller's transaction `db`."""
+        db.executemany(f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) "
+                       f"VALUES ({', '.join('?' * len(RUN_COLUMNS))})", rows)
+        gone = db.execute("SELECT count(*) FROM runs WHERE time < ?",
+                          (now - keep_days * DAY,)).fetchone()[0]
+        if gone:
+            db.execute("DELETE FROM runs WHERE time < ?", (now - keep_days * DAY,))
+        return gone
 
     def runs(self, node: str) -> list[NodeRun]:
         """The node's kept runs, oldest first."""
@@ -88,3 +88,10 @@ class RunLog:
                                     ("quarantined", since)).fetchall())
             return {node: (t, times.get(node, 0)) for node, t in first}
         return self._read(work)
+
+
+def encode_runs(cluster: str, runs: list[NodeRun]) -> list[tuple]:
+    """`runs` as the ledger stores them (RUN_COLUMNS)."""
+    return [(r.node, cluster, r.run_id, r.time, r.outcome, json.dumps(list(r.checks)),
+             json.dumps([safe_text(x)[:REASON_CHARS] for x in r.reasons]), r.speed,
+             json.dumps(r.figures)) for r in runs]

@@ -73,6 +73,9 @@ class QuarantineSettings:
     # Every run's verdict per node is kept this long (burnin history, failures per
     # node-day, the speed trend), then let go.
     keep_runs_days: float = 180.0
+    # A PostgreSQL ledger over TCP without sslmode=verify-full/verify-ca is refused
+    # unless this says the operator accepts an unverified connection (burnin/ledger/url.py).
+    ledger_insecure: bool = False
 
 
 @dataclass(frozen=True)

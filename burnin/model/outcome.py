@@ -82,3 +82,15 @@ def first_line(text: str) -> str:
         return ""
     # pytest.fail(..., pytrace=False) gives the bare messages; keep them all, joined.
     return "; ".join(ln.strip() for ln in lines[:20])[:4000]
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """What one quarantine action (burnin/gate/actions.py) did to a node: here, below the
+    gate, because the ledger records it in the run's transaction."""
+
+    action: str
+    node: str
+    ok: bool
+    message: str
+    drained: bool = False  # burnin drained the node (and so may resume it later)

@@ -26,7 +26,8 @@ from burnin.figures import goodput
 from burnin.figures import track_record as track
 from burnin.gate.quarantine import GateReport, split_by_quarantine
 from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
-from burnin.ledger.api import Ledger, LedgerError, LedgerLost, ledger_path
+from burnin.ledger.api import Ledger, LedgerError, LedgerLost
+from burnin.ledger.open import ledger_site, open_ledger
 from burnin.model.nodes import Node
 from burnin.model.outcome import CaseResult, Outcome
 from burnin.model.verdict import clean
@@ -98,8 +99,10 @@ class BurninState(RunEnd):
             try:
                 inventory = load_inventory(path)
                 nodes = select_nodes(inventory, self.config.getoption("nodes"))
-                self.ledger = Ledger(ledger_path(inventory.quarantine.ledger,
-                                                 self.reports_dir))
+                # the default ledger is created by the first run, no other (ledger/open.py)
+                self.ledger = open_ledger(
+                    ledger_site(inventory.quarantine.ledger, self.reports_dir),
+                    first_run=not self.worker, insecure=inventory.quarantine.ledger_insecure)
                 nodes, self.held = self._split(nodes)
             except InventoryError as e:
                 self.error = f"invalid inventory:\n{e}"
@@ -297,23 +300,13 @@ class BurninState(RunEnd):
         if self.held:
             tr.write_line(f"skipped for quarantine: {', '.join(n.name for n in self.held)} "
                           "(re-test with --revalidate; see burnin quarantine list)")
-        g = self.gate
-        if g:
-            for label, names in (("quarantined", g.quarantined),
-                                 ("still failing, kept in quarantine", g.still_failing),
-                                 ("released from quarantine", g.released),
-                                 ("would be quarantined (--no-quarantine)",
-                                  g.would_quarantine)):
-                if names:
-                    tr.write_line(f"{label}: {', '.join(names)}")
-            after = run.inventory.quarantine.release_after
-            for node, clean in sorted(g.clean.items()):
-                if node not in g.released:
-                    tr.write_line(f"{node}: clean re-validation run {clean} of {after}" + (
-                        f"; held for a person: a repeat offender or quarantined by hand "
-                        f"(burnin history {node})" if clean >= after else ""))
-            for a in g.actions:
-                tr.write_line(f"{a.action} on {a.node}: {a.message}", red=not a.ok)
+        if self.ledger is not None and self.ledger.created:
+            tr.write_line(f"created the quarantine ledger {self.ledger.where} (no "
+                          "quarantine.ledger configured: this run's first; "
+                          "see docs/operator/ledger.md)")
+        for line, red in self.gate.lines(run.inventory.quarantine.release_after) \
+                if self.gate else ():
+            tr.write_line(line, red=red)
         for problem in self.report_problems:
             tr.write_line(f"report: {problem}", red=True)
         if self.fault:

@@ -16,6 +16,7 @@ from burnin.ledger.api import (
     Ledger,
     LedgerError,
     LedgerLost,
+    LedgerMissing,
     LedgerUrlError,
     ledger_path,
     parse_location,
@@ -52,7 +53,7 @@ def test_a_home_relative_path_is_expanded(tmp_path, monkeypatch):
 
 
 def test_a_missing_ledger_is_not_created_when_asked_not_to(tmp_path):
-    with pytest.raises(FileNotFoundError, match=f"no quarantine ledger at {tmp_path}/q.db"):
+    with pytest.raises(LedgerMissing, match=f"no quarantine ledger at {tmp_path}/q.db"):
         Ledger(tmp_path / "q.db", create=False)
     assert not (tmp_path / "q.db").exists()
 
@@ -143,14 +144,14 @@ def test_an_up_to_date_ledger_opens_without_writing(tmp_path, locked):
 
 
 def test_a_reader_that_cannot_write_the_marker_opens_the_ledger(tmp_path, monkeypatch):
-    import burnin.ledger.api
+    import burnin.ledger.backends
     path = tmp_path / "q.db"
     Ledger(path).record_failure("n1", "c", ["sdc"], ["sdc: x"], {}, "r1")
     (tmp_path / ".q.db.burnin").unlink()
 
     def refused(*a, **k):
         raise PermissionError("read-only")
-    monkeypatch.setattr(burnin.ledger.api, "write_atomically", refused)
+    monkeypatch.setattr(burnin.ledger.backends, "write_atomically", refused)
     assert Ledger(path).quarantined() == {"n1"}
     assert not (tmp_path / ".q.db.burnin").exists()
 

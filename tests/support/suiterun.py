@@ -54,11 +54,13 @@ def script(path: Path, body: str) -> str:
 
 
 def trio_inventory(pytester: pytest.Pytester, path: Path, tail: str = "",
-                   ledger: str | None = None) -> Path:
+                   ledger: str | None = None, init: bool = True) -> Path:
     """n1 and n2, whose probes replay the real ones' recorded documents (tests/support/replay.py),
     and n3, whose python is the test's own `py3` script (healthy, slowed or broken below
     the probe); the ledger in the test's directory, or at `ledger` (a path or URL). `tail`:
-    YAML lines appended as they are (indented two spaces, they continue `quarantine:`)."""
+    YAML lines appended as they are (indented two spaces, they continue `quarantine:`).
+    The ledger is created first (`init`), as an operator's `burnin ledger init` would: a
+    run never creates a configured one."""
     from support.replay import replay_python
     replay = replay_python(pytester.path / "replay")
     path.write_text(textwrap.dedent(f"""\
@@ -71,4 +73,7 @@ def trio_inventory(pytester: pytest.Pytester, path: Path, tail: str = "",
         quarantine:
           ledger: {json.dumps(ledger or str(pytester.path / 'ledger.db'))}
         """) + tail)
+    if init:
+        from burnin.ledger.api import Ledger
+        Ledger(ledger or pytester.path / "ledger.db")
     return path
