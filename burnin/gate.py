@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from burnin import actions
 from burnin.goodput import Speed
+from burnin.incidents import Incident, page
 from burnin.ledger import Ledger, NodeRun
 from burnin.nodes import Inventory, Node
 from burnin.outcome import Outcome
@@ -25,6 +26,8 @@ class GateReport:
     released: list[str] = field(default_factory=list)
     actions: list[actions.ActionResult] = field(default_factory=list)
     would_quarantine: list[str] = field(default_factory=list)  # --no-quarantine
+    incidents: list[Incident] = field(default_factory=list)  # shared causes: nobody's blame
+    pages: list[actions.ActionResult] = field(default_factory=list)  # incident_command
 
 
 def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
@@ -37,11 +40,15 @@ def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
 
 def settle(inventory: Inventory, ledger: Ledger, run_id: str,
            cases: dict[tuple[str, str], CaseResult], revalidate: bool,
-           act: bool, speeds: dict[str, Speed] | None = None) -> GateReport:
+           act: bool, speeds: dict[str, Speed] | None = None,
+           incidents: list[Incident] | None = None) -> GateReport:
     """Apply a finished run's verdicts: keep each judged node's verdict (and `speeds`)
     among the ledger's runs, quarantine failures (ledger, then actions), and in a
-    re-validation run count clean runs and release."""
-    report = GateReport()
+    re-validation run count clean runs and release. A failure that is part of one of
+    `incidents` (burnin/incidents.py) quarantines nobody and acts on nobody: the ledger
+    keeps the incident, and quarantine.incident_command pages a person once for it."""
+    report = GateReport(incidents=list(incidents or ()))
+    shared = {(n, i.check) for i in report.incidents for n in i.nodes}
     by_node: dict[str, list[CaseResult]] = {}
     for (node, _), case in sorted(cases.items()):
         by_node.setdefault(node, []).append(case)
@@ -50,9 +57,15 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
         kept = node_runs(run_id, by_node, speeds or {}, time.time())
         if kept:
             ledger.record_runs(inventory.cluster, kept, q.keep_runs_days)
+        if report.incidents:
+            ledger.record_incidents(inventory.cluster, run_id, report.incidents)
     failures = []
     for name, node_cases in by_node.items():
         failed = [c for c in node_cases if Outcome(c.outcome).bad]
+        own = [c for c in failed if (name, c.check) not in shared]
+        if failed and not own:
+            continue  # failed only as part of an incident: neither blamed nor clean
+        failed = own
         if failed:
             failures.append((name, [c.check for c in failed],
                              [f"{c.check}: {c.message}" for c in failed],
@@ -73,6 +86,8 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
     if not act:
         report.would_quarantine += [name for name, *_ in failures]
         return report
+    if q.incident_command:
+        report.pages += [page(q.incident_command, i, run_id) for i in report.incidents]
     # The run's failures in one ledger transaction, then each new one's actions.
     new = ledger.record_failures(inventory.cluster, failures, run_id) if failures else {}
     for name, checks, reasons, _ in failures:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from burnin.files import private_dirs, write_atomically
+from burnin.incidents_ledger import IncidentLog
 from burnin.ledger_backends import (
     BUSY_TIMEOUT_S,  # noqa: F401  (tests and callers read it here)
     Backend,
@@ -49,7 +50,7 @@ class LedgerLost(Exception):
     node it held, so nothing opens it until a person restores it (or says to start anew)."""
 
 
-class Ledger(RunLog, LedgerReads):
+class Ledger(RunLog, IncidentLog, LedgerReads):
     def __init__(self, where: str | Path, create: bool = True):
         """Open the ledger at `where` (a path, sqlite:///path or postgresql://...),
         creating it when it was never there (`create`). LedgerLost when burnin made an

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
+from burnin import incidents_ledger
+
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 10
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # pg_advisory_xact_lock's key for migrations: b"burnin" read as an integer.
 MIGRATION_LOCK = 0x6275726E696E
 
@@ -122,6 +124,8 @@ def _migrations(real: str, serial: str) -> dict[int, tuple[str, ...]]:
                 reasons TEXT NOT NULL,   -- JSON list of their messages, each bounded
                 speed {real},            -- relative speed (burnin/goodput.py), if known
                 figures TEXT NOT NULL)   -- JSON: what set the speed""",),
+        # Shared-cause incidents (burnin/incidents.py): its SQL lives with its methods.
+        4: incidents_ledger.migration(real, serial),
     }
 
 

@@ -67,6 +67,16 @@ class Node:
 
 
 @dataclass(frozen=True)
+class SharedCauseSettings:
+    """`quarantine.shared_cause`: when failures of one check are one incident, not N
+    faulty nodes (burnin/incidents.py says why these defaults)."""
+
+    fraction: float = 0.2   # more than this share of the nodes judged for the check ...
+    min_nodes: int = 3      # ... and at least this many
+    labels: tuple[str, ...] | None = None  # None: every label the inventory uses
+
+
+@dataclass(frozen=True)
 class QuarantineSettings:
     ledger: str | None = None
     actions: tuple[str, ...] = ()
@@ -79,6 +89,9 @@ class QuarantineSettings:
     # Every run's verdict per node is kept this long (burnin history, failures per
     # node-day, the speed trend), then let go.
     keep_runs_days: float = 180.0
+    shared_cause: SharedCauseSettings = field(default_factory=SharedCauseSettings)
+    # argv run once per shared-cause incident, to page a person (never per node)
+    incident_command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from burnin import goodput, track
 from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES
 from burnin.collection import check_of, check_of_id, inapplicable, is_check, node_param
 from burnin.gate import GateReport, split_by_quarantine
+from burnin.incidents import Incident, summary_lines
 from burnin.inventory import InventoryError, load_inventory, select_nodes
 from burnin.ledger import Ledger, LedgerError, LedgerLost, ledger_path
 from burnin.nodes import Node
@@ -72,6 +73,7 @@ class BurninState(RunEnd):
         self.ledger: Ledger | None = None
         self.held: list[Node] = []  # left out of this run: in quarantine
         self.gate: GateReport | None = None
+        self.incidents: list[Incident] = []  # shared causes of this run (incidents.py)
         self.speeds: dict[str, goodput.Speed] = {}  # nodes' relative speeds (goodput.py)
         self.tracked: track.FleetTrack | None = None  # what the ledger remembers of them
         self.job_nodes = 0
@@ -281,6 +283,8 @@ class BurninState(RunEnd):
         bad = {n: c for n, c in bad.items() if n not in held}
         tested = {name for name, _ in self.cases} - held
         tr.section("burnin")
+        for line in summary_lines(self.incidents):
+            tr.write_line(line, red=True)
         if not tested:
             tr.write_line(f"nothing to test: every selected node is in quarantine "
                           f"({', '.join(n.name for n in self.held)}); --revalidate re-tests "
@@ -311,7 +315,7 @@ class BurninState(RunEnd):
                     tr.write_line(f"{node}: clean re-validation run {clean} of {after}" + (
                         f"; held for a person: a repeat offender or quarantined by hand "
                         f"(burnin history {node})" if clean >= after else ""))
-            for a in g.actions:
+            for a in g.actions + g.pages:
                 tr.write_line(f"{a.action} on {a.node}: {a.message}", red=not a.ok)
         for problem in self.report_problems:
             tr.write_line(f"report: {problem}", red=True)

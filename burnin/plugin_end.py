@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from burnin import __version__, goodput, track
+from burnin import __version__, goodput, incidents, track
 from burnin.checks import CHECKS, applicable
 from burnin.collection import is_check
 from burnin.files import write_atomically
@@ -61,12 +61,18 @@ class RunEnd:
             self.tracked.save(run.run_dir)
         except Exception as e:  # a part of the report, not a verdict: the run goes on
             self.report_problems.append(f"the nodes' history not read from the ledger: {e}")
+        # A cause many nodes share is one incident, not N faulty nodes: its failures say so
+        # in every output, and the gate quarantines nobody for them (burnin/incidents.py).
+        self.incidents = incidents.of_cases(self.cases, run.nodes,
+                                            run.inventory.quarantine.shared_cause)
+        incidents.mark(self.cases, self.incidents)
         pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
         write_atomically(pending, self._junit(run, self._report_properties(
             run, session.exitstatus)), durable=True)
         self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases,
                            self.config.getoption("revalidate"),
-                           act=not self.config.getoption("no_quarantine"), speeds=self.speeds)
+                           act=not self.config.getoption("no_quarantine"), speeds=self.speeds,
+                           incidents=self.incidents)
         os.replace(pending, junit)
         # `latest` has pointed at this run since it started (burnin/preflight.py), unless
         # another run has started since: a completed run is the one to admit from.
