@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from burnin import __version__, goodput, incidents, track
+from burnin import __version__, goodput, incidents, incidents_report, track
 from burnin.checks import CHECKS, applicable
 from burnin.collection import is_check
 from burnin.files import write_atomically
@@ -66,6 +66,7 @@ class RunEnd:
         self.incidents = incidents.of_cases(self.cases, run.nodes,
                                             run.inventory.quarantine.shared_cause)
         incidents.mark(self.cases, self.incidents)
+        incidents_report.save(run.run_dir, self.incidents)
         pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
         write_atomically(pending, self._junit(run, self._report_properties(
             run, session.exitstatus)), durable=True)

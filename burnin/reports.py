@@ -191,7 +191,7 @@ def publish(run_dir: Path, cluster: str, run_id: str,
 
 def _publish(run_dir: Path, cluster: str, run_id: str, verdicts: dict, floors: dict | None,
              quarantined: dict[str, bool] | None, nodes: Iterable[Node] | None) -> list[str]:
-    from burnin import evidence, metrics, summary, track
+    from burnin import evidence, incidents_report, metrics, summary, track
     from burnin.figures import read_for_page, read_records
     from burnin.summary import page, trend
 
@@ -239,10 +239,14 @@ def _publish(run_dir: Path, cluster: str, run_id: str, verdicts: dict, floors: d
 
     speeds: dict[str, tuple[float, str]] = {}
     attempt("the relative speeds", lambda: speeds.update(junit_speeds(run_dir / "junit.xml")))
+    incidents: list = []  # the run's shared causes: the page's first section, metrics.prom
+    attempt("the shared-cause incidents", lambda: incidents.extend(
+        incidents_report.load(run_dir)))
 
     def draw() -> None:
         report = summary.build(cluster, run_id, verdicts, records, floors, info, bundles)
         report.speeds = speeds
+        report.incidents = incidents
         try:
             report.history = track.load(run_dir)
         except (OSError, ValueError) as e:  # costs the page's ledger part only
@@ -264,7 +268,8 @@ def _publish(run_dir: Path, cluster: str, run_id: str, verdicts: dict, floors: d
     readable = [r for r in records if id(r) not in unreadable]
     attempt("metrics.prom", lambda: metrics.write(
         run_dir / "metrics.prom", metrics.render(cluster, run_id, time.time(), verdicts,
-                                                 readable, quarantined, speeds)))
+                                                 readable, quarantined, speeds)
+        + incidents_report.prom(cluster, incidents)))
     return problems
 
 

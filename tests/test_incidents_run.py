@@ -81,6 +81,20 @@ def test_a_floor_no_node_meets_is_one_incident_and_nobody_is_quarantined_for_it(
     result.stdout.fnmatch_lines(["INCIDENT shared cause suspected: storage failed on 6 of 6*",
                                  "*not quarantined, no action taken*",
                                  "quarantined: n6"])
+    # summary.html: the incident is the first thing on the page, before the verdict
+    page = (reports / "latest" / "summary.html").read_text()
+    assert "Shared-cause incidents" in page
+    body = page[page.index("<body>"):]
+    first = body.index("shared cause suspected: storage failed on 6 of 6")
+    assert first < body.index("Written ") < body.index("id='verdict'")
+    metrics = (reports / "latest" / "metrics.prom").read_text()
+    assert 'burnin_incident_nodes{cluster="six",check="storage",rule="fraction",' \
+        'component=""} 6' in metrics
+    assert 'burnin_node_quarantined{cluster="six",node="n1"} 0' in metrics
+    # `burnin report` draws the same again from the run directory
+    again = cli("report", str((reports / "latest").resolve()))
+    assert again.returncode == 0, again.stderr
+    assert "Shared-cause incidents" in (reports / "latest" / "summary.html").read_text()
     # no repeat-offender count grows: the history holds n6's quarantine and nothing else
     for node in ("n1", "n2", "n3", "n4", "n5"):
         assert ledger.history(node) == []

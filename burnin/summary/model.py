@@ -49,6 +49,7 @@ class PageRun:
     unreadable: set[int] = field(default_factory=set)  # id() of records with junk figures
     speeds: dict[str, tuple[float, str]] = field(default_factory=dict)  # junit.xml's
     history: dict | None = None  # what the ledger remembered at the run's end (track.py)
+    incidents: list = field(default_factory=list)  # shared causes (burnin/incidents.py)
 
     @cached_property
     def checks(self) -> list[str]:

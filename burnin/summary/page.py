@@ -16,6 +16,7 @@ import json
 import time
 from html import escape
 
+from burnin import incidents_report
 from burnin.outcome import Outcome
 from burnin.summary import fleet as fleet_mod
 from burnin.summary import ledger_part
@@ -111,6 +112,7 @@ def render(report: PageRun) -> str:
         f"<title>burnin {escape(report.run_id)}: {escape(report.cluster)}</title>"
         f"<style>{STYLE}</style></head><body>",
         f"<h1>burnin run {escape(report.run_id)}, cluster {escape(report.cluster)}</h1>",
+        guarded("shared-cause incidents", incidents_report.html, report.incidents),
         f"<p class='dim'>Written {time.strftime('%Y-%m-%d %H:%M:%S')}. Hover any point for "
         "its node and device; click a tile or a node for its section.</p>",
         guarded("verdict", fleet_mod.banner, report, moved),
