@@ -105,3 +105,31 @@ def test_exactly_the_slow_nodes_are_named(n, per_switch, picks):
     f = Fabric(n, per_switch=per_switch, slow=slow)
     s = f.find()
     assert sorted(s.named) == slow, (s.named, s.tests[-5:])
+
+
+def test_a_node_slow_once_is_not_named_without_its_confirmation():
+    f = Fabric(64, slow=["n00010"])
+    seen = []
+    measure = f.measure
+
+    def flaky(groups):  # n00010 is slow until the confirmation round, then well
+        out = measure(groups)
+        kinds = [len(g) == 2 for g in groups]
+        seen.append(kinds)
+        return out
+    f.measure = flaky
+    first = f.find()
+    assert list(first.named) == ["n00010"]
+    rounds = first.rounds
+    f2 = Fabric(64, slow=["n00010"])
+    plain = f2.measure
+    calls = {"n": 0}
+
+    def healed(groups):
+        calls["n"] += 1
+        if calls["n"] == rounds:  # the last round, the confirmation: it runs at full speed
+            f2.speed["n00010"] = 10.0
+        return plain(groups)
+    f2.measure = healed
+    second = f2.find()
+    assert second.named == {} and second.suspects == ("n00010",)

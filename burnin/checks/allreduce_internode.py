@@ -13,13 +13,25 @@ from __future__ import annotations
 from burnin.checks.allreduce import BUSBW, SIZE
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.base import Check, Figure, Judging, timeout
-from burnin.checks.groups import Facts, GroupRun, group_figures, localise, observed, run_group
+from burnin.checks.group_search import MAX_GROUP
+from burnin.checks.groups import (
+    Facts,
+    GroupRun,
+    group_figures,
+    localise,
+    observed,
+    run_group,
+    search_slow,
+)
 from burnin.nodes import Node
 from burnin.probe import ProbeOutcome
 from burnin.schema import COUNT, Bool, List, Num, Obj, Str, document
 from burnin.verdict import Verdict
 
 NAME = "allreduce_internode"
+# From this many members, a slow group's nodes are found by adaptive group testing
+# (burnin/checks/group_search.py); fewer have too few groups to compare: pairs.
+SEARCH_FROM = 4
 
 
 def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
@@ -84,7 +96,10 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     # pairs are the only yardstick: compare them whenever there are peers to compare.
     if (floor is not None and group["busbw_gbps"] < floor) or (
             floor is None and fraction > 0 and len(members) >= 3):
-        tried, named = localise(run, members, settings, floor, facts, timeouts=timeouts)
+        if len(members) >= SEARCH_FROM:
+            tried, named, _ = search_slow(run, members, settings, floor, facts, timeouts)
+        else:  # too few for groups to compare: pairs, as before
+            tried, named = localise(run, members, settings, floor, facts, timeouts=timeouts)
         pairs += tried
     of = _by_node(pairs)
     for n in members:
@@ -150,8 +165,8 @@ def figures(record: dict) -> list[Figure]:
                    g["busbw_gbps"], "All-reduce bus bandwidth at the judged size")]
 
 
-PAIR = Obj(nodes=List(Str(256), max=2), busbw_gbps=Num(0, 1e5), retest=Bool(),
-           completed=Bool())
+PAIR = Obj(nodes=List(Str(256), max=4 * MAX_GROUP), busbw_gbps=Num(0, 1e5), retest=Bool(),
+           completed=Bool(), round=COUNT, kind=Str(16))
 # The controller writes these records itself, from the members' validated documents.
 SCHEMA = document(Obj(), Obj(group=Obj(members=COUNT, rank0=Str(256), busbw_gbps=Num(0),
                                        bytes=COUNT, sweep=List(SIZE, max=64)),

@@ -73,7 +73,7 @@ def _chunks(nodes: list[str], size: int) -> list[list[str]]:
     return [nodes[i::parts] for i in range(parts)]
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float) -> float:
     if len(values) == 1:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
@@ -145,7 +145,7 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
         rounds += 1
         results = measure(inside)
         done = [b for ok, b in results if ok]
-        top = _quantile(done, QUANTILE) if done else 0.0
+        top = quantile(done, QUANTILE) if done else 0.0
         threshold = fraction * top
         source = (f"{fraction:g} of the fleet's fast groups ({QUANTILE:.0%} quantile "
                   f"{top:.3f} GB/s of {len(done)} groups)")

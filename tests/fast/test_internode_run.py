@@ -82,22 +82,34 @@ def test_a_healthy_fleet_passes_in_one_group(tmp_path):
     assert net.groups == [("n1", "n2", "n3", "n4")]
 
 
-def test_the_slow_node_and_only_it_is_named_through_its_pairs(tmp_path):
+def test_the_slow_node_and_only_it_is_named_through_its_groups(tmp_path):
     net = Net({"n1": 10, "n2": 10, "n3": 0.5, "n4": 10})
     verdicts = run_over(tmp_path, net, 4)
     for name in ("n1", "n2", "n4"):
         assert verdicts[name] == ((), ""), verdicts
     (failure,) = verdicts["n3"][0]
-    assert failure.startswith("localised as the slow node: 0.500 GB/s paired with known-good ")
-    # Half (pair_fraction) the median pair: the rounds' pairs ran at 10, 0.5, 0.5 and 10.
-    assert "below 2.625 GB/s" in failure
+    assert failure.startswith("localised as the slow node: 0.500 GB/s with known-good ")
+    # Half (pair_fraction) the 90% quantile of the first round's groups (0.5 and 10), not
+    # of their median: slow nodes cannot own it.
+    assert "below 4.525 GB/s (0.5 of the fleet's fast groups (90% quantile 9.050 GB/s of " \
+        "2 groups))" in failure
+    assert "confirmed" in failure
     assert "group busbw 0.500 GB/s at 4 MiB over 4 nodes" in failure
-    # The whole group, two rounds of pairs, then n3 again with a known-good partner.
+    # The whole group; two groups of two; the slow one split, each half with a known-good
+    # partner; n3 confirmed with another.
     assert net.groups[0] == ("n1", "n2", "n3", "n4")
-    assert set(net.groups[1:3]) == {("n1", "n2"), ("n3", "n4")}
-    assert set(net.groups[3:5]) == {("n2", "n3"), ("n4", "n1")}
-    (retest,) = net.groups[5:]
-    assert retest[0] == "n3" and retest[1] in ("n1", "n2", "n4")
+    assert set(net.groups[1:3]) == {("n1", "n3"), ("n2", "n4")}
+    assert {g[0] for g in net.groups[3:5]} == {"n1", "n3"}
+    (confirm,) = net.groups[5:]
+    assert confirm[0] == "n3" and confirm[1] in ("n1", "n2", "n4")
+
+
+def test_three_nodes_are_still_paired(tmp_path):
+    net = Net({"n1": 10, "n2": 10, "n3": 0.5})
+    verdicts = run_over(tmp_path, net, 3)
+    assert verdicts["n1"] == verdicts["n2"] == ((), "")
+    (failure,) = verdicts["n3"][0]
+    assert failure.startswith("localised as the slow node: 0.500 GB/s paired with known-good ")
 
 
 def test_with_a_floor_a_group_above_it_is_not_paired(tmp_path):
