@@ -67,7 +67,9 @@ def test_a_slower_node_is_priced_for_a_job_and_min_speed_keeps_it_out(pytester):
     assert f'burnin_node_relative_speed{{cluster="inv",node="n3",check="burn"}} {SLOW:g}' \
         in prom, [ln for ln in prom.splitlines() if "relative_speed" in ln]
     page = (run_dir / "summary.html").read_text()
-    assert f"<td class=r title='set by burn'>{SLOW:.3f}</td>" in page
+    # beside the speed, the price junit.xml states: 64 x (1 - 0.92) node-hours a job-hour
+    assert f"<td class=r title='set by burn'>{SLOW:.3f}</td><td class=r>5.120</td>" in page
+    assert "price (node-h per job-h)</th>" in page
     assert "Speed falling run after run (1 node(s)):" in page
     assert "pace of a 64-node job 0.920" in page
 

@@ -212,6 +212,8 @@ def _table(report: PageRun, nodes: list[str]) -> str:
                        if key else "")
                     + cells + message
                     + (_speed_cell(report.speeds.get(n)) if report.speeds else "")
+                    + ((f"<td class=r>{report.costs[n]:.3f}</td>" if n in report.costs
+                        else "<td></td>") if report.costs else "")
                     + (f"<td class=r>{moved or ''}</td>" if report.trend else "")
                     + f"<td>{link}</td></tr>")
     head = ("<th>node</th>" + (f"<th>{escape(key)}</th>" if key else "")
@@ -220,6 +222,9 @@ def _table(report: PageRun, nodes: list[str]) -> str:
             + ("<th title='slowest speed-bearing figure over the fleet median: what a "
                "synchronous job would run at with this node'>speed</th>"
                if report.speeds else "")
+            + ("<th title='what admitting the node costs a synchronous job, as junit.xml "
+               "states it: N x (1 - speed)'>price (node-h per job-h)</th>"
+               if report.costs else "")
             + ("<th>moved</th>" if report.trend else "")
             + "<th>evidence</th>")
     folded = len(nodes) > TABLE_OPEN
