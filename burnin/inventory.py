@@ -99,7 +99,8 @@ QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "r
 SHARED_CAUSE_KEYS = {"fraction": "fraction", "min_nodes": "release_after", "labels": "str_list"}
 ADMISSION_KEYS = {"require": "check_list"}
 GOODPUT_KEYS = {"job_nodes": "job_nodes", "restart_minutes": "nonnegative",
-                "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction"}
+                "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction",
+                "min_voters": "release_after"}
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",

@@ -102,6 +102,7 @@ class GoodputSettings:
     restart_minutes: float = 10.0    # a failed job's restart: rescheduling, loading
     checkpoint_minutes: float = 60.0  # checkpoint interval: a failure loses half of one
     speed_drop_per_week: float = 0.01  # a steady fall this fast is warned of
+    min_voters: int = 5              # nodes of a model a relative speed needs (goodput.py)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ def test_a_rate_limited_switch_is_one_incident_naming_it_and_the_others_pass(pyt
     (kept,) = Ledger(pytester.path / "ledger.db").incidents()
     assert kept.incident.component == "switch=leafB"
     admitted = subprocess.run([sys.executable, "-m", "burnin.cli", "admit",
-                               str(reports / "latest" / "junit.xml"), "--json"],
+                               str(reports / "latest" / "junit.xml"), "--json",
+                               "--require", "allreduce_internode"],
                               capture_output=True, text=True, timeout=60)
     assert admitted.returncode == 1
     assert sorted(json.loads(admitted.stdout)["admitted"]) == sorted(names[:3])

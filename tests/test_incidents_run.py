@@ -99,10 +99,12 @@ def test_a_floor_no_node_meets_is_one_incident_and_nobody_is_quarantined_for_it(
     for node in ("n1", "n2", "n3", "n4", "n5"):
         assert ledger.history(node) == []
     admitted = subprocess.run([sys.executable, "-m", "burnin.cli", "admit",
-                               str(reports / "latest" / "junit.xml"), "--json"],
+                               str(reports / "latest" / "junit.xml"), "--json",
+                               "--require", "storage"],
                               capture_output=True, text=True, timeout=60)
     assert admitted.returncode == 1, admitted.stderr
-    assert json.loads(admitted.stdout)["admitted"] == []
+    verdict = json.loads(admitted.stdout)
+    assert verdict["admitted"] == [] and len(verdict["rejected"]) == 6, verdict
 
 
 def test_a_floor_some_nodes_meet_blames_each_failing_node(pytester):

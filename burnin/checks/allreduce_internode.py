@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from burnin.checks.allreduce import BUSBW, SIZE
 from burnin.checks.allreduce import CHECK as INTRA
-from burnin.checks.base import Check, Figure, Judging, timeout
+from burnin.checks.base import Check, Figure, Judging, Setting, timeout
 from burnin.checks.group_search import MAX_GROUP
 from burnin.checks.groups import (
     Facts,
@@ -29,6 +29,7 @@ from burnin.schema import COUNT, Bool, List, Num, Obj, Str, document
 from burnin.verdict import Verdict
 
 NAME = "allreduce_internode"
+GPU_MAX_BYTES = 8 << 30  # the inter-node sweep's top on GPUs, unless the inventory says
 # From this many members, a slow group's nodes are found by adaptive group testing
 # (burnin/checks/group_search.py); fewer have too few groups to compare: pairs.
 SEARCH_FROM = 4
@@ -57,8 +58,15 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     # and fractions, under this check's own (timeout_s). A group's members must agree on
     # what they measure: the group runs and is judged with its first member's (the
     # rendezvous master's), each member's probe under its own timeout_s.
-    own = {n.name: {**run.settings(INTRA.name, n), **run.settings(NAME, n)} for n in members}
+    own = {n.name: {**run.settings(INTRA.name, n),
+                    **{k: v for k, v in run.settings(NAME, n).items() if v is not None}}
+           for n in members}
     settings = own[members[0].name]
+    if run.settings(NAME, members[0]).get("max_bytes") is None and \
+            any(facts.gpus[m.name] for m in members):
+        # Inter-node figures are published at the 8-16 GiB plateau (nccl-tests): judged
+        # at the intra-node check's 1 GiB, a fabric reads below what it does.
+        settings = {**settings, "max_bytes": GPU_MAX_BYTES}
     timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
     group, outcomes, pairs = None, {}, []
     while len(members) >= 2:
@@ -112,8 +120,14 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
         elif floor is not None and group["busbw_gbps"] < floor and not named:
             fig["group_failure"] = (f"inter-node busbw {group['busbw_gbps']:.3f} GB/s below the "
                                     f"floor of {floor:g} GB/s, and no single node was localised")
+        if floor is not None:
+            fig["floor_gbps"] = floor
         result[n.name] = _outcome(n.name, **fig)
     return result
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):g} MiB"
 
 
 def _by_node(pairs: list[dict]) -> dict[str, list[dict]]:
@@ -154,7 +168,13 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                         f"{mib} over {group.get('members', 0)} nodes")
     elif fig.get("group_failure"):
         failures.append(fig["group_failure"])
-    return Verdict(node.name, NAME, tuple(failures))
+    floor = fig.get("floor_gbps")
+    if failures and group.get("bytes") and "judged at" not in failures[-1]:
+        failures[-1] += (f" (judged at {_size(group['bytes'])}, the sweep's best; floor "
+                         + (f"{floor:g} GB/s)" if floor is not None else
+                            "none: the fleet's fast groups are the yardstick)"))
+    return Verdict(node.name, NAME, tuple(failures),
+                   floors={"busbw inter": floor} if floor is not None else {})
 
 
 def figures(record: dict) -> list[Figure]:
@@ -171,9 +191,13 @@ PAIR = Obj(nodes=List(Str(256), max=4 * MAX_GROUP), busbw_gbps=Num(0, 1e5), rete
 SCHEMA = document(Obj(), Obj(group=Obj(members=COUNT, rank0=Str(256), busbw_gbps=Num(0),
                                        bytes=COUNT, sweep=List(SIZE, max=64)),
                              pairs=List(PAIR, max=1 << 20), wrong_elements=COUNT,
+                             floor_gbps=Num(0),
                              ranks=List(COUNT, max=1024)))
 
 CHECK = Check(page="burnin.summary.checks:internode", page_order=70, measures=(BUSBW,),
               name=NAME, doc="nodes talk to each other at full speed; the slow one is named",
               judge=judge, schema=SCHEMA, figures=figures, execute=internode, probe="allreduce",
-              settings={"timeout_s": timeout(300, 600, 1200)})
+              settings={"timeout_s": timeout(300, 600, 1200),
+                        "max_bytes": Setting("int", None, "default 8 GiB on GPUs, the "
+                                             "allreduce check's (16 MiB) on CPUs"),
+                        "min_bytes": Setting("int", None, "default the allreduce check's")})

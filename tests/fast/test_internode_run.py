@@ -35,6 +35,7 @@ class Net:
         if node.name in self.down:
             return ProbeOutcome(node.name, "allreduce", False, "ssh: connection refused")
         g = payload["group"]
+        self.max_bytes = payload["settings"].get("max_bytes")
         figures = {"world": g["world"], "first_rank": g["rank_offset"],
                    "ranks_here": g["ranks_here"], "mode": "inter-node"}
         errors = []
@@ -58,10 +59,11 @@ class Net:
 
 
 def run_over(tmp_path, net: Net, nodes: int, failed: dict | None = None,
-             settings: dict | None = None):
+             settings: dict | None = None, gpus: int = 0, inter: dict | None = None):
     """{node: (failures, excluded)} of the inter-node check over `nodes` nodes."""
     inv = tmp_path / "inv.yaml"
-    inv.write_text(json.dumps({"version": 1, "checks": {"allreduce": settings or {}},
+    inv.write_text(json.dumps({"version": 1, "checks": {"allreduce": settings or {},
+                                                        "allreduce_internode": inter or {}},
                                "defaults": {"transport": "local", "gpus": 0},
                                "nodes": [{"name": f"n[1-{nodes}]"}]}))
     inventory = load_inventory(inv)
@@ -69,7 +71,7 @@ def run_over(tmp_path, net: Net, nodes: int, failed: dict | None = None,
     # The run's own GroupRun (its settings and payload builder), its edge faked.
     group = replace(run.group_run(CHECKS["allreduce_internode"]), probe=net.probe,
                     launcher=lambda node: None, failed=lambda: dict(failed or {}),
-                    devices=lambda node: RANKS, gpus=lambda node: 0)
+                    devices=lambda node: RANKS, gpus=lambda node: gpus)
     out = internode(group)
     assert set(out) == {n.name for n in run.nodes}
     return {name: (judge("allreduce_internode", o)[0], excluded(o)) for name, o in out.items()}
@@ -123,8 +125,10 @@ def test_a_group_below_its_floor_with_nobody_to_blame_fails_every_member(tmp_pat
     net = Net({"n1": 2, "n2": 2, "n3": 2})
     verdicts = run_over(tmp_path, net, 3, settings={"min_internode_busbw_gbps": 5})
     for name in ("n1", "n2", "n3"):
+        # the size its floor was judged at, and the floor, on the verdict (issue 40 item 4)
         assert verdicts[name] == (("inter-node busbw 2.000 GB/s below the floor of 5 GB/s, "
-                                   "and no single node was localised",), ""), verdicts
+                                   "and no single node was localised (judged at 4 MiB, the "
+                                   "sweep's best; floor 5 GB/s)",), ""), verdicts
 
 
 def test_a_node_that_cannot_complete_is_named_and_the_rest_go_on(tmp_path):
@@ -189,3 +193,16 @@ def test_a_node_groups_inter_node_floor_judges_the_group_it_leads(tmp_path):
         assert out[name].data["figures"]["group_failure"] == (
             "inter-node busbw 2.000 GB/s below the floor of 5 GB/s, and no single node was "
             "localised"), name
+
+
+def test_the_internode_sweep_has_its_own_size_range(tmp_path):
+    # GPUs: up to 8 GiB, where published inter-node figures are taken, whatever the
+    # intra-node check's max_bytes; CPUs: the allreduce check's; the inventory's own wins.
+    net = Net({"n1": 10, "n2": 10})
+    run_over(tmp_path, net, 2, settings={"max_bytes": 1 << 30}, gpus=8)
+    assert net.max_bytes == 8 << 30
+    run_over(tmp_path, net, 2, settings={"max_bytes": 1 << 20})
+    assert net.max_bytes == 1 << 20
+    run_over(tmp_path, net, 2, settings={"max_bytes": 1 << 30}, gpus=8,
+             inter={"max_bytes": 2 << 30})
+    assert net.max_bytes == 2 << 30
