@@ -134,3 +134,27 @@ def test_a_planted_shared_cause_always_raises_one(n, per_switch, seed, rate, sha
     assert not down or f"switch={labels[down[0]]['switch']}" in named or \
         any(i.rule == FRACTION for i in found if i.check == "allreduce_internode")
     assert all((x, "storage") in covered for x in planted)
+
+
+def test_the_inventory_s_shared_cause_settings_are_read_and_checked(tmp_path):
+    import pytest
+
+    from burnin.inventory import InventoryError, load_inventory
+
+    inv = tmp_path / "inv.yaml"
+    head = "version: 1\nnodes: [{name: n1}]\nquarantine:\n"
+    inv.write_text(head + "  shared_cause: {fraction: 0.3, min_nodes: 4, labels: [switch]}\n"
+                          "  incident_command: [/bin/page, '{run}']\n")
+    q = load_inventory(inv).quarantine
+    assert q.shared_cause == SharedCauseSettings(0.3, 4, ("switch",))
+    assert q.incident_command == ("/bin/page", "{run}")
+    inv.write_text(head + "  release_after: 2\n")
+    assert load_inventory(inv).quarantine.shared_cause == SharedCauseSettings(0.2, 3, None)
+    inv.write_text(head + "  shared_cause: {fraction: 2, min_nodes: 0, labels: switch, x: 1}\n")
+    with pytest.raises(InventoryError) as e:
+        load_inventory(inv)
+    text = str(e.value)
+    for key in ("quarantine.shared_cause.fraction", "quarantine.shared_cause.min_nodes",
+                "quarantine.shared_cause.labels", "quarantine.shared_cause.x"):
+        assert key in text, text
+    assert ":4:" in text or "line 4" in text or "inv.yaml:4" in text, text
