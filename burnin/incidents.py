@@ -211,5 +211,6 @@ def summary_lines(incidents: list[Incident]) -> list[str]:
         out.append(f"INCIDENT {i.message}: {', '.join(i.nodes)}")
     if incidents:
         out.append("  not quarantined, no action taken: a person decides (docs/incidents.md); "
-                   "burnin quarantine add --run RUN --check CHECK quarantines them by hand")
+                   "burnin quarantine add --run RUN --check CHECK --reason WHY quarantines "
+                   "them by hand")
     return out

@@ -43,7 +43,8 @@ def html(incidents: list[Incident]) -> str:
             "<p>These failures are too many, or too well confined to one component, to be "
             "faults of the nodes: their nodes are not admitted, but nobody was quarantined "
             "or acted on for them. A person decides: fix the cause and run again, or "
-            "<code>burnin quarantine add --run RUN --check CHECK</code> (docs/incidents.md)."
+            "<code>burnin quarantine add --run RUN --check CHECK --reason WHY</code> "
+            "(docs/incidents.md)."
             f"</p><ul>{items}</ul></section>")
 
 
