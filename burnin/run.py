@@ -351,7 +351,8 @@ class Run:
                         failed=self.failed_single_node_checks, devices=self.devices,
                         gpus=self.gpus, payload=payload_of, probe=self.launch.probe,
                         launcher=self.launch.launcher, probe_tasks=self.launch.probe_tasks,
-                        at_once=self.launch.at_once)
+                        at_once=self.launch.at_once,
+                        fleet_of=lambda c: self.summary(c) if self.store.has(c) else None)
 
     def close(self) -> None:
         self.launch.close()

@@ -30,6 +30,11 @@ from burnin.verdict import Verdict
 
 NAME = "allreduce_internode"
 GPU_MAX_BYTES = 8 << 30  # the inter-node sweep's top on GPUs, unless the inventory says
+# With no floor in the inventory, a group below this share of its nodes' line rate is
+# slow. A ring all-reduce's busbw between nodes is bounded by each node's NICs together
+# (nccl-tests' busbw is defined to compare with the hardware's peak: its PERFORMANCE.md);
+# half of it is a margin, not a published figure: a fabric below it is broken, not tuned.
+LINE_FRACTION = 0.5
 # From this many members, a slow group's nodes are found by adaptive group testing
 # (burnin/checks/group_search.py); fewer have too few groups to compare: pairs.
 SEARCH_FROM = 4
@@ -97,7 +102,9 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
                 group_failure="the inter-node all-reduce did not complete, and no node could "
                               f"be singled out with a known-good partner ({said or 'no error'})"))
         return result
-    floor = settings.get("min_internode_busbw_gbps")
+    floor, floor_source = settings.get("min_internode_busbw_gbps"), "set in the inventory"
+    if floor is None:
+        floor, floor_source = line_floor(run.fleet_of("fabric"))
     fraction = settings.get("pair_fraction", 0.5)
     named: dict[str, str] = {}
     # With a floor, localise when the group is below it; with none (CPU fleets), the
@@ -121,9 +128,25 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
             fig["group_failure"] = (f"inter-node busbw {group['busbw_gbps']:.3f} GB/s below the "
                                     f"floor of {floor:g} GB/s, and no single node was localised")
         if floor is not None:
-            fig["floor_gbps"] = floor
+            fig["floor_gbps"], fig["floor_source"] = floor, floor_source
         result[n.name] = _outcome(n.name, **fig)
     return result
+
+
+def line_floor(fabric) -> tuple[float | None, str]:
+    """The default inter-node floor from the nodes' own links: LINE_FRACTION of the fleet's
+    line rate per node (the majority HCA count x their majority port rate, as the fabric
+    check found them in this run, each node one vote, so a node cannot lower it), in
+    GB/s; (None, '') when the fabric check did not run or found no HCA."""
+    if not isinstance(fabric, dict):
+        return None, ""
+    hcas, _, voters = fabric.get("hcas", (None, "", 0))
+    rates = [r for r, _, n in (fabric.get("rate") or {}).values() if r and n >= 2]
+    if not hcas or not rates or voters < 2:
+        return None, ""
+    line = hcas * max(rates) / 8
+    return LINE_FRACTION * line, (f"{LINE_FRACTION:g} of the nodes' line rate, {hcas} HCAs x "
+                                  f"{max(rates):g} Gb/s = {line:g} GB/s (fabric check)")
 
 
 def _size(n: int) -> str:
@@ -171,7 +194,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     floor = fig.get("floor_gbps")
     if failures and group.get("bytes") and "judged at" not in failures[-1]:
         failures[-1] += (f" (judged at {_size(group['bytes'])}, the sweep's best; floor "
-                         + (f"{floor:g} GB/s)" if floor is not None else
+                         + (f"{floor:g} GB/s, {fig.get('floor_source', '')})"
+                            if floor is not None else
                             "none: the fleet's fast groups are the yardstick)"))
     return Verdict(node.name, NAME, tuple(failures),
                    floors={"busbw inter": floor} if floor is not None else {})
@@ -191,7 +215,7 @@ PAIR = Obj(nodes=List(Str(256), max=4 * MAX_GROUP), busbw_gbps=Num(0, 1e5), rete
 SCHEMA = document(Obj(), Obj(group=Obj(members=COUNT, rank0=Str(256), busbw_gbps=Num(0),
                                        bytes=COUNT, sweep=List(SIZE, max=64)),
                              pairs=List(PAIR, max=1 << 20), wrong_elements=COUNT,
-                             floor_gbps=Num(0),
+                             floor_gbps=Num(0), floor_source=Str(512),
                              ranks=List(COUNT, max=1024)))
 
 CHECK = Check(page="burnin.summary.checks:internode", page_order=70, measures=(BUSBW,),

@@ -48,6 +48,9 @@ class GroupRun:
     launcher: Callable[[Node], Launcher | None]     # Launch.launcher
     probe_tasks: Callable[..., dict[str, list[ProbeOutcome]]]  # Launch.probe_tasks
     at_once: Callable[[list, Callable], list]       # Launch.at_once
+    # Another check's fleet summary when it ran in this run, else None (never runs it):
+    # the fabric check's majority HCA count and port rate set a default inter-node floor.
+    fleet_of: Callable[[str], object] = lambda check: None
 
 
 @dataclass(frozen=True)

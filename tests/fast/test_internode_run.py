@@ -59,7 +59,8 @@ class Net:
 
 
 def run_over(tmp_path, net: Net, nodes: int, failed: dict | None = None,
-             settings: dict | None = None, gpus: int = 0, inter: dict | None = None):
+             settings: dict | None = None, gpus: int = 0, inter: dict | None = None,
+             fabric: dict | None = None):
     """{node: (failures, excluded)} of the inter-node check over `nodes` nodes."""
     inv = tmp_path / "inv.yaml"
     inv.write_text(json.dumps({"version": 1, "checks": {"allreduce": settings or {},
@@ -71,7 +72,8 @@ def run_over(tmp_path, net: Net, nodes: int, failed: dict | None = None,
     # The run's own GroupRun (its settings and payload builder), its edge faked.
     group = replace(run.group_run(CHECKS["allreduce_internode"]), probe=net.probe,
                     launcher=lambda node: None, failed=lambda: dict(failed or {}),
-                    devices=lambda node: RANKS, gpus=lambda node: gpus)
+                    devices=lambda node: RANKS, gpus=lambda node: gpus,
+                    fleet_of=lambda check: fabric if check == "fabric" else None)
     out = internode(group)
     assert set(out) == {n.name for n in run.nodes}
     return {name: (judge("allreduce_internode", o)[0], excluded(o)) for name, o in out.items()}
@@ -128,7 +130,8 @@ def test_a_group_below_its_floor_with_nobody_to_blame_fails_every_member(tmp_pat
         # the size its floor was judged at, and the floor, on the verdict (issue 40 item 4)
         assert verdicts[name] == (("inter-node busbw 2.000 GB/s below the floor of 5 GB/s, "
                                    "and no single node was localised (judged at 4 MiB, the "
-                                   "sweep's best; floor 5 GB/s)",), ""), verdicts
+                                   "sweep's best; floor 5 GB/s, set in the inventory)",), ""), \
+            verdicts
 
 
 def test_a_node_that_cannot_complete_is_named_and_the_rest_go_on(tmp_path):
@@ -206,3 +209,24 @@ def test_the_internode_sweep_has_its_own_size_range(tmp_path):
     run_over(tmp_path, net, 2, settings={"max_bytes": 1 << 30}, gpus=8,
              inter={"max_bytes": 2 << 30})
     assert net.max_bytes == 2 << 30
+
+
+def test_with_no_floor_the_nodes_own_links_set_one(tmp_path):
+    # The fabric check found 2 HCAs at 8 Gb/s on most of 4 nodes: 2 GB/s of line rate a
+    # node, half of it the default floor, stated on the verdict with its source.
+    fabric = {"hcas": (2, "", 4), "rate": {"InfiniBand": (8.0, "", 4)}}
+    net = Net({"n1": 10, "n2": 10, "n3": 0.5, "n4": 10})
+    verdicts = run_over(tmp_path, net, 4, fabric=fabric)
+    assert [n for n, (f, _) in verdicts.items() if f] == ["n3"]
+    (failure,) = verdicts["n3"][0]
+    assert "below 1.000 GB/s (the floor of 1 GB/s)" in failure, failure
+    assert "floor 1 GB/s, 0.5 of the nodes' line rate, 2 HCAs x 8 Gb/s = 2 GB/s (fabric " \
+        "check)" in failure, failure
+    # a fleet above it is not searched at all; a node's lone vote sets no floor
+    net = Net({"n1": 10, "n2": 10, "n3": 10, "n4": 10})
+    run_over(tmp_path, net, 4, fabric=fabric)
+    assert net.groups == [("n1", "n2", "n3", "n4")]
+    lone = {"hcas": (2, "", 1), "rate": {"InfiniBand": (8.0, "", 1)}}
+    net = Net({"n1": 10, "n2": 10, "n3": 0.5, "n4": 10})
+    (failure,) = run_over(tmp_path, net, 4, fabric=lone)["n3"][0]
+    assert "fast groups" in failure and "line rate" not in failure
