@@ -91,6 +91,9 @@ def test_a_floor_no_node_meets_is_one_incident_and_nobody_is_quarantined_for_it(
     assert 'burnin_incident_nodes{cluster="six",check="storage",rule="fraction",' \
         'component=""} 6' in metrics
     assert 'burnin_node_quarantined{cluster="six",node="n1"} 0' in metrics
+    # `burnin rejudge` finds the same verdicts, the incident's words included
+    same = cli("rejudge", str((reports / "latest").resolve()))
+    assert same.returncode == 0, same.stdout + same.stderr
     # `burnin report` draws the same again from the run directory
     again = cli("report", str((reports / "latest").resolve()))
     assert again.returncode == 0, again.stderr
