@@ -64,6 +64,8 @@ def test_a_slow_switch_of_half_the_fleet_is_not_owned_by_a_median():
     s = f.find()
     assert set(s.named) == {"n00003", "n00004", "n00005"}
     assert s.components == ("switch=leaf1",)
+    assert all(why.endswith("every node of switch=leaf1 stayed slow whatever it was split "
+                            "into: a component, not a node") for why in s.named.values())
     assert "90% quantile 0.657 GB/s of 2 groups" in s.source
 
 

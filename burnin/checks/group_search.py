@@ -184,8 +184,13 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
                     f"{f['busbw_gbps']:.3f} GB/s with known-good {partner}, below "
                     f"{threshold:.3f} GB/s ({source}); slow in every group it was in, "
                     "confirmed")
-    components = tuple(f"{label}={v}" for v in values
-                       if len(by_value[v]) >= 2 and all(x in named for x in by_value[v]))
+    whole = [v for v in values
+             if len(by_value[v]) >= 2 and all(x in named for x in by_value[v])]
+    for v in whole:  # its nodes' verdicts say so; the incident rule names it in the outputs
+        for x in by_value[v]:
+            named[x] += f"; every node of {label}={v} stayed slow whatever it was split " \
+                        "into: a component, not a node"
+    components = tuple(f"{label}={v}" for v in whole)
     return Search(named, tests, rounds, threshold, source, components,
                   tuple(sorted(set(suspects) - set(named))))
 
