@@ -92,7 +92,8 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
         with a known-good partner, or left for a later round when none is free)."""
         nonlocal rounds
         free = sorted(good - {x for g in groups for x in g})
-        launched, partnered = [], []
+        launched: list[list[str]] = []
+        partnered: list[str | None] = []
         for g in groups:
             if len(g) >= 2:
                 launched.append(g)
@@ -103,19 +104,19 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
                 pick = [p for p in free if where.get(p) != where.get(g[0])] or pick
             if not pick:
                 continue
-            partner = pick[0]
-            free.remove(partner)
-            launched.append(g + [partner])
-            partnered.append(partner)
+            chosen = pick[0]  # before the removal: `pick` may be `free` itself
+            free.remove(chosen)
+            launched.append(g + [chosen])
+            partnered.append(chosen)
         if not launched:
             return []
         rounds += 1
         out = []
-        for g, partner, (done, busbw) in zip(launched, partnered, measure(launched), strict=True):
+        for g, with_, (done, busbw) in zip(launched, partnered, measure(launched), strict=True):
             slow = not done or busbw < threshold
             tests.append({"nodes": g, "busbw_gbps": busbw, "completed": done,
                           "round": rounds, "kind": kind})
-            tested = [x for x in g if x != partner]
+            tested = [x for x in g if x != with_]
             if not slow:
                 good.update(g)
             out.append((tested, slow))
