@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 
 from burnin import actions
+from burnin.actions import ActionResult
 from burnin.goodput import Speed
 from burnin.incidents import Incident, page
 from burnin.ledger import Ledger, NodeRun
@@ -27,7 +28,7 @@ class GateReport:
     actions: list[actions.ActionResult] = field(default_factory=list)
     would_quarantine: list[str] = field(default_factory=list)  # --no-quarantine
     incidents: list[Incident] = field(default_factory=list)  # shared causes: nobody's blame
-    pages: list[actions.ActionResult] = field(default_factory=list)  # incident_command
+    pages: list[ActionResult] = field(default_factory=list)  # incident_command
 
 
 def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
