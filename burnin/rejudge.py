@@ -132,8 +132,10 @@ def _compare(run: Run, report, records: dict, by_name: dict) -> tuple[int, list[
             was_cases[(name, check)] = Case(outcome, message)
             now_cases[(name, check)] = judged(run, check, by_name[name])
     # The run's shared-cause incidents start their nodes' messages: found again here, by
-    # the settings being tried (burnin/incidents.py)
-    found = incidents.of_cases(now_cases, [by_name[n] for n in sorted({n for n, _ in now_cases})],
+    # the settings being tried (burnin/incidents.py); an error here is this tool's (a
+    # check the run kept no record of), not a node's, and counts for no incident.
+    judged_now = {k: c for k, c in now_cases.items() if c.outcome != Outcome.ERROR}
+    found = incidents.of_cases(judged_now, [by_name[n] for n in sorted({n for n, _ in now_cases})],
                                run.inventory.quarantine.shared_cause)
     for key, incident in incidents.by_case(found).items():
         now_cases[key] = replace(now_cases[key], message=_first_line(

@@ -192,7 +192,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     elif fig.get("group_failure"):
         failures.append(fig["group_failure"])
     floor = fig.get("floor_gbps")
-    if failures and group.get("bytes") and "judged at" not in failures[-1]:
+    if (fig.get("slow_with_good_partner") or fig.get("group_failure")) and group.get("bytes"):
         failures[-1] += (f" (judged at {_size(group['bytes'])}, the sweep's best; floor "
                          + (f"{floor:g} GB/s, {fig.get('floor_source', '')})"
                             if floor is not None else
