@@ -45,7 +45,8 @@ def test_the_rate_limited_host_and_only_it_is_named(pytester, make_hosts, findin
         assert cases[name] == {"allreduce_internode": ("passed", "")}, cases[name]
     outcome, message = cases["h3"]["allreduce_internode"]
     assert outcome == "failure" and "localised as the slow node" in message
-    assert "paired with known-good" in message
+    # found by group testing, and named only after its confirmation round
+    assert "with known-good" in message and "confirmed" in message
     records = internode_records(reports)
     pairs = {tuple(p["nodes"]): p["busbw_gbps"] for r in records.values()
              for p in r["data"]["figures"]["pairs"]}

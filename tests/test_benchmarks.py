@@ -144,3 +144,13 @@ def test_ledger_history_keeps_runs_and_reads_them_back():
     lines = run_benchmark("ledger_history.py", "--nodes", "200", "--runs", "3", "--repeat", "1")
     assert ratios(lines[-1], "record_runs/bare"), lines
     assert lines[0] == "200 nodes, 3 runs kept a node, medians of 1:", lines
+
+
+def test_group_search_finds_every_slow_node_in_fewer_launches_than_pairs():
+    lines = run_benchmark("group_search.py", "--nodes", "64,256", "--slow", "1,3")
+    rows = [ln for ln in lines if " slow, " in ln]
+    assert len(rows) == 8, lines
+    for row in rows:
+        pairs, search = (int(x) for x in re.findall(r"(\d+) launches", row))
+        assert search < pairs, row
+    assert ratios(lines[-1], "launches")[0] < 1, lines[-1]

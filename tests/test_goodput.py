@@ -36,7 +36,9 @@ def test_a_slower_node_is_priced_for_a_job_and_min_speed_keeps_it_out(pytester):
     filt = pytester.path / "slow.py"
     filt.write_text(FILTER.format(slow=SLOW))
     script(pytester.path / "py3", f"{replay} \"$@\" | {sys.executable} {filt}\n")
-    inv = trio_inventory(pytester, pytester.path / "inv.yaml", "goodput: {job_nodes: 64}\n")
+    # Three nodes: a relative speed needs five voters unless the inventory says fewer.
+    inv = trio_inventory(pytester, pytester.path / "inv.yaml",
+                         "goodput: {job_nodes: 64, min_voters: 3}\n")
     # n3's four earlier runs, a week apart, 1% slower each: with this run's 0.92, a
     # steady fall of over 1% a week, warned of; it is under the break-even of a 64-node
     # job (0.984) already, and the warning says so.
@@ -67,7 +69,9 @@ def test_a_slower_node_is_priced_for_a_job_and_min_speed_keeps_it_out(pytester):
     assert f'burnin_node_relative_speed{{cluster="inv",node="n3",check="burn"}} {SLOW:g}' \
         in prom, [ln for ln in prom.splitlines() if "relative_speed" in ln]
     page = (run_dir / "summary.html").read_text()
-    assert f"<td class=r title='set by burn'>{SLOW:.3f}</td>" in page
+    # beside the speed, the price junit.xml states: 64 x (1 - 0.92) node-hours a job-hour
+    assert f"<td class=r title='set by burn'>{SLOW:.3f}</td><td class=r>5.120</td>" in page
+    assert "price (node-h per job-h)</th>" in page
     assert "Speed falling run after run (1 node(s)):" in page
     assert "pace of a 64-node job 0.920" in page
 

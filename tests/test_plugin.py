@@ -72,14 +72,9 @@ def test_three_local_nodes_give_three_testsuites(pytester):
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     run_id = (reports / "latest").readlink().name
     every = ",".join(CHECKS)
-    # the node's price for a job of the fleet's size (burnin/figures/goodput.py): figures of
-    # co-located real probes, so the speed itself varies from run to run
-    speed = float(props.pop("relative_speed"))
-    assert 0 < speed <= 1.5 and props.pop("goodput_job_nodes") == "3"
-    cost = float(props.pop("goodput_cost_node_hours_per_hour"))
-    assert abs(cost - 3 * max(0, 1 - speed)) < 1e-3  # both written to 4 places
-    assert props.pop("goodput_pays_for_itself") in ("true", "false")
-    assert props.pop("speed_set_by").split(":")[0] in CHECKS
+    # No relative speed and no price: three nodes are fewer than the five voters a fleet
+    # median needs (burnin/goodput.py), so one node's figure would set another's speed.
+    assert "relative_speed" not in props and "goodput_job_nodes" not in props
     assert props == {"cluster": "trio", "run_id": run_id, "burnin_report": "1",
                      "burnin_version": burnin.__version__, "profile": "standard",
                      "complete": "true", "exit_status": "0", "nodes_in_run": "3",

@@ -40,16 +40,19 @@ def test_a_run_judged_again_gives_its_own_verdicts_and_what_if_lists_the_changes
     assert out["changed"] == [] and out["judged"] == judged
 
     # What-if: a burn floor no CPU reaches fails every node that passed burn, and only
-    # burn; n3 failed burn already and stays as it was.
+    # burn; burn failing on 3 of 3 nodes is then one shared-cause incident
+    # (burnin/gate/incidents.py), whose words n3's own failure gains too.
     strict = inventory(pytester, pytester.path / "strict.yaml",
                        "burn: {min_tflops: 1000000}\n")
     what_if = burnin("rejudge", str(run_dir), "--inventory", str(strict))
     assert what_if.returncode == 1, what_if.stdout + what_if.stderr
     lines = what_if.stdout.splitlines()
     changed = sorted(ln.split(":")[0] for ln in lines if " -> " in ln)
-    assert changed == ["n1 burn", "n2 burn"], lines
+    assert changed == ["n1 burn", "n2 burn", "n3 burn"], lines
     assert "below the floor of 1e+06 TFLOPS" in what_if.stdout
-    assert lines[-1] == f"{judged} verdict(s) judged again, 2 would change"
+    assert "n1 burn: passed -> failed: shared cause suspected: burn failed on 3 of 3" \
+        in what_if.stdout
+    assert lines[-1] == f"{judged} verdict(s) judged again, 3 would change"
 
 
 def test_a_changed_record_is_a_changed_verdict(pytester):

@@ -173,8 +173,9 @@ SETTINGS = {
                              "the run's nodes spread wider"),
     "peer_spreads": Setting("positive", PEER_SPREADS, "intra-node: robust spreads of the "
                             "run's nodes a node may fall below their median"),
-    "pair_fraction": Setting("fraction", 0.5, "inter-node, with no floor: a pair below this "
-                             "share of the median pair is slow; 0: no localisation"),
+    "pair_fraction": Setting("fraction", 0.5, "inter-node, with no floor: a group or pair "
+                             "below this share of the fleet's fast ones (their 90% "
+                             "quantile, not the median) is slow; 0: no localisation"),
     "min_bytes": Setting("int", None, "default 1 MiB on GPUs, 64 KiB on CPUs"),
     "max_bytes": Setting("int", None, "default 1 GiB on GPUs, 16 MiB on CPUs"),
     "warmup": Setting("int", 5),

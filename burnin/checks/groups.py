@@ -5,9 +5,11 @@ Every node of a group starts its probe at once with its share of the ranks (one 
 device, each count the controller's own: the inventory's or the node's health facts);
 the first node is the rendezvous master. A group's figures are rank 0's, taken from the
 first node's document only, and only when every member ran, reported no error, and
-reported the layout the controller gave it. Localisation pairs nodes (n/2 pairs at a
-time, two rounds); nodes in a good pair are known-good, and each remaining suspect is
-re-paired with a known-good node: a node is named only when it fails with a good partner.
+reported the layout the controller gave it. A slow group's nodes are found by adaptive
+group testing over the topology (search_slow: burnin/checks/group_search.py); a group of
+fewer than four, or one that did not form, by pairs (localise: n/2 pairs at a time, two
+rounds; nodes in a good pair are known-good, and each remaining suspect is re-paired with
+a known-good node). Either way a node is named only when it fails with a good partner.
 
 Where the nodes' transport launches many tasks as one (srun), a group is one step with
 one task per rank (one per GPU), each task reporting its rank, and a node's ranks are put
@@ -17,12 +19,12 @@ together into its outcome.
 from __future__ import annotations
 
 import random
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.allreduce import judged
+from burnin.checks.group_search import QUANTILE, quantile
 from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome
 from burnin.transports import Launcher
@@ -46,6 +48,9 @@ class GroupRun:
     launcher: Callable[[Node], Launcher | None]     # Launch.launcher
     probe_tasks: Callable[..., dict[str, list[ProbeOutcome]]]  # Launch.probe_tasks
     at_once: Callable[[list, Callable], list]       # Launch.at_once
+    # Another check's fleet summary when it ran in this run, else None (never runs it):
+    # the fabric check's majority HCA count and port rate set a default inter-node floor.
+    fleet_of: Callable[[str], object] = lambda check: None
 
 
 @dataclass(frozen=True)
@@ -173,7 +178,7 @@ def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | 
              facts: Facts, complete: bool = False, timeouts: dict[str, float] | None = None):
     """(every pair's figure, {node: why it is named}). With `complete`, a pair is good
     when it completes at all (a group that did not form); else when its busbw reaches the
-    floor, or with no floor pair_fraction of the median pair."""
+    floor, or with no floor pair_fraction of a high quantile (QUANTILE) of the pairs."""
     def measure(pairs: list[tuple[Node, Node]]) -> list[dict]:
         def one(pair: tuple[Node, Node]) -> dict:
             a, b = pair
@@ -193,8 +198,11 @@ def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | 
         def good_pair(f):
             return f["completed"]
     else:
+        # A high quantile of the pairs, not their median: once a quarter of the nodes are
+        # slow, most pairs are, and a median would be a slow pair (issue 38).
         threshold = floor if floor is not None else settings.get("pair_fraction", 0.5) * \
-            statistics.median(f["busbw_gbps"] for f in figures)
+            quantile([f["busbw_gbps"] for f in figures if f["completed"]] or [0.0],
+                      QUANTILE)
 
         def good_pair(f):
             return f["completed"] and f["busbw_gbps"] >= threshold
@@ -217,3 +225,26 @@ def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | 
                     f"{f['busbw_gbps']:.3f} GB/s paired with known-good {partner}, below "
                     f"{threshold:.3f} GB/s")
     return figures, named
+
+
+def search_slow(run: GroupRun, members: list[Node], settings: dict, floor: float | None,
+                facts: Facts, timeouts: dict[str, float] | None = None):
+    """(every group's figure, {node: why it is named}, the Search): adaptive group
+    testing over the members' topology (burnin/checks/group_search.py), each round's
+    groups run at once on real probes."""
+    from burnin.checks.group_search import find_slow, topology_label
+
+    by_name = {m.name: m for m in members}
+    label = topology_label({m.name: m.labels for m in members})
+    where = {m.name: m.labels.get(label, "") if label else "" for m in members}
+
+    def measure(groups: list[list[str]]) -> list[tuple[bool, float]]:
+        def one(names: list[str]) -> tuple[bool, float]:
+            nodes = [by_name[x] for x in names]
+            g = group_figures(run_group(run, nodes, settings, facts, timeouts), nodes, facts)
+            return (g is not None, g["busbw_gbps"] if g else 0.0)
+        return run.at_once(groups, one)
+
+    found = find_slow([m.name for m in members], where, measure, floor,
+                      settings.get("pair_fraction", 0.5), label)
+    return found.tests, found.named, found

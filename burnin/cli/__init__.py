@@ -312,8 +312,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 "--inventory, its quarantine.actions too (Slurm drain)")
     release = q_sub.add_parser("release", parents=[where],
                                help="take nodes out of quarantine by hand")
+    release.add_argument("nodes", metavar="NODES", help="a node or a hostlist: gpu[001-004]")
+    add.add_argument("nodes", metavar="NODES", nargs="?",
+                     help="a node or a hostlist: gpu[001-004] (with --run: of the incident's)")
+    add.add_argument("--run", help="with --check: the nodes of that run's shared-cause "
+                                   "incident of that check (a person judged them node faults)")
+    add.add_argument("--check", help="the incident's check (with --run)")
     for a in (add, release):
-        a.add_argument("nodes", metavar="NODES", help="a node or a hostlist: gpu[001-004]")
         a.add_argument("--reason", required=True)
         a.add_argument("--who", help="who does it (default: the current user)")
     q.set_defaults(func=cli_quarantine.run)

@@ -1,4 +1,5 @@
-"""`burnin quarantine list | show NODE | add NODES | release NODES`: the ledger by hand.
+"""`burnin quarantine list | show NODE | add NODES | add --run RUN --check CHECK |
+release NODES`: the ledger by hand.
 
 NODES is a Slurm hostlist (gpu[001-004],gpu017). Exit 0 when done; 1 when a named node
 was not in quarantine (release, show: nothing to do for it; the others are done) or a
@@ -50,6 +51,12 @@ def _run(args) -> int:
         return 2
     if args.action == "list":
         return _list(ledger, args.json)
+    if args.action == "add" and (getattr(args, "run", None) or getattr(args, "check", None)):
+        return _add_incident(ledger, inventory, args)
+    if not args.nodes:
+        print(f"burnin quarantine {args.action}: NODES, or --run and --check, expected",
+              file=sys.stderr)
+        return 2
     try:
         nodes = list(NodeSet(args.nodes))
     except NodeSetException as e:
@@ -94,13 +101,17 @@ def _show(ledger: Ledger, nodes: list[str], as_json: bool,
     offenders = ledger.repeat_offenders(*repeat)
     for node in nodes:
         entry, history, runs = ledger.get(node), ledger.history(node), ledger.runs(node)
-        unknown += not entry and not history and not runs
+        kept = ledger.incidents(node=node)
+        unknown += not entry and not history and not runs and not kept
         shown.append({"node": node, "in_quarantine": entry is not None,
                       "repeat_offender": node in offenders,
                       "quarantined_in_window": offenders.get(node, 0),
                       "entry": entry_dict(entry) if entry else None,
                       "history": [{**h, "time": _iso(h["time"])} for h in history],
-                      "runs": [{**r.as_dict(), "time": _iso(r.time)} for r in runs]})
+                      "runs": [{**r.as_dict(), "time": _iso(r.time)} for r in runs],
+                      "incidents": [{"run_id": k.run_id, "time": _iso(k.time),
+                                     "message": k.incident.message, **k.incident.as_dict()}
+                                    for k in kept]})
         if as_json:
             continue
         if node in offenders:
@@ -118,6 +129,9 @@ def _show(ledger: Ledger, nodes: list[str], as_json: bool,
             print(f"{node}: not in quarantine")
         for h in history:
             print(f"  {_when(h['time'])}  {h['event']:<14} by {h['who']}: {h['why']}")
+        for k in kept:
+            print(f"  {_when(k.time)}  {'incident':<14} run {k.run_id}: {k.incident.message} "
+                  f"({len(k.incident.nodes)} nodes; not quarantined for it)")
         if runs:
             print(f"{node}: {len(runs)} run(s) kept")
         for r in runs:
@@ -151,6 +165,38 @@ def _add(ledger: Ledger, inventory, nodes: list[str], reason: str, who: str,
     if as_json:
         print(json.dumps({"ledger": ledger.where, "nodes": done}, indent=2))
     return 1 if any(not a["ok"] for d in done for a in d["actions"]) else 0
+
+
+def _add_incident(ledger: Ledger, inventory, args) -> int:
+    """`quarantine add --run RUN --check CHECK [NODES]`: a person judged a shared-cause
+    incident to be node faults after all; its nodes (those of NODES, when given) are
+    quarantined by hand, as `quarantine add` does, the incident named in the reason."""
+    if not (args.run and args.check):
+        print("burnin quarantine add: --run and --check go together", file=sys.stderr)
+        return 2
+    found = [k for k in ledger.incidents(run_id=args.run) if k.incident.check == args.check]
+    if not found:
+        print(f"burnin quarantine add: the ledger keeps no incident of {args.check} in run "
+              f"{args.run} (burnin history NODE lists a node's incidents)", file=sys.stderr)
+        return 2
+    nodes = sorted({n for k in found for n in k.incident.nodes})
+    if args.nodes:
+        try:
+            wanted = set(NodeSet(args.nodes))
+        except NodeSetException as e:
+            print(f"burnin quarantine add: {args.nodes!r} is not a hostlist: {e}",
+                  file=sys.stderr)
+            return 2
+        strangers = wanted - set(nodes)
+        if strangers:
+            print(f"burnin quarantine add: not in the incident: {NodeSet.fromlist(strangers)}",
+                  file=sys.stderr)
+            return 2
+        nodes = [n for n in nodes if n in wanted]
+    what = "; ".join(k.incident.message for k in found)
+    return _add(ledger, inventory, nodes,
+                f"{args.reason} (incident of run {args.run}: {what})"[:1000],
+                args.who or getpass.getuser(), args.json)
 
 
 def _release(ledger: Ledger, nodes: list[str], reason: str, who: str, as_json: bool) -> int:

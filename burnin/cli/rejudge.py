@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from burnin.checks import CHECKS
 from burnin.engine.kept_inventory import INVENTORY_COPY
 from burnin.engine.run import Run
 from burnin.errors import RejudgeError  # noqa: F401  (raised here, caught by callers)
+from burnin.gate import incidents
 from burnin.gate.admit import ReportError, read_junit
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.model.outcome import Outcome, first_line
@@ -113,13 +114,23 @@ def _no_probe(check: str):
 
 
 def _compare(run: Run, report, records: dict, by_name: dict) -> tuple[int, list[Change]]:
-    changes, total = [], 0
+    was_cases, now_cases = {}, {}
     for name, cases in report.cases.items():
         for check, outcome, message in cases:
             if check not in CHECKS or check not in records or name not in by_name:
                 continue  # a case no probe record stands behind: nothing to judge again
-            total += 1
-            was, now = Case(outcome, message), judged(run, check, by_name[name])
-            if was != now:
-                changes.append(Change(name, check, was, now))
-    return total, changes
+            was_cases[(name, check)] = Case(outcome, message)
+            now_cases[(name, check)] = judged(run, check, by_name[name])
+    # The run's shared-cause incidents start their nodes' messages: found again here, by
+    # the settings being tried (burnin/gate/incidents.py); an error here is this tool's (a
+    # check the run kept no record of), not a node's, and counts for no incident.
+    judged_now = {k: c for k, c in now_cases.items() if c.outcome != Outcome.ERROR}
+    found = incidents.of_cases(judged_now,
+                               [by_name[n] for n in sorted({n for n, _ in now_cases})],
+                               run.inventory.quarantine.shared_cause)
+    for key, incident in incidents.by_case(found).items():
+        now_cases[key] = replace(now_cases[key], message=first_line(
+            f"{incident.message}; {now_cases[key].message}"))
+    changes = [Change(name, check, was, now_cases[(name, check)])
+               for (name, check), was in was_cases.items() if was != now_cases[(name, check)]]
+    return len(was_cases), changes

@@ -97,6 +97,8 @@ class Run:
     # What the run keeps of a check's documents once it is judged (Run.release): the
     # speed-bearing figures (goodput), and of the facts check each node's NodeFacts.
     _figures: dict[str, dict[str, list[Figure]]] = field(default_factory=dict)
+    # {check: nodes whose document its judge could not read}: their figures never vote
+    _unread: dict[str, set[str]] = field(default_factory=dict)
     _facts: dict[str, NodeFacts] | None = None
 
     def __post_init__(self):
@@ -228,6 +230,7 @@ class Run:
                     out[node.name] = Verdict(node.name, check, (
                         f"its {check} document could not be judged: {raised[node.name]}",))
         judged = sum(outcomes[n.name].ok for n in self.nodes if n.name not in unjudged)
+        self._unread[check] = set(raised)
         if raised and len(raised) >= judged:
             raise ControllerFault(f"the {check} judge failed on every node it judged, which "
                                   f"is no node's doing: {next(iter(raised.values()))}")
@@ -258,8 +261,10 @@ class Run:
     def _speed_figures(self, check: str, outcomes: dict[str, ProbeOutcome]
                        ) -> dict[str, list[Figure]]:
         speed = {m.metric for m in CHECKS[check].measures if m.speed}
+        unread = self._unread.get(check, set()) | set(self._unjudged.get(check, {}))
         return {name: [f for f in key_figures(o.to_record(self.run_id, check))
-                       if f.metric in speed] for name, o in outcomes.items()}
+                       if f.metric in speed] for name, o in outcomes.items()
+                if name not in unread}
 
     def _judging(self, spec: Check, node: Node, fleet) -> Judging:
         known = not spec.facts
@@ -352,7 +357,8 @@ class Run:
                         failed=self.failed_single_node_checks, devices=self.devices,
                         gpus=self.gpus, payload=payload_of, probe=self.launch.probe,
                         launcher=self.launch.launcher, probe_tasks=self.launch.probe_tasks,
-                        at_once=self.launch.at_once)
+                        at_once=self.launch.at_once,
+                        fleet_of=lambda c: self.summary(c) if self.store.has(c) else None)
 
     def close(self) -> None:
         self.launch.close()

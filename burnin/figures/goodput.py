@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from burnin.checks import CHECKS
 from burnin.figures.record_figures import Figure, Measure
 
+# Nodes of one model whose figures make a fleet median (goodput.min_voters): with three,
+# one node's own figure sets another's relative speed and its --min-speed admission.
+MIN_VOTERS = 5
+
 
 @dataclass(frozen=True)
 class Speed:
@@ -64,10 +68,13 @@ def _speed_measure(check: str, metric: str) -> Measure | None:
 
 
 def speeds(figures: dict[str, list[tuple[str, Figure]]],
-           model: dict[str, str] | None = None) -> dict[str, Speed]:
+           model: dict[str, str] | None = None, min_voters: int = MIN_VOTERS
+           ) -> dict[str, Speed]:
     """Every node's Speed from its (check, figure) pairs. A figure is compared with the
-    same family ("burn TFLOPS", "storage read GB/s") of nodes of the same model only; a
-    node with no speed-bearing figure, or none with a positive fleet median, has none."""
+    same family ("burn TFLOPS", "storage read GB/s") of nodes of the same model only, and
+    only where at least `min_voters` nodes vote (fewer: one node's own figure would set
+    another's speed: no relative speed there, floors only); a node with no such figure,
+    or none with a positive fleet median, has none."""
     model = model or {}
     families: dict[tuple, dict[str, list[tuple[float, str]]]] = {}
     for node, pairs in figures.items():
@@ -81,6 +88,8 @@ def speeds(figures: dict[str, list[tuple[str, Figure]]],
                 (float(f.value), m.label_of(f.labels)))
     out: dict[str, Speed] = {}
     for (check, _, _), nodes in families.items():
+        if len(nodes) < min_voters:
+            continue
         center = statistics.median(statistics.median(v for v, _ in vals)
                                    for vals in nodes.values())
         if not center > 0:
@@ -105,4 +114,5 @@ def of_run(run) -> tuple[dict[str, Speed], int]:
         for node, figs in run.figures(name).items():
             figures.setdefault(node, []).extend((name, f) for f in figs)
     model = {n.name: n.gpu_model or "" for n in run.nodes}
-    return speeds(figures, model), run.inventory.goodput.job_nodes or len(run.nodes)
+    return (speeds(figures, model, run.inventory.goodput.min_voters),
+            run.inventory.goodput.job_nodes or len(run.nodes))

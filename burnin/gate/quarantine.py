@@ -11,9 +11,11 @@ from dataclasses import dataclass, field
 
 from burnin.figures.goodput import Speed
 from burnin.gate import actions
+from burnin.gate.incidents import page
 from burnin.ledger.api import Ledger, LedgerError, NodeRun, RunVerdicts
+from burnin.model.incident import Incident
 from burnin.model.nodes import Inventory, Node
-from burnin.model.outcome import CaseResult, Outcome
+from burnin.model.outcome import ActionResult, CaseResult, Outcome
 
 
 @dataclass
@@ -28,6 +30,8 @@ class GateReport:
     not_counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # actions taken after the run's transaction whose record the ledger did not take
     unrecorded: list[str] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)  # shared causes: nobody's blame
+    pages: list[ActionResult] = field(default_factory=list)  # quarantine.incident_command
 
     def lines(self, release_after: int) -> list[tuple[str, bool]]:
         """What the run's terminal summary says of it: (line, in red)."""
@@ -44,7 +48,8 @@ class GateReport:
         for node, lacking in sorted(self.not_counted.items()):
             out.append((f"{node}: clean, but not counted toward release: this run did not "
                         f"include {', '.join(lacking)}, which it is in quarantine for", True))
-        out += [(f"{a.action} on {a.node}: {a.message}", not a.ok) for a in self.actions]
+        out += [(f"{a.action} on {a.node}: {a.message}", not a.ok)
+                for a in self.actions + self.pages]
         out += [(f"not recorded in the ledger: {u}", True) for u in self.unrecorded]
         return out
 
@@ -59,12 +64,17 @@ def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
 
 def settle(inventory: Inventory, ledger: Ledger, run_id: str,
            cases: dict[tuple[str, str], CaseResult], revalidate: bool,
-           act: bool, speeds: dict[str, Speed] | None = None) -> GateReport:
+           act: bool, speeds: dict[str, Speed] | None = None,
+           incidents: list[Incident] | None = None) -> GateReport:
     """Apply a finished run's verdicts: each judged node's verdict (and `speeds`) kept
     among the ledger's runs, failures quarantined, and in a re-validation run clean runs
     counted and nodes released, all in one ledger transaction (a LedgerError: none of
-    it); then, once it is committed, the actions, each recorded."""
-    report = GateReport()
+    it); then, once it is committed, the actions, each recorded. A failure that is part of
+    one of `incidents` (burnin/gate/incidents.py) quarantines nobody and acts on nobody:
+    the ledger keeps the incident, in the same transaction, and
+    quarantine.incident_command pages a person once for it."""
+    report = GateReport(incidents=list(incidents or ()))
+    shared = {(n, i.check) for i in report.incidents for n in i.nodes}
     by_node: dict[str, list[CaseResult]] = {}
     for (node, _), case in sorted(cases.items()):
         by_node.setdefault(node, []).append(case)
@@ -72,6 +82,10 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
     failures, clean = [], {}
     for name, node_cases in by_node.items():
         failed = [c for c in node_cases if Outcome(c.outcome).bad]
+        own = [c for c in failed if (name, c.check) not in shared]
+        if failed and not own:
+            continue  # failed only as part of an incident: neither blamed nor clean
+        failed = own
         if failed:
             failures.append((name, [c.check for c in failed],
                              [f"{c.check}: {c.message}" for c in failed],
@@ -84,9 +98,11 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
     done = ledger.record_run_end(RunVerdicts(
         inventory.cluster, run_id, node_runs(run_id, by_node, speeds or {}, time.time()),
         q.keep_runs_days, clean, failures, q.release_after, (q.repeat_times, q.repeat_days),
-        drain="slurm" in q.actions))
+        drain="slurm" in q.actions, incidents=tuple(report.incidents)))
     report.clean, report.released = done.clean, list(done.released)
     report.not_counted = done.not_counted
+    if q.incident_command:
+        report.pages += [page(q.incident_command, i, run_id) for i in report.incidents]
     # Committed: from here on the run's verdicts stand; what the actions did is recorded
     # each in its own transaction, and one the ledger refuses is said, not raised.
     for name in done.resume if "slurm" in q.actions else ():

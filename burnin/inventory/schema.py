@@ -26,6 +26,7 @@ from burnin.model.nodes import (
     Inventory,
     Node,
     QuarantineSettings,
+    SharedCauseSettings,
     StorageSettings,
 )
 from burnin.transports import TABLE
@@ -112,10 +113,13 @@ def node_keys() -> dict[str, str]:
 QUARANTINE_KEYS = {"ledger": "ledger", "ledger_insecure": "bool", "actions": "actions",
                    "release_after": "release_after",
                    "command": "str_list", "repeat_times": "release_after",
-                   "repeat_days": "positive", "keep_runs_days": "positive"}
+                   "repeat_days": "positive", "keep_runs_days": "positive",
+                   "shared_cause": "mapping", "incident_command": "str_list"}
+SHARED_CAUSE_KEYS = {"fraction": "fraction", "min_nodes": "release_after", "labels": "str_list"}
 ADMISSION_KEYS = {"require": "check_list"}
 GOODPUT_KEYS = {"job_nodes": "job_nodes", "restart_minutes": "nonnegative",
-                "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction"}
+                "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction",
+                "min_voters": "release_after"}
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
@@ -404,7 +408,20 @@ def _quarantine(c: _Checker, doc: Mapping, top: dict) -> QuarantineSettings:
         actions=tuple(q.get("actions", ())),
         release_after=q.get("release_after", 2), command=tuple(q.get("command", ())),
         repeat_times=q.get("repeat_times", 3), repeat_days=q.get("repeat_days", 30.0),
-        keep_runs_days=q.get("keep_runs_days", 180.0))
+        keep_runs_days=q.get("keep_runs_days", 180.0),
+        shared_cause=_shared_cause(c, top["quarantine"]),
+        incident_command=tuple(q.get("incident_command", ())))
+
+
+def _shared_cause(c: _Checker, quarantine: Mapping) -> SharedCauseSettings:
+    if "shared_cause" not in quarantine or not c.mapping(
+            quarantine["shared_cause"], "quarantine.shared_cause",
+            quarantine.key_lines["shared_cause"]):
+        return SharedCauseSettings()
+    s = c.keys(quarantine["shared_cause"], SHARED_CAUSE_KEYS, "quarantine.shared_cause")
+    labels = s.get("labels")
+    return SharedCauseSettings(fraction=s.get("fraction", 0.2), min_nodes=s.get("min_nodes", 3),
+                               labels=None if labels is None else tuple(labels))
 
 
 def select_nodes(inventory: Inventory, hostlist: str | None) -> list[Node]:

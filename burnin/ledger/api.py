@@ -28,6 +28,7 @@ from burnin.ledger.backends import (  # noqa: F401  (callers catch and read them
     backend_for,
     parse_location,
 )
+from burnin.ledger.incidents import IncidentLog
 from burnin.ledger.read import (  # noqa: F401  (Entry: callers)
     HISTORY_COLUMNS,
     QUARANTINE_COLUMNS,
@@ -49,7 +50,7 @@ WRITE_ATTEMPTS = 20
 PAUSE_S = 1.0
 
 
-class Ledger(RunEndWrites, RunLog, LedgerReads):
+class Ledger(RunEndWrites, RunLog, IncidentLog, LedgerReads):
     def __init__(self, where: str | Path, create: bool = True):
         """Open the ledger at `where` (a path, sqlite:///path, postgresql://... or another
         scheme of BACKENDS), creating it where there is none at all (`create`): the

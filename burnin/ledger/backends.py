@@ -25,11 +25,12 @@ from burnin.errors import (  # noqa: F401  (raised here, caught by callers)
     LedgerNotEmpty,
     LedgerUrlError,
 )
+from burnin.ledger import incidents as incidents_ledger
 from burnin.ledger.url import shown
 
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 10
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # pg_advisory_xact_lock's key for migrations: b"burnin" read as an integer.
 MIGRATION_LOCK = 0x6275726E696E
 
@@ -119,6 +120,8 @@ def _migrations(real: str, serial: str) -> dict[int, tuple[str, ...]]:
                 reasons TEXT NOT NULL,   -- JSON list of their messages, each bounded
                 speed {real},            -- relative speed (burnin/figures/goodput.py), if known
                 figures TEXT NOT NULL)   -- JSON: what set the speed""",),
+        # Shared-cause incidents (burnin/gate/incidents.py): its SQL lives with its methods.
+        4: incidents_ledger.migration(real, serial),
     }
 
 

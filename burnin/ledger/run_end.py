@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from burnin.ledger.runs import NodeRun, encode_runs
+from burnin.model.incident import Incident
 from burnin.model.outcome import ActionResult
 
 
@@ -39,6 +40,7 @@ class RunVerdicts:
     repeat: tuple[int, float] | None = None  # (times, days): a repeat offender
     drain: bool = False                      # quarantine.actions drains new ones in Slurm
     who: str = "burnin"
+    incidents: tuple[Incident, ...] = ()     # shared causes (burnin/gate/incidents.py)
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,8 @@ class RunEndWrites:
         def work(db) -> RunRecorded:
             if rows:
                 self._runs_in(db, rows, v.keep_days, now)
+            if v.incidents:
+                self._incidents_in(db, v.cluster, v.run_id, v.incidents, now)
             clean, released, resume, short = {}, [], [], {}
             for node, passed in sorted(v.clean.items()):
                 row = db.execute("SELECT checks, drained_by_burnin FROM quarantine "

@@ -61,6 +61,16 @@ class Node:
 
 
 @dataclass(frozen=True)
+class SharedCauseSettings:
+    """`quarantine.shared_cause`: when failures of one check are one incident, not N
+    faulty nodes (burnin/gate/incidents.py says why these defaults)."""
+
+    fraction: float = 0.2   # more than this share of the nodes judged for the check ...
+    min_nodes: int = 3      # ... and at least this many
+    labels: tuple[str, ...] | None = None  # None: every label the inventory uses
+
+
+@dataclass(frozen=True)
 class QuarantineSettings:
     ledger: str | None = None
     actions: tuple[str, ...] = ()
@@ -76,6 +86,9 @@ class QuarantineSettings:
     # A PostgreSQL ledger over TCP without sslmode=verify-full/verify-ca is refused
     # unless this says the operator accepts an unverified connection (burnin/ledger/url.py).
     ledger_insecure: bool = False
+    shared_cause: SharedCauseSettings = field(default_factory=SharedCauseSettings)
+    # argv run once per shared-cause incident, to page a person (never per node)
+    incident_command: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,7 @@ class GoodputSettings:
     restart_minutes: float = 10.0    # a failed job's restart: rescheduling, loading
     checkpoint_minutes: float = 60.0  # checkpoint interval: a failure loses half of one
     speed_drop_per_week: float = 0.01  # a steady fall this fast is warned of
+    min_voters: int = 5              # nodes of a model a relative speed needs (goodput.py)
 
 
 @dataclass(frozen=True)

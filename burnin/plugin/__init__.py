@@ -24,6 +24,7 @@ from burnin.engine.progress import Progress
 from burnin.engine.run import DEFAULT_FANOUT, Run, new_run_id
 from burnin.figures import goodput
 from burnin.figures import track_record as track
+from burnin.gate.incidents import Incident, summary_lines
 from burnin.gate.quarantine import GateReport, split_by_quarantine
 from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
 from burnin.ledger.api import Ledger, LedgerError, LedgerLost
@@ -74,6 +75,7 @@ class BurninState(RunEnd):
         self.ledger: Ledger | None = None
         self.held: list[Node] = []  # left out of this run: in quarantine
         self.gate: GateReport | None = None
+        self.incidents: list[Incident] = []  # shared causes of this run (incidents.py)
         self.speeds: dict[str, goodput.Speed] = {}  # nodes' relative speeds (goodput.py)
         self.tracked: track.FleetTrack | None = None  # what the ledger remembers of them
         self.job_nodes = 0
@@ -285,6 +287,8 @@ class BurninState(RunEnd):
         bad = {n: c for n, c in bad.items() if n not in held}
         tested = {name for name, _ in self.cases} - held
         tr.section("burnin")
+        for line in summary_lines(self.incidents):
+            tr.write_line(line, red=True)
         if not tested:
             tr.write_line(f"nothing to test: every selected node is in quarantine "
                           f"({', '.join(n.name for n in self.held)}); --revalidate re-tests "

@@ -19,11 +19,13 @@ from burnin.core.safefiles import write_atomically
 from burnin.engine.run import Run
 from burnin.figures import goodput
 from burnin.figures import track_record as track
+from burnin.gate import incidents
 from burnin.gate.quarantine import settle
 from burnin.ledger.api import LedgerError
 from burnin.model.nodes import Node
 from burnin.model.outcome import CaseResult, Outcome
 from burnin.plugin.collection import is_check
+from burnin.report import incidents as incidents_report
 from burnin.report.junit import point_latest, render_junit, write_junit
 
 REPORT_FORMAT = "1"  # junit.xml's burnin_report property: burnin wrote this report
@@ -63,12 +65,19 @@ class RunEnd:
             self.tracked.save(run.run_dir)
         except Exception as e:  # a part of the report, not a verdict: the run goes on
             self.report_problems.append(f"the nodes' history not read from the ledger: {e}")
+        # A cause many nodes share is one incident, not N faulty nodes: its failures say so
+        # in every output, and the gate quarantines nobody for them (burnin/gate/incidents.py).
+        self.incidents = incidents.of_cases(self.cases, run.nodes,
+                                            run.inventory.quarantine.shared_cause)
+        incidents.mark(self.cases, self.incidents)
+        incidents_report.save(run.run_dir, self.incidents)
         pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
         write_atomically(pending, self._junit(run, self._report_properties(
             run, session.exitstatus)), durable=True)
         self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases,
                            self.config.getoption("revalidate"),
-                           act=not self.config.getoption("no_quarantine"), speeds=self.speeds)
+                           act=not self.config.getoption("no_quarantine"), speeds=self.speeds,
+                           incidents=self.incidents)
         os.replace(pending, junit)
         # `latest` has pointed at this run since it started (burnin/plugin/preflight.py), unless
         # another run has started since: a completed run is the one to admit from.

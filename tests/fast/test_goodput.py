@@ -31,7 +31,7 @@ def test_the_slowest_speed_bearing_figure_against_the_fleets_median_sets_the_spe
                                    90.0, "")),
                    ("sdc", Figure("device_tflops", (("check", "sdc"), ("device", "cuda:0")),
                                   1.0, ""))]}
-    got = speeds(figs)
+    got = speeds(figs, min_voters=1)
     assert set(got) == {"n1", "n2", "n3"}
     # node medians 695, 705, 665: the fleet's 695; n3's slowest device 630
     assert got["n3"] == Speed(pytest.approx(630 / 695), "burn", "burn TFLOPS cuda:0", 630.0,
@@ -45,7 +45,7 @@ def test_the_slowest_speed_bearing_figure_against_the_fleets_median_sets_the_spe
 def test_nodes_are_compared_with_their_own_model_only():
     figs = {"a1": [tflops("cuda:0", 300.0)], "a2": [tflops("cuda:0", 300.0)],
             "h1": [tflops("cuda:0", 700.0)], "h2": [tflops("cuda:0", 630.0)]}
-    got = speeds(figs, {"a1": "A100", "a2": "A100", "h1": "H100", "h2": "H100"})
+    got = speeds(figs, {"a1": "A100", "a2": "A100", "h1": "H100", "h2": "H100"}, 1)
     assert got["a1"].speed == 1.0 and got["a2"].speed == 1.0
     assert got["h2"].speed == pytest.approx(630 / 665)
 
@@ -53,7 +53,7 @@ def test_nodes_are_compared_with_their_own_model_only():
 def test_figures_that_are_no_speed_set_none():
     figs = {"n1": [tflops("cuda:0", math.nan)], "n2": [tflops("cuda:0", math.inf)],
             "n3": [tflops("cuda:0", -1.0)], "n4": [tflops("cuda:0", 0.0)]}
-    assert speeds(figs) == {}  # the only real figure, 0, is no median to divide by
+    assert speeds(figs, min_voters=1) == {}  # the only real figure, 0, is no median to divide by
 
 
 def test_the_price_of_a_node_for_a_job_and_where_it_pays_for_itself():
@@ -119,15 +119,16 @@ def test_figures_that_are_no_speed_are_left_out_and_the_rest_still_counted():
     figs = {"n1": [("nocheck", Figure("device_tflops", (), 5.0, "")), tflops("cuda:0", 0.0),
                    tflops("cuda:1", float("inf")), tflops("cuda:2", 0.5)],
             "n2": [tflops("cuda:0", 0.5)], "n3": [tflops("cuda:0", 0.4)]}
-    got = speeds(figs)
+    got = speeds(figs, min_voters=1)
     # n1: 0 and 0.5 count (its median 0.25), inf does not; the fleet's median 0.4
     assert got["n1"] == Speed(0.0, "burn", "burn TFLOPS cuda:0", 0.0, 0.4)
     assert got["n3"].speed == 1.0 and got["n2"].speed == pytest.approx(1.25)
     # a node of no model and a node of model "" are one group; a zero median none
-    assert speeds(figs, {"n1": ""})["n3"].speed == 1.0
-    assert speeds({"z1": [tflops("cuda:0", 0.0)], "z2": [tflops("cuda:0", 0.0)]}) == {}
+    assert speeds(figs, {"n1": ""}, 1)["n3"].speed == 1.0
+    assert speeds({"z1": [tflops("cuda:0", 0.0)], "z2": [tflops("cuda:0", 0.0)]},
+                  min_voters=1) == {}
     zero_first = {n: [tflops("cuda:0", 0.0), stream(0, "read", 1.0)] for n in ("z1", "z2")}
-    assert {n: s.check for n, s in speeds(zero_first).items()} == {"z1": "storage",
+    assert {n: s.check for n, s in speeds(zero_first, min_voters=1).items()} == {"z1": "storage",
                                                                     "z2": "storage"}
 
 
@@ -135,7 +136,7 @@ def test_a_tie_between_figures_keeps_the_first_check_that_set_it():
     figs = {"n1": [tflops("cuda:0", 5.0), stream(0, "read", 1.0)],
             "n2": [tflops("cuda:0", 10.0), stream(0, "read", 2.0)],
             "n3": [tflops("cuda:0", 10.0), stream(0, "read", 2.0)]}
-    got = speeds(figs)["n1"]
+    got = speeds(figs, min_voters=1)["n1"]
     assert got.speed == 0.5 and got.check == "burn"
 
 
@@ -151,12 +152,23 @@ def test_of_run_prices_the_checks_that_ran_for_the_inventory_s_job_size():
                for n in kept["burn"]],
         store=SimpleNamespace(has=lambda name: name in kept),
         figures=lambda name: kept[name],
-        inventory=SimpleNamespace(goodput=GoodputSettings(job_nodes=64)))
+        inventory=SimpleNamespace(goodput=GoodputSettings(job_nodes=64, min_voters=1)))
     got, job_nodes = of_run(run)
     assert job_nodes == 64 and got["n3"].speed == 0.9 and got["n1"].speed == 1.0
     assert got["a1"].speed == 1.0
     assert got["n3"].figure == "burn TFLOPS cuda:0"
-    run.inventory = SimpleNamespace(goodput=GoodputSettings())
+    run.inventory = SimpleNamespace(goodput=GoodputSettings(min_voters=1))
     assert of_run(run)[1] == 4  # the run's node count
     kept.clear()
     assert of_run(run) == ({}, 4)
+
+
+def test_fewer_than_five_voters_of_a_model_give_no_relative_speed():
+    # Three nodes: one node's own figure would set another's speed (issue 40 item 14).
+    few = {n: [tflops("cuda:0", v)] for n, v in (("n1", 100.0), ("n2", 100.0), ("n3", 50.0))}
+    assert speeds(few) == {}
+    five = {**few, "n4": [tflops("cuda:0", 100.0)], "n5": [tflops("cuda:0", 100.0)]}
+    assert speeds(five)["n3"].speed == 0.5
+    # five in the run, but of two models: neither model has five voters
+    assert speeds(five, {"n1": "A", "n2": "A", "n3": "A", "n4": "B", "n5": "B"}) == {}
+    assert speeds(few, min_voters=3)["n3"].speed == 0.5

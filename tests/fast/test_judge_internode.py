@@ -78,16 +78,19 @@ def test_the_localised_slow_node_is_told_its_pairs_and_the_group():
     assert judge("allreduce_internode", out) == ((
         "localised as the slow node: 0.250 GB/s paired with known-good n1, below 1.000 GB/s; "
         "its pairs (GB/s): n1+n3 0.250, n3+n2 1.500; group busbw 12.500 GB/s at 4 MiB over "
-        "3 nodes",), ())
+        "3 nodes (judged at 4 MiB, the sweep's best; floor none: the fleet's fast groups are "
+        "the yardstick)",), ())
 
 
 def test_wrong_sums_the_nodes_errors_and_a_group_failure_all_fail_it():
     out = internode_outcome(["rank 2 failed: timeout"], group=GROUP, wrong_elements=3,
-                            group_failure="inter-node busbw 1.000 GB/s below the floor")
+                            group_failure="inter-node busbw 1.000 GB/s below the floor",
+                            floor_gbps=5.0, floor_source="set in the inventory")
     assert judge("allreduce_internode", out) == ((
         "rank 2 failed: timeout",
         "3 wrong elements in this node's all-reduce results, expected exact sums",
-        "inter-node busbw 1.000 GB/s below the floor"), ())
+        "inter-node busbw 1.000 GB/s below the floor (judged at 4 MiB, the sweep's best; "
+        "floor 5 GB/s, set in the inventory)"), ())
 
 
 def test_a_group_failure_with_no_group_figure_says_only_that():

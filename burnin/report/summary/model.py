@@ -48,7 +48,9 @@ class PageRun:
     problems: list[str] = field(default_factory=list)
     unreadable: set[int] = field(default_factory=set)  # id() of records with junk figures
     speeds: dict[str, tuple[float, str]] = field(default_factory=dict)  # junit.xml's
+    costs: dict[str, float] = field(default_factory=dict)  # node-hours per job-hour, junit's
     history: dict | None = None  # what the ledger remembered at the run's end (track.py)
+    incidents: list = field(default_factory=list)  # shared causes (burnin/gate/incidents.py)
 
     @cached_property
     def checks(self) -> list[str]:

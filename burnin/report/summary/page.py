@@ -17,6 +17,7 @@ import time
 from html import escape
 
 from burnin.model.outcome import Outcome
+from burnin.report import incidents as incidents_report
 from burnin.report.summary import fleet as fleet_mod
 from burnin.report.summary import ledger_part
 from burnin.report.summary import trend as trend_mod
@@ -111,6 +112,7 @@ def render(report: PageRun) -> str:
         f"<title>burnin {escape(report.run_id)}: {escape(report.cluster)}</title>"
         f"<style>{STYLE}</style></head><body>",
         f"<h1>burnin run {escape(report.run_id)}, cluster {escape(report.cluster)}</h1>",
+        guarded("shared-cause incidents", incidents_report.html, report.incidents),
         f"<p class='dim'>Written {time.strftime('%Y-%m-%d %H:%M:%S')}. Hover any point for "
         "its node and device; click a tile or a node for its section.</p>",
         guarded("verdict", fleet_mod.banner, report, moved),
@@ -210,6 +212,8 @@ def _table(report: PageRun, nodes: list[str]) -> str:
                        if key else "")
                     + cells + message
                     + (_speed_cell(report.speeds.get(n)) if report.speeds else "")
+                    + ((f"<td class=r>{report.costs[n]:.3f}</td>" if n in report.costs
+                        else "<td></td>") if report.costs else "")
                     + (f"<td class=r>{moved or ''}</td>" if report.trend else "")
                     + f"<td>{link}</td></tr>")
     head = ("<th>node</th>" + (f"<th>{escape(key)}</th>" if key else "")
@@ -218,6 +222,9 @@ def _table(report: PageRun, nodes: list[str]) -> str:
             + ("<th title='slowest speed-bearing figure over the fleet median: what a "
                "synchronous job would run at with this node'>speed</th>"
                if report.speeds else "")
+            + ("<th title='what admitting the node costs a synchronous job, as junit.xml "
+               "states it: N x (1 - speed)'>price (node-h per job-h)</th>"
+               if report.costs else "")
             + ("<th>moved</th>" if report.trend else "")
             + "<th>evidence</th>")
     folded = len(nodes) > TABLE_OPEN

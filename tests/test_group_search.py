@@ -1,0 +1,137 @@
+"""Adaptive group testing for the slow nodes of an inter-node all-reduce
+(burnin/checks/group_search.py), over a fabric simulated at the group's edge: a group runs
+at its slowest member's link, or its slowest switch uplink when it spans switches."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from burnin.checks.group_search import find_slow, topology_label
+
+
+class Fabric:
+    def __init__(self, n: int, per_switch: int = 0, slow=(), uplink_slow=(), fast=10.0,
+                 slow_gbps=0.5):
+        self.names = [f"n{i:05d}" for i in range(n)]
+        self.where = {x: (f"leaf{i // per_switch}" if per_switch else "")
+                      for i, x in enumerate(self.names)}
+        self.speed = {x: (slow_gbps if x in set(slow) else fast) for x in self.names}
+        self.uplink_slow, self.slow_gbps = set(uplink_slow), slow_gbps
+        self.launches = self.node_probes = 0
+
+    def measure(self, groups):
+        out = []
+        for g in groups:
+            assert len(g) >= 2 and len(set(g)) == len(g)
+            self.launches += 1
+            self.node_probes += len(g)
+            busbw = min(self.speed[x] for x in g)
+            switches = {self.where[x] for x in g}
+            if len(switches) > 1 and switches & self.uplink_slow:
+                busbw = min(busbw, self.slow_gbps)
+            out.append((True, busbw))
+        # one round's groups never share a node: each would slow the other
+        flat = [x for g in groups for x in g]
+        assert len(flat) == len(set(flat))
+        return out
+
+    def find(self, floor=None, label="switch"):
+        return find_slow(self.names, self.where, self.measure, floor, 0.5, label)
+
+
+def test_one_slow_node_among_a_thousand_is_named_in_a_few_rounds():
+    f = Fabric(1000, slow=["n00417"])
+    s = f.find()
+    assert list(s.named) == ["n00417"] and "confirmed" in s.named["n00417"]
+    assert s.rounds <= 2 + math.ceil(math.log2(64)) + 1
+    assert f.launches < 1000 / 4  # today's pairs: about 1,000
+
+
+def test_three_slow_nodes_on_three_switches_are_named_and_nobody_else():
+    f = Fabric(1024, per_switch=32, slow=["n00005", "n00400", "n01000"])
+    s = f.find()
+    assert set(s.named) == {"n00005", "n00400", "n01000"}
+    assert s.components == ()
+
+
+def test_a_slow_switch_of_half_the_fleet_is_not_owned_by_a_median():
+    # Half the nodes slow: the median pair is slow, the fast groups' quantile is not.
+    f = Fabric(6, per_switch=3, slow=["n00003", "n00004", "n00005"], fast=0.73,
+               slow_gbps=0.005)
+    s = f.find()
+    assert set(s.named) == {"n00003", "n00004", "n00005"}
+    assert s.components == ("switch=leaf1",)
+    assert all(why.endswith("every node of switch=leaf1 stayed slow whatever it was split "
+                            "into: a component, not a node") for why in s.named.values())
+    assert "90% quantile 0.657 GB/s of 2 groups" in s.source
+
+
+def test_a_slow_uplink_is_found_across_switches():
+    f = Fabric(64, per_switch=16, uplink_slow=["leaf2"])
+    s = f.find()
+    assert s.named and all(f.where[x] == "leaf2" for x in s.named)
+    assert any(t["kind"] == "across" for t in s.tests)
+
+
+def test_with_a_floor_the_floor_is_the_yardstick():
+    f = Fabric(16, slow=["n00003"], fast=10.0, slow_gbps=6.0)
+    assert f.find(floor=5.0).named == {}
+    s = Fabric(16, slow=["n00003"], slow_gbps=4.0).find(floor=5.0)
+    assert list(s.named) == ["n00003"] and "the floor of 5 GB/s" in s.named["n00003"]
+
+
+def test_a_fleet_with_no_fast_node_blames_nobody():
+    f = Fabric(12, slow=[f"n{i:05d}" for i in range(12)])
+    s = f.find(floor=5.0)
+    assert s.named == {}
+
+
+def test_the_topology_label_is_the_coarsest_that_splits():
+    labels = {f"n{i}": {"rack": f"r{i // 2}", "switch": f"s{i // 4}", "dc": "x"}
+              for i in range(8)}
+    assert topology_label(labels) == "switch"
+    assert topology_label(labels, ["rack"]) == "rack"
+    assert topology_label({"a": {}, "b": {"rack": "1"}}) == ""
+
+
+@settings(deadline=None, max_examples=60, derandomize=True)
+@given(n=st.integers(16, 600), per_switch=st.sampled_from([0, 4, 16, 32]),
+       picks=st.lists(st.integers(0, 10**6), min_size=0, max_size=3))
+def test_exactly_the_slow_nodes_are_named(n, per_switch, picks):
+    slow = sorted({f"n{p % n:05d}" for p in picks})
+    if len(slow) * 2 > n:
+        return
+    f = Fabric(n, per_switch=per_switch, slow=slow)
+    s = f.find()
+    assert sorted(s.named) == slow, (s.named, s.tests[-5:])
+
+
+def test_a_node_slow_once_is_not_named_without_its_confirmation():
+    f = Fabric(64, slow=["n00010"])
+    seen = []
+    measure = f.measure
+
+    def flaky(groups):  # n00010 is slow until the confirmation round, then well
+        out = measure(groups)
+        kinds = [len(g) == 2 for g in groups]
+        seen.append(kinds)
+        return out
+    f.measure = flaky
+    first = f.find()
+    assert list(first.named) == ["n00010"]
+    rounds = first.rounds
+    f2 = Fabric(64, slow=["n00010"])
+    plain = f2.measure
+    calls = {"n": 0}
+
+    def healed(groups):
+        calls["n"] += 1
+        if calls["n"] == rounds:  # the last round, the confirmation: it runs at full speed
+            f2.speed["n00010"] = 10.0
+        return plain(groups)
+    f2.measure = healed
+    second = f2.find()
+    assert second.named == {} and second.suspects == ("n00010",)
