@@ -5,10 +5,9 @@ GRANTs README gives are enough for the writer and the reader, as README writes t
 
 from __future__ import annotations
 
-import re
-
 import pytest
-from support.suiterun import REPO, run_suite, script, trio_inventory
+from support import docpages
+from support.suiterun import run_suite, script, trio_inventory
 
 from burnin import cli
 from burnin.gate.quarantine import settle
@@ -20,11 +19,10 @@ pytestmark = pytest.mark.slow
 
 
 def readme_grants() -> list[str]:
-    """README's GRANT statements, from its ```sql block, as written there."""
-    text = (REPO / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```sql\n(.*?)```", text, re.S) if "GRANT" in b]
-    assert len(blocks) == 1, "expected one ```sql block with the GRANTs in README.md"
-    return [ln.strip() for ln in blocks[0].splitlines() if ln.startswith("GRANT ")]
+    """The documentation's GRANT statements (docs/operator/shared-ledger.md), from the one
+    ```sql block that holds them, as written there."""
+    block = docpages.the_block("sql", "GRANT ")
+    return [ln.strip() for ln in block.splitlines() if ln.startswith("GRANT ")]
 
 
 def database(url: str) -> str:

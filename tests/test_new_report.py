@@ -13,6 +13,7 @@ from support.replay import replay_python
 from support.suiterun import SUITES
 
 from burnin import cli
+from burnin.ledger.api import Ledger
 from burnin.report import publish as publish_mod
 from burnin.report.publish import WRITERS, Published, ReportWriter, publish
 
@@ -89,6 +90,7 @@ def test_a_run_of_the_suite_makes_it_at_its_end(pytester):
     inv.write_text(f"version: 1\ndefaults: {{transport: local, gpus: 0, python: {replay}}}\n"
                    f"nodes:\n  - name: n[1-2]\nquarantine:\n"
                    f"  ledger: {pytester.path / 'ledger.db'}\n")
+    Ledger(pytester.path / "ledger.db")  # made on purpose, as `burnin ledger init` does
     reports = pytester.path / "reports"
     result = pytester.runpytest_subprocess(
         SUITES, "--inventory", str(inv), "--reports", str(reports), "-p", "no:cacheprovider",

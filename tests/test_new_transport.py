@@ -16,6 +16,7 @@ from support.suiterun import REPO, SUITES, junit_cases
 
 from burnin import cli
 from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.ledger.api import Ledger
 from burnin.transports import TABLE, transport_for
 
 # Everything about the transport, in one place: what a transport module and its row hold.
@@ -116,6 +117,7 @@ def test_a_suite_runs_its_probes_through_it(pytester):
     inv.write_text(f"version: 1\ndefaults: {{transport: pigeon, gpus: 0, python: {replay},"
                    f" pigeon: {{loft: {loft}}}}}\nnodes:\n  - name: n[1-2]\nquarantine:\n"
                    f"  ledger: {pytester.path / 'ledger.db'}\n")
+    Ledger(pytester.path / "ledger.db")  # made on purpose, as `burnin ledger init` does
     reports = pytester.path / "reports"
     result = pytester.runpytest_subprocess(
         SUITES, "--inventory", str(inv), "--reports", str(reports), "-p", "no:cacheprovider",
