@@ -9,6 +9,9 @@ import subprocess
 from dataclasses import dataclass
 
 REASON_PREFIX = "burnin:"  # burnin recognises its own drains by it: never change it
+# `burnin node-check` (on the node, as Slurm's HealthCheckProgram) drains with this: the
+# run neither overwrites nor resumes such a drain, and node-check lifts only these.
+NODE_CHECK_PREFIX = "burnin: node-check:"
 # Slurm keeps longer reasons, but sinfo's columns and people's terminals do not.
 REASON_MAX = 200
 # Everything but letters, digits, space and . _ : , ; / + - % @ ( ) # =: no quote, $,
@@ -78,7 +81,8 @@ def slurm_drain(node: str, checks: list[str], reasons: list[str] = ()) -> Action
     """Drain the node with burnin's reason (drain_reason), unless someone else already
     drained it: their drain and reason stay, and burnin will never resume it."""
     current = slurm_reason(node)
-    if current and not current.startswith(REASON_PREFIX):
+    if current and (not current.startswith(REASON_PREFIX)
+                    or current.startswith(NODE_CHECK_PREFIX)):
         return ActionResult("slurm", node, True,
                             f"already drained by someone else ({current!r}); left as it is")
     reason = drain_reason(list(checks), list(reasons))
@@ -102,9 +106,11 @@ def slurm_reason(node: str) -> str | None:
 def slurm_resume(node: str) -> ActionResult:
     """Resume a node only if burnin drained it: an administrator's drain stays."""
     reason = slurm_reason(node)
-    if not reason or not reason.startswith(REASON_PREFIX):
+    if not reason or not reason.startswith(REASON_PREFIX) \
+            or reason.startswith(NODE_CHECK_PREFIX):  # node-check lifts its own
         return ActionResult("slurm", node, True,
-                            f"left drained: Slurm reason {reason!r} was not set by burnin")
+                            f"left drained: Slurm reason {reason!r} was not set by this "
+                            "burnin run's quarantine")
     ok, msg = _run(["scontrol", "update", f"nodename={node}", "state=resume"])
     return ActionResult("slurm", node, ok, "resumed" if ok else msg)
 

@@ -1,5 +1,5 @@
 """The `burnin` command: run, inventory check, admit, quarantine, ledger, report, compare,
-rejudge.
+rejudge, node-check.
 
 Exit codes are documented per command in README.md; commands that print state take
 --json for machines."""
@@ -18,6 +18,7 @@ from burnin.admit import ReportError, decide, read_junit, write_admitted
 from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
 from burnin.ledger import Ledger, LedgerError, LedgerLost, LedgerUrlError, ledger_path
+from burnin.nodecheck import run as nodecheck_run
 from burnin.reports import publish
 from burnin.shipped import inventory as shipped_inventory
 from burnin.shipped import shipped
@@ -314,6 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
     # every quarantine action (argparse's parents share them), and their SUPPRESS
     history.set_defaults(func=cli_quarantine.run, action="show")
     cli_ledger.add_parser(sub)
+    node_check = sub.add_parser(
+        "node-check", help="on a node, between runs: the fast checks (NVML, XIDs since the "
+                           "last check, fabric ports, storage mount, host, DCGM health) as "
+                           "Slurm's HealthCheckProgram, Prolog or Epilog; exit 0 fit, 1 "
+                           "found something, 2 usage, 3 could not drain (docs/node-check.md)")
+    nodecheck_run.add_arguments(node_check)
+    node_check.set_defaults(func=nodecheck_run.main)
 
     report = sub.add_parser("report", help="render summary.html and metrics.prom again from "
                                            "a run directory (junit.xml, results.jsonl)")

@@ -91,6 +91,21 @@ class GoodputSettings:
     speed_drop_per_week: float = 0.01  # a steady fall this fast is warned of
 
 
+# The checks node-check runs (burnin/nodecheck/), in the order it reports them.
+NODE_CHECKS = ("gpu", "xid", "fabric", "storage", "host", "dcgm")
+
+
+@dataclass(frozen=True)
+class NodeCheckSettings:
+    """`node_check:`: how `burnin node-check` runs on the nodes (docs/node-check.md)."""
+
+    budget_s: float = 5.0       # every check within this; slurmd kills a health check at 60 s
+    scontrol: str = "scontrol"  # a name on PATH (or /usr/bin, /bin) or a path
+    min_free_gib: float = 1.0   # the root and workdir file systems keep this much free
+    dcgm: str = "auto"          # auto: `dcgmi health -c` where dcgmi is installed; off
+    skip: tuple[str, ...] = ()  # checks of NODE_CHECKS not to run on this cluster
+
+
 @dataclass(frozen=True)
 class Inventory:
     path: str
@@ -101,6 +116,7 @@ class Inventory:
     gpu_models: dict[str, GpuModel] = field(default_factory=dict)
     require: tuple[str, ...] | None = None  # admission.require; None: every check that applies
     goodput: GoodputSettings = field(default_factory=GoodputSettings)
+    node_check: NodeCheckSettings = field(default_factory=NodeCheckSettings)
     version: int = 1
 
     def node(self, name: str) -> Node:

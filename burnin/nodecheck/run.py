@@ -1,0 +1,216 @@
+"""`burnin node-check`: find this node in the inventory, run its checks within the time
+budget, keep the cursor, and act as the mode says (burnin/nodecheck/slurm.py).
+
+Exit status: 0 the node is fit (or, as HealthCheckProgram, what was found is now Slurm's
+drain reason); 1 something was found (check, prolog, epilog: Slurm drains the node and
+requeues the job); 2 usage: a bad inventory, a node not in it, a wrong place to run;
+3 as HealthCheckProgram, the node could not be drained or resumed (scontrol failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from burnin.checks import CHECKS
+from burnin.inventory import InventoryError, load_inventory
+from burnin.nodecheck import budget, cursor, dcgm, fabric, gpu, host, state, storage
+from burnin.nodecheck.model import CheckResult, Finding
+from burnin.nodecheck.slurm import (
+    MODES,
+    Scontrol,
+    SlurmError,
+    UsageError,
+    drain_reason,
+    mode_from,
+    ours,
+)
+from burnin.nodes import NODE_CHECKS, Inventory, Node
+
+OK, FOUND, USAGE, ACTION_FAILED = 0, 1, 2, 3
+PROFILE = "quick"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inventory", required=True, help="the inventory the controller uses")
+    p.add_argument("--node", help="this node's name in the inventory (default: "
+                                  "SLURMD_NODENAME, else the hostname)")
+    p.add_argument("--mode", choices=MODES, help="health: drain this node on a finding and "
+                   "resume only node-check's own drain (HealthCheckProgram); prolog, epilog: "
+                   "report and exit 1, never scontrol; check: report only (default by hand; "
+                   "Slurm's prolog and epilog are told apart by SLURM_SCRIPT_CONTEXT)")
+    p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+
+
+def find_node(inventory: Inventory, given: str | None, env: dict) -> Node:
+    names = [given] if given else [env.get("SLURMD_NODENAME"), socket.gethostname(),
+                                   socket.gethostname().split(".")[0]]
+    for name in filter(None, names):
+        try:
+            return inventory.node(name)
+        except KeyError:
+            continue
+    raise UsageError(f"node {' or '.join(dict.fromkeys(filter(None, names)))} is not in "
+                     f"{inventory.path}; name it with --node")
+
+
+def plan(inventory: Inventory, node: Node, workdir: Path, last: dict,
+         checks_deadline: float) -> dict:
+    """The checks to run on this node, each a callable, in NODE_CHECKS order."""
+    settings = inventory.node_check
+    health = CHECKS["health"].resolve(PROFILE, inventory.checks.get("health"),
+                                      node.checks.get("health"))
+    fab = CHECKS["fabric"].resolve(PROFILE, inventory.checks.get("fabric"),
+                                   node.checks.get("fabric"))
+    dcgmi = CHECKS["dcgm"].resolve(PROFILE, inventory.checks.get("dcgm"),
+                                   node.checks.get("dcgm")).get("dcgmi") or "dcgmi"
+    good = last.get("last_good") or {}
+    gpu_node = node.gpus != 0
+    out = {
+        "gpu": (lambda: gpu.check(node, inventory.model(node), health, good)) if gpu_node
+        else None,
+        "xid": lambda: cursor.check(health.get("kernel_log"), bool(node.gpus) or bool(
+            good.get("gpus")) or bool(node.gpu_model), last.get("cursor")),
+        "fabric": lambda: fabric.check(str(fab.get("sysfs_root") or "/sys/class/infiniband"),
+                                       node.hcas, fab.get("rate_gbps")),
+        "storage": lambda: storage.check(node.storage.path, node.storage.mount, node.name,
+                                         checks_deadline),
+        "host": lambda: host.check(node, health, str(workdir), good, settings.min_free_gib),
+        "dcgm": (lambda: dcgm.check(dcgmi, checks_deadline))
+        if settings.dcgm == "auto" and dcgm.installed(dcgmi) else None,
+    }
+    return {name: out[name] for name in NODE_CHECKS
+            if out[name] is not None and name not in settings.skip}
+
+
+def main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    env = dict(os.environ)
+    try:
+        mode = mode_from(args.mode, env)
+        inventory = load_inventory(args.inventory)
+        node = find_node(inventory, args.node, env)
+    except InventoryError as e:
+        print(f"burnin node-check: invalid inventory:\n{e}", file=sys.stderr)
+        return USAGE
+    except (UsageError, OSError) as e:
+        print(f"burnin node-check: {e}", file=sys.stderr)
+        return USAGE
+    settings = inventory.node_check
+    deadline = started + settings.budget_s
+    # As HealthCheckProgram, room is kept inside the budget to read and change the drain.
+    reserve = min(1.5, settings.budget_s / 3) if mode == "health" else 0.1
+    checks_deadline = deadline - reserve
+    workdir = Path(os.path.expanduser(node.workdir))
+    findings: list[Finding] = []
+    try:
+        with state.locked(workdir, checks_deadline):
+            last = state.load(workdir)
+    except state.StateError as e:
+        last = {}
+        findings.append(Finding("state", f"node-check's workdir: {e}"))
+    results = budget.run_checks(plan(inventory, node, workdir, last, checks_deadline),
+                                checks_deadline, settings.budget_s)
+    for r in results:
+        findings += r.findings
+    failures = [f for f in findings if not f.warn]
+    held = _save(workdir, last, results, failures, checks_deadline, findings)
+    failures = [f for f in findings if not f.warn]
+    code, acted = OK, ""
+    if mode == "health":
+        code, acted = _health(inventory, node, failures, held, deadline)
+    elif failures:
+        code = FOUND
+    _report(args, node, mode, results, findings, acted, time.monotonic() - started)
+    if mode in ("prolog", "epilog") and failures:
+        # What Slurm keeps of a failed prolog: one line, in slurmd's log.
+        print(drain_reason([f.line() for f in failures]), file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if any(t.name.startswith("node-check-") and t.is_alive() for t in threading.enumerate()):
+        os._exit(code)  # a hung check's thread is left behind, never waited for
+    return code
+
+
+def _save(workdir: Path, last: dict, results: list[CheckResult], failures: list[Finding],
+          deadline: float, findings: list[Finding]) -> list[str]:
+    """Keep the cursor, the figures of a clean check and the events that hold a drain;
+    return the held events."""
+    by = {r.check: r for r in results}
+    new = {"cursor": last.get("cursor"), "last_good": last.get("last_good") or {},
+           "held": list(last.get("held") or [])}
+    xid = by.get("xid")
+    if xid is not None and xid.finished:
+        new["cursor"] = xid.state.get("cursor")
+    if not failures:
+        for check in ("gpu", "host"):
+            r = by.get(check)
+            if r is not None:
+                new["last_good"] = {**new["last_good"], **r.state}
+    new["held"] += [f.line() for f in failures if f.event and f.line() not in new["held"]]
+    new["held"] = new["held"][-20:]
+    try:
+        with state.locked(workdir, deadline + 0.5):
+            again = state.load(workdir)  # another node-check may have read further since
+            if isinstance(again.get("cursor"), (int, float)) and (
+                    new["cursor"] is None or again["cursor"] > new["cursor"]):
+                new["cursor"] = again["cursor"]
+            state.save(workdir, new)
+    except state.StateError as e:
+        findings.append(Finding("state", f"node-check's cursor cannot be kept: {e}"))
+    return new["held"]
+
+
+def _health(inventory: Inventory, node: Node, failures: list[Finding], held: list[str],
+            deadline: float) -> tuple[int, str]:
+    """Drain this node with node-check's reason, or lift node-check's own drain; never
+    touch a drain someone else set. (exit status, what was done)"""
+    try:
+        slurm = Scontrol(inventory.node_check.scontrol, node.name)
+        now = slurm.show(budget.remaining(deadline))
+        if failures:
+            reason = drain_reason([f.line() for f in failures])
+            if now.drained and not ours(now.reason):
+                return OK, f"left drained by someone else ({now.reason!r})"
+            if now.drained and now.reason == reason:
+                return OK, "already drained by node-check for this"
+            slurm.drain(reason, budget.remaining(deadline))
+            return OK, f"drained: {reason}"
+        if now.drained and ours(now.reason):
+            if held:
+                return OK, (f"left drained: {len(held)} event(s) this boot need a person or "
+                            f"a reboot: {held[-1]}")
+            slurm.resume(budget.remaining(deadline))
+            return OK, f"resumed (was: {now.reason})"
+        return OK, ""
+    except SlurmError as e:
+        print(f"burnin node-check: {e}", file=sys.stderr)
+        return ACTION_FAILED, f"could not act: {e}"
+
+
+def _report(args, node: Node, mode: str, results: list[CheckResult], findings: list[Finding],
+            acted: str, elapsed: float) -> None:
+    failures = [f for f in findings if not f.warn]
+    if args.json:
+        print(json.dumps({
+            "node": node.name, "mode": mode, "ok": not failures,
+            "elapsed_s": round(elapsed, 3), "action": acted,
+            "checks": [{"check": r.check, "finished": r.finished, "elapsed_s": r.elapsed_s,
+                        "findings": [{"text": f.text, "warn": f.warn, "event": f.event}
+                                     for f in r.findings]} for r in results],
+            "other": [{"check": f.check, "text": f.text, "warn": f.warn}
+                      for f in findings if f.check == "state"]}, indent=1))
+        return
+    ran = ", ".join(r.check for r in results)
+    head = "ok" if not failures else f"{len(failures)} finding(s)"
+    print(f"burnin node-check {node.name} ({mode}): {head} in {elapsed:.2f} s [{ran}]")
+    for f in findings:
+        print(f"  {'warning' if f.warn else 'FAIL'} {f.line()}")
+    if acted:
+        print(f"  slurm: {acted}")
