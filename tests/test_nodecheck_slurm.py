@@ -1,0 +1,124 @@
+"""burnin node-check under a real slurmd: as HealthCheckProgram it drains its own node when
+the node's storage mount disappears and resumes it once the mount is back, leaving an
+administrator's drain alone; as Prolog it keeps a job off a broken node."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+# A hang, not speed: slurmd runs the check every few seconds on a loaded machine.
+WAIT_S = 180
+
+
+def wrapper(path: Path, inventory: Path, conf: Path, mode: str | None) -> Path:
+    """The two-line wrapper docs/node-check.md gives (Slurm takes a bare path), with this
+    checkout's burnin and the test cluster's slurm.conf."""
+    how = f" --mode {mode}" if mode else ""
+    path.write_text(f"#!/bin/sh\nSLURM_CONF={conf} PYTHONPATH={ROOT} exec {sys.executable} "
+                    f"-m burnin node-check --inventory {inventory}{how}\n")
+    path.chmod(0o755)
+    return path
+
+
+def inventory(tmp: Path, names: list[str], mnt: Path) -> Path:
+    doc = {"version": 1, "cluster": "nodecheck",
+           "defaults": {"transport": "srun", "gpus": 0,
+                        "storage": {"path": str(mnt / "data"), "mount": str(mnt)}},
+           # The budget is for a hang; these hosts share two cores with everything else.
+           "node_check": {"budget_s": 30},
+           "nodes": [{"name": n, "workdir": str(tmp / "work" / n)} for n in names]}
+    path = tmp / "inventory.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.fixture
+def mnt(tmp_path):
+    """A tmpfs mounted before the cluster starts, so that every slurmd's mount namespace
+    holds it; a test unmounts it inside one node's namespace alone."""
+    where = tmp_path / "mnt"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)],
+                          capture_output=True, text=True, timeout=30)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
+
+
+def wait_for(what: str, ready, cluster) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not ready():
+        if time.monotonic() > deadline:
+            states = {h.name: cluster.state(h.name) for h in cluster.hosts.hosts}
+            log = "".join(f"\n--- {f.name}\n{f.read_text(errors='replace')[-2000:]}"
+                          for f in sorted((cluster.dir / "log").glob("slurmd*")))
+            pytest.fail(f"waiting for {what}: {states}{log}")
+        time.sleep(1)
+
+
+def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_drain(
+        tmp_path, make_slurm, mnt):
+    names = ["h1", "h2", "h3"]
+    inv = inventory(tmp_path, names, mnt)
+    program = tmp_path / "node-check-health"
+    cluster = make_slurm(3, extra_conf=f"HealthCheckProgram={program}\n"
+                                       "HealthCheckInterval=5\nHealthCheckNodeState=ANY\n",
+                         before_start=lambda c: wrapper(program, inv, c.conf, "health"))
+    assert [h.name for h in cluster.hosts.hosts] == names
+    cluster.scontrol("update", "nodename=h3", "state=drain", "reason=admin: fan replaced")
+
+    done = cluster.in_node("h1", "umount", str(mnt))
+    assert done.returncode == 0, done.stderr
+    wait_for("h1 drained by node-check",
+             lambda: cluster.state("h1")[1].startswith("burnin: node-check:"), cluster)
+    state, reason = cluster.state("h1")
+    assert state in ("drained", "draining"), (state, reason)
+    assert "storage" in reason and str(mnt) in reason, reason
+    assert cluster.state("h2") == ("idle", "")
+    assert cluster.state("h3") == ("drained", "admin: fan replaced")
+
+    done = cluster.in_node("h1", "mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt))
+    assert done.returncode == 0, done.stderr
+    wait_for("h1 resumed", lambda: cluster.state("h1") == ("idle", ""), cluster)
+    # Several more checks on h3, clean ones: an administrator's drain is never lifted.
+    time.sleep(12)
+    assert cluster.state("h3") == ("drained", "admin: fan replaced")
+    assert cluster.state("h2") == ("idle", "")
+
+
+def test_prolog_keeps_a_job_off_a_broken_node(tmp_path, make_slurm, mnt):
+    names = ["h1", "h2"]
+    inv = inventory(tmp_path, names, mnt)
+    program = tmp_path / "node-check-prolog"
+    cluster = make_slurm(2, extra_conf=f"Prolog={program}\n",
+                         before_start=lambda c: wrapper(program, inv, c.conf, None))
+    done = cluster.in_node("h2", "umount", str(mnt))
+    assert done.returncode == 0, done.stderr
+    env = cluster.env()
+    marks = {n: tmp_path / f"ran-on-{n}" for n in names}
+    for n in names:
+        res = subprocess.run(["sbatch", "-w", n, "-N1", "-o", "/dev/null", "--wrap",
+                              f"touch {marks[n]}"], capture_output=True, text=True, env=env,
+                             timeout=60)
+        assert res.returncode == 0, res.stderr
+    wait_for("the job on h1 to run", marks["h1"].exists, cluster)
+    wait_for("h2 drained by Slurm for its prolog", lambda: cluster.state("h2")[0] in (
+        "drained", "draining"), cluster)
+    state, reason = cluster.state("h2")
+    assert "prolog" in reason.lower(), reason
+    assert not marks["h2"].exists()
+    # The reason node-check gave is in slurmd's log, where Slurm keeps a prolog's output.
+    logs = "".join(f.read_text(errors="replace") for f in (cluster.dir / "log").glob("*h2*"))
+    assert "burnin: node-check: storage" in logs
+    assert os.environ.get("SLURM_SCRIPT_CONTEXT") is None  # the test's own env is untouched
