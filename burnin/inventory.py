@@ -15,8 +15,8 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from burnin import environment, yamlsource
 from burnin.checks import CHECKS, Kind
 from burnin.ledger_backends import LedgerUrlError, parse_location
+from burnin.nodecheck.model import NODE_CHECK_KEYS, NODE_CHECKS
 from burnin.nodes import (
-    NODE_CHECKS,
     GoodputSettings,
     Inventory,
     Node,
@@ -106,8 +106,6 @@ QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "r
 ADMISSION_KEYS = {"require": "check_list"}
 GOODPUT_KEYS = {"job_nodes": "job_nodes", "restart_minutes": "nonnegative",
                 "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction"}
-NODE_CHECK_KEYS = {"budget_s": "budget", "scontrol": "str", "min_free_gib": "nonnegative",
-                   "dcgm": "dcgm_mode", "skip": "node_check_list"}
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",

@@ -91,10 +91,6 @@ class GoodputSettings:
     speed_drop_per_week: float = 0.01  # a steady fall this fast is warned of
 
 
-# The checks node-check runs (burnin/nodecheck/), in the order it reports them.
-NODE_CHECKS = ("gpu", "xid", "fabric", "storage", "host", "dcgm")
-
-
 @dataclass(frozen=True)
 class NodeCheckSettings:
     """`node_check:`: how `burnin node-check` runs on the nodes (docs/node-check.md)."""
@@ -103,7 +99,7 @@ class NodeCheckSettings:
     scontrol: str = "scontrol"  # a name on PATH (or /usr/bin, /bin) or a path
     min_free_gib: float = 1.0   # the root and workdir file systems keep this much free
     dcgm: str = "auto"          # auto: `dcgmi health -c` where dcgmi is installed; off
-    skip: tuple[str, ...] = ()  # checks of NODE_CHECKS not to run on this cluster
+    skip: tuple[str, ...] = ()  # node-check's checks not to run (nodecheck.model.NODE_CHECKS)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from burnin import actions
+from burnin.nodes import Node
+from burnin.transports.slurm import Allocations
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,6 +91,18 @@ def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_dr
     assert "storage" in reason and str(mnt) in reason, reason
     assert cluster.state("h2") == ("idle", "")
     assert cluster.state("h3") == ("drained", "admin: fan replaced")
+    # The controller's run neither lifts nor rewrites node-check's drain, and reports the
+    # node skipped with its reason (SLURM_CONF: the fixture points burnin's scontrol here).
+    assert not actions.slurm_drain("h1", ["health"], ["health: x"]).drained
+    assert "left drained" in actions.slurm_resume("h1").message
+    assert cluster.state("h1")[1] == reason
+    held = Allocations([Node(name="h1", address="h1", transport="srun")], "run-1")
+    try:
+        held.prepare()
+        assert held.unavailable["h1"] == f"busy: drained by {reason}"
+        assert not held.allocations
+    finally:
+        held.close()
 
     done = cluster.in_node("h1", "mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt))
     assert done.returncode == 0, done.stderr

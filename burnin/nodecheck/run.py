@@ -21,7 +21,7 @@ from pathlib import Path
 from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
 from burnin.nodecheck import budget, cursor, dcgm, fabric, gpu, host, state, storage
-from burnin.nodecheck.model import CheckResult, Finding
+from burnin.nodecheck.model import NODE_CHECKS, CheckResult, Finding
 from burnin.nodecheck.slurm import (
     MODES,
     Scontrol,
@@ -31,7 +31,7 @@ from burnin.nodecheck.slurm import (
     mode_from,
     ours,
 )
-from burnin.nodes import NODE_CHECKS, Inventory, Node
+from burnin.nodes import Inventory, Node
 
 OK, FOUND, USAGE, ACTION_FAILED = 0, 1, 2, 3
 PROFILE = "quick"
