@@ -138,3 +138,35 @@ def test_prolog_keeps_a_job_off_a_broken_node(tmp_path, make_slurm, mnt):
     logs = "".join(f.read_text(errors="replace") for f in (cluster.dir / "log").glob("*h2*"))
     assert "burnin: node-check: storage" in logs
     assert os.environ.get("SLURM_SCRIPT_CONTEXT") is None  # the test's own env is untouched
+
+
+def test_an_xid_drains_once_holds_the_drain_and_an_administrators_resume_stands(
+        tmp_path, make_slurm):
+    log = tmp_path / "kern.log"
+    log.write_text("[    0.000000] Linux version 6.1\n")
+    (tmp_path / "data").mkdir()
+    doc = {"version": 1, "cluster": "nodecheck",
+           "defaults": {"transport": "srun", "gpus": 0, "storage": {"path": str(tmp_path)}},
+           "node_check": {"budget_s": 30},
+           "nodes": [{"name": "h1", "workdir": str(tmp_path / "work"),
+                      "checks": {"health": {"kernel_log": str(log)}}}]}
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    program = tmp_path / "node-check-health"
+    cluster = make_slurm(1, extra_conf=f"HealthCheckProgram={program}\n"
+                                       "HealthCheckInterval=5\nHealthCheckNodeState=ANY\n",
+                         before_start=lambda c: wrapper(program, inv, c.conf, "health"))
+    with log.open("a") as f:
+        f.write("[  100.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen "
+                "off the bus.\n")
+    wait_for("h1 drained for the XID",
+             lambda: cluster.state("h1")[1].startswith("burnin: node-check: xid:"), cluster)
+    reason = cluster.state("h1")[1]
+    assert "XID 79" in reason, reason
+    # Clean checks follow (the XID was reported once), but an event holds the drain: only a
+    # person (or a reboot) lets the node back.
+    time.sleep(15)
+    assert cluster.state("h1") == ("drained", reason)
+    cluster.scontrol("update", "nodename=h1", "state=resume")
+    time.sleep(15)
+    assert cluster.state("h1") == ("idle", "")

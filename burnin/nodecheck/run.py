@@ -34,6 +34,9 @@ from burnin.nodecheck.slurm import (
 from burnin.nodes import Inventory, Node
 
 OK, FOUND, USAGE, ACTION_FAILED = 0, 1, 2, 3
+# The node is not drained by node-check (any more): someone resumed it after the events
+# that held it, and they hold it no longer.
+RELEASED = "not drained by node-check"
 PROFILE = "quick"
 
 
@@ -125,6 +128,8 @@ def main(args: argparse.Namespace) -> int:
     code, acted = OK, ""
     if mode == "health":
         code, acted = _health(inventory, node, failures, held, deadline)
+        if held and not failures and acted == RELEASED:
+            _let_go(workdir, deadline, findings)
     elif failures:
         code = FOUND
     _report(args, node, mode, results, findings, acted, time.monotonic() - started)
@@ -167,6 +172,16 @@ def _save(workdir: Path, last: dict, results: list[CheckResult], failures: list[
     return new["held"]
 
 
+def _let_go(workdir: Path, deadline: float, findings: list[Finding]) -> None:
+    try:
+        with state.locked(workdir, deadline):
+            kept = state.load(workdir)
+            state.save(workdir, {"cursor": kept.get("cursor"), "held": [],
+                                 "last_good": kept.get("last_good") or {}})
+    except state.StateError as e:
+        findings.append(Finding("state", f"node-check's held events cannot be let go: {e}"))
+
+
 def _health(inventory: Inventory, node: Node, failures: list[Finding], held: list[str],
             deadline: float) -> tuple[int, str]:
     """Drain this node with node-check's reason, or lift node-check's own drain; never
@@ -188,7 +203,7 @@ def _health(inventory: Inventory, node: Node, failures: list[Finding], held: lis
                             f"a reboot: {held[-1]}")
             slurm.resume(budget.remaining(deadline))
             return OK, f"resumed (was: {now.reason})"
-        return OK, ""
+        return OK, RELEASED
     except SlurmError as e:
         print(f"burnin node-check: {e}", file=sys.stderr)
         return ACTION_FAILED, f"could not act: {e}"
@@ -200,7 +215,7 @@ def _report(args, node: Node, mode: str, results: list[CheckResult], findings: l
     if args.json:
         print(json.dumps({
             "node": node.name, "mode": mode, "ok": not failures,
-            "elapsed_s": round(elapsed, 3), "action": acted,
+            "elapsed_s": round(elapsed, 3), "action": "" if acted == RELEASED else acted,
             "checks": [{"check": r.check, "finished": r.finished, "elapsed_s": r.elapsed_s,
                         "findings": [{"text": f.text, "warn": f.warn, "event": f.event}
                                      for f in r.findings]} for r in results],
@@ -212,5 +227,5 @@ def _report(args, node: Node, mode: str, results: list[CheckResult], findings: l
     print(f"burnin node-check {node.name} ({mode}): {head} in {elapsed:.2f} s [{ran}]")
     for f in findings:
         print(f"  {'warning' if f.warn else 'FAIL'} {f.line()}")
-    if acted:
+    if acted and acted != RELEASED:
         print(f"  slurm: {acted}")
