@@ -144,3 +144,9 @@ def test_ledger_history_keeps_runs_and_reads_them_back():
     lines = run_benchmark("ledger_history.py", "--nodes", "200", "--runs", "3", "--repeat", "1")
     assert ratios(lines[-1], "record_runs/bare"), lines
     assert lines[0] == "200 nodes, 3 runs kept a node, medians of 1:", lines
+
+
+def test_node_check_against_true_and_bare_python():
+    lines = run_benchmark("node_check.py", "--repeat", "1", "--gpus", "2")
+    assert ratios(lines[-1], "node-check/python") and ratios(lines[-1], "gpu/python"), lines
+    assert any("its checks " in ln for ln in lines), lines
