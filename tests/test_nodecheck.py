@@ -228,3 +228,24 @@ def test_node_check_imports_neither_torch_nor_paramiko_nor_psycopg(tmp_path, nvm
                 for line in res.stderr.splitlines() if line.startswith("import time:")}
     assert "pynvml" in imported and "burnin" in imported  # the list is the real one
     assert not imported & {"torch", "paramiko", "psycopg", "psycopg2", "numpy"}
+
+
+def test_with_a_postgresql_ledger_a_finding_is_a_ledger_event(tmp_path, pg_url):
+    from burnin.ledger import Ledger
+
+    inv = make_inventory(tmp_path, {"storage": {"path": str(tmp_path / "no" / "such")}},
+                         name="n1")
+    doc = yaml.safe_load(inv.read_text())
+    doc["quarantine"] = {"ledger": pg_url}
+    inv.write_text(yaml.safe_dump(doc))
+    # node-check never creates a ledger: where none was made, it says so and goes on
+    res = node_check(inv, "--node", "n1", env={"SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
+    assert res.returncode == 1 and "not written to the ledger" in res.stderr
+    ledger = Ledger(pg_url)  # made on purpose, as a run or an operator makes it
+    res = node_check(inv, "--node", "n1", env={"SLURM_SCRIPT_CONTEXT": "epilog_slurmd"})
+    assert res.returncode == 1 and "not written" not in res.stderr, res.stderr
+    events = ledger.history("n1")
+    assert [(e["event"], e["who"]) for e in events] == [
+        ("node-check", f"node-check on {socket.gethostname()}")]
+    assert events[0]["why"].startswith("epilog: storage: storage.path ")
+    assert not ledger.quarantined()  # an event, not a quarantine: Slurm holds the node

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from burnin import actions
+from burnin.ledger import Ledger
 from burnin.nodes import Node
 from burnin.transports.slurm import Allocations
 
@@ -34,13 +35,15 @@ def wrapper(path: Path, inventory: Path, conf: Path, mode: str | None) -> Path:
     return path
 
 
-def inventory(tmp: Path, names: list[str], mnt: Path) -> Path:
+def inventory(tmp: Path, names: list[str], mnt: Path, ledger: str | None = None) -> Path:
     doc = {"version": 1, "cluster": "nodecheck",
            "defaults": {"transport": "srun", "gpus": 0,
                         "storage": {"path": str(mnt / "data"), "mount": str(mnt)}},
            # The budget is for a hang; these hosts share two cores with everything else.
            "node_check": {"budget_s": 30},
            "nodes": [{"name": n, "workdir": str(tmp / "work" / n)} for n in names]}
+    if ledger:
+        doc["quarantine"] = {"ledger": ledger}
     path = tmp / "inventory.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -72,9 +75,12 @@ def wait_for(what: str, ready, cluster) -> None:
 
 
 def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_drain(
-        tmp_path, make_slurm, mnt):
+        tmp_path, make_slurm, mnt, pg_url):
     names = ["h1", "h2", "h3"]
-    inv = inventory(tmp_path, names, mnt)
+    # A PostgreSQL ledger the nodes reach (its socket): the drain and its lifting are
+    # ledger events as well.
+    ledger = Ledger(pg_url)
+    inv = inventory(tmp_path, names, mnt, ledger=pg_url)
     program = tmp_path / "node-check-health"
     cluster = make_slurm(3, extra_conf=f"HealthCheckProgram={program}\n"
                                        "HealthCheckInterval=5\nHealthCheckNodeState=ANY\n",
@@ -107,6 +113,15 @@ def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_dr
     done = cluster.in_node("h1", "mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt))
     assert done.returncode == 0, done.stderr
     wait_for("h1 resumed", lambda: cluster.state("h1") == ("idle", ""), cluster)
+    # node-check writes the ledger after scontrol answered
+    wait_for("the resume in the ledger",
+             lambda: ledger.history("h1")[-1]["event"] == "node-check-resumed", cluster)
+    events = [(e["event"], e["who"], e["why"]) for e in ledger.history("h1")]
+    assert events[0][:2] == ("node-check", "node-check on h1"), events
+    assert events[0][2].startswith("storage: storage.mount "), events
+    assert events[-1][:2] == ("node-check-resumed", "node-check on h1"), events
+    assert f"(was: {reason})" in events[-1][2]
+    assert not ledger.history("h2") and not ledger.history("h3")
     # Several more checks on h3, clean ones: an administrator's drain is never lifted.
     time.sleep(12)
     assert cluster.state("h3") == ("drained", "admin: fan replaced")

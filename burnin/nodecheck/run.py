@@ -20,7 +20,7 @@ from pathlib import Path
 
 from burnin.checks import CHECKS
 from burnin.inventory import InventoryError, load_inventory
-from burnin.nodecheck import budget, cursor, dcgm, fabric, gpu, host, state, storage
+from burnin.nodecheck import budget, cursor, dcgm, fabric, gpu, host, record, state, storage
 from burnin.nodecheck.model import NODE_CHECKS, CheckResult, Finding
 from burnin.nodecheck.slurm import (
     MODES,
@@ -107,8 +107,10 @@ def main(args: argparse.Namespace) -> int:
         return USAGE
     settings = inventory.node_check
     deadline = started + settings.budget_s
-    # As HealthCheckProgram, room is kept inside the budget to read and change the drain.
-    reserve = min(1.5, settings.budget_s / 3) if mode == "health" else 0.1
+    # Room kept inside the budget to read and change the drain (HealthCheckProgram) and to
+    # write to a shared ledger.
+    acts = mode == "health" or record.shared_ledger(inventory.quarantine.ledger)
+    reserve = min(1.5, settings.budget_s / 3) if acts else 0.1
     checks_deadline = deadline - reserve
     workdir = Path(os.path.expanduser(node.workdir))
     findings: list[Finding] = []
@@ -132,6 +134,7 @@ def main(args: argparse.Namespace) -> int:
             _let_go(workdir, deadline, findings)
     elif failures:
         code = FOUND
+    _write_down(inventory, node, mode, failures, acted, deadline)
     _report(args, node, mode, results, findings, acted, time.monotonic() - started)
     if mode in ("prolog", "epilog") and failures:
         # What Slurm keeps of a failed prolog: one line, in slurmd's log.
@@ -170,6 +173,23 @@ def _save(workdir: Path, last: dict, results: list[CheckResult], failures: list[
     except state.StateError as e:
         findings.append(Finding("state", f"node-check's cursor cannot be kept: {e}"))
     return new["held"]
+
+
+def _write_down(inventory: Inventory, node: Node, mode: str, failures: list[Finding],
+                acted: str, deadline: float) -> None:
+    """Ledger events, where the ledger is shared (record.py): a drain or a failed prolog or
+    epilog, and a drain lifted; nothing for a finding already the node's drain reason."""
+    if mode == "health" and acted.startswith("drained: "):
+        lines, event = [f.line() for f in failures], record.FOUND
+    elif mode == "health" and acted.startswith("resumed"):
+        lines, event = [acted], record.RESUMED
+    elif mode in ("prolog", "epilog") and failures:
+        lines, event = [f"{mode}: {f.line()}" for f in failures], record.FOUND
+    else:
+        return
+    why = record.record(inventory.quarantine.ledger, node.name, event, lines, deadline)
+    if why:
+        print(f"burnin node-check: not written to the ledger: {why}", file=sys.stderr)
 
 
 def _let_go(workdir: Path, deadline: float, findings: list[Finding]) -> None:
