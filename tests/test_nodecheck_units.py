@@ -53,3 +53,17 @@ def test_the_shared_probe_module_is_whole_for_every_thread(monkeypatch):
         for t in threads:
             t.join(30)
     assert seen == [True] * 160
+
+
+def test_the_drain_reason_is_one_safe_line_under_slurms_room_and_names_its_checks():
+    from burnin.actions import REASON_MAX
+    from burnin.nodecheck.slurm import checks_named, drain_reason, ours
+
+    lines = ["storage: storage.path /mnt/a'b\"c$(reboot)\nx does not exist",
+             "gpu: " + "GPU 0 (GPU-1234): row remap pending; " * 20]
+    reason = drain_reason(lines)
+    assert reason.startswith("burnin: node-check: storage: storage.path /mnt/a b c (reboot) x")
+    assert len(reason) <= REASON_MAX and reason.endswith("...")
+    assert not set(reason) & set("'\"$`\\\n!<>&|")
+    assert ours(reason) and not ours("burnin: failed health; ...") and not ours("admin: x")
+    assert checks_named(reason) == {"storage", "gpu"}

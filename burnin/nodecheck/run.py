@@ -27,6 +27,7 @@ from burnin.nodecheck.slurm import (
     Scontrol,
     SlurmError,
     UsageError,
+    checks_named,
     drain_reason,
     mode_from,
     ours,
@@ -213,7 +214,8 @@ def _health(inventory: Inventory, node: Node, failures: list[Finding], held: lis
             reason = drain_reason([f.line() for f in failures])
             if now.drained and not ours(now.reason):
                 return OK, f"left drained by someone else ({now.reason!r})"
-            if now.drained and now.reason == reason:
+            if now.drained and checks_named(now.reason) == {f.check for f in failures}:
+                # the same checks still fail: the reason stands (a figure in it may move)
                 return OK, "already drained by node-check for this"
             slurm.drain(reason, budget.remaining(deadline))
             return OK, f"drained: {reason}"

@@ -46,6 +46,11 @@ def drain_reason(lines: list[str]) -> str:
     return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3].rstrip() + "..."
 
 
+def checks_named(reason: str) -> set[str]:
+    """The checks a node-check drain reason names (`...: storage: ...; gpu: ...`)."""
+    return set(re.findall(r"(?:^burnin: node-check: |; )([a-z]+): ", reason))
+
+
 def ours(reason: str) -> bool:
     return reason.startswith(NODE_CHECK_PREFIX)
 
