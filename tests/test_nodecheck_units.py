@@ -67,3 +67,23 @@ def test_the_drain_reason_is_one_safe_line_under_slurms_room_and_names_its_check
     assert not set(reason) & set("'\"$`\\\n!<>&|")
     assert ours(reason) and not ours("burnin: failed health; ...") and not ours("admin: x")
     assert checks_named(reason) == {"storage", "gpu"}
+
+
+def test_bounded_returns_raises_or_gives_up_at_the_deadline():
+    release = threading.Event()
+    try:
+        assert budget.bounded("x", lambda: 42, time.monotonic() + 10) == 42
+        try:
+            budget.bounded("x", lambda: 1 / 0, time.monotonic() + 10)
+            raise AssertionError("not raised")
+        except ZeroDivisionError:
+            pass
+        t0 = time.monotonic()
+        try:
+            budget.bounded("x", lambda: release.wait(60), time.monotonic() + 0.2)
+            raise AssertionError("not raised")
+        except TimeoutError as e:
+            assert "did not finish within the time budget" in str(e)
+        assert time.monotonic() - t0 < 30
+    finally:
+        release.set()

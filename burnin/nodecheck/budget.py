@@ -51,6 +51,28 @@ def run_checks(checks: dict[str, Callable[[], CheckResult]], deadline: float,
     return out
 
 
+def bounded(name: str, fn: Callable[[], object], deadline: float):
+    """fn() in a thread of its own, waited for until `deadline`: TimeoutError after it (the
+    workdir on a file system that stopped answering must not hang node-check)."""
+    out: list = []
+
+    def call() -> None:
+        try:
+            out.append((True, fn()))
+        except BaseException as e:  # handed to the caller, in its thread
+            out.append((False, e))
+
+    t = threading.Thread(target=call, daemon=True, name=f"node-check-{name}")
+    t.start()
+    t.join(max(0.0, deadline - time.monotonic()))
+    if not out:
+        raise TimeoutError(f"{name} did not finish within the time budget")
+    ok, value = out[0]
+    if not ok:
+        raise value
+    return value
+
+
 def remaining(deadline: float, floor: float = 0.05) -> float:
     """Seconds left before `deadline` (at least `floor`, so that a timeout is never 0)."""
     return max(floor, deadline - time.monotonic())

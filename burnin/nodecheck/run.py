@@ -116,17 +116,17 @@ def main(args: argparse.Namespace) -> int:
     workdir = Path(os.path.expanduser(node.workdir))
     findings: list[Finding] = []
     try:
-        with state.locked(workdir, checks_deadline):
-            last = state.load(workdir)
-    except state.StateError as e:
+        last = budget.bounded("state", lambda: _load(workdir, checks_deadline),
+                              checks_deadline)
+    except (state.StateError, TimeoutError) as e:
         last = {}
-        findings.append(Finding("state", f"node-check's workdir: {e}"))
+        findings.append(Finding("state", f"node-check's workdir {workdir}: {e}"))
     results = budget.run_checks(plan(inventory, node, workdir, last, checks_deadline),
                                 checks_deadline, settings.budget_s)
     for r in results:
         findings += r.findings
     failures = [f for f in findings if not f.warn]
-    held = _save(workdir, last, results, failures, checks_deadline, findings)
+    held = _save(workdir, last, results, failures, checks_deadline + reserve / 3, findings)
     failures = [f for f in findings if not f.warn]
     code, acted = OK, ""
     if mode == "health":
@@ -164,14 +164,17 @@ def _save(workdir: Path, last: dict, results: list[CheckResult], failures: list[
                 new["last_good"] = {**new["last_good"], **r.state}
     new["held"] += [f.line() for f in failures if f.event and f.line() not in new["held"]]
     new["held"] = new["held"][-20:]
-    try:
-        with state.locked(workdir, deadline + 0.5):
+    def keep() -> None:
+        with state.locked(workdir, deadline):
             again = state.load(workdir)  # another node-check may have read further since
             if isinstance(again.get("cursor"), (int, float)) and (
                     new["cursor"] is None or again["cursor"] > new["cursor"]):
                 new["cursor"] = again["cursor"]
             state.save(workdir, new)
-    except state.StateError as e:
+
+    try:
+        budget.bounded("state", keep, deadline)
+    except (state.StateError, TimeoutError) as e:
         findings.append(Finding("state", f"node-check's cursor cannot be kept: {e}"))
     return new["held"]
 
@@ -193,13 +196,21 @@ def _write_down(inventory: Inventory, node: Node, mode: str, failures: list[Find
         print(f"burnin node-check: not written to the ledger: {why}", file=sys.stderr)
 
 
+def _load(workdir: Path, deadline: float) -> dict:
+    with state.locked(workdir, deadline):
+        return state.load(workdir)
+
+
 def _let_go(workdir: Path, deadline: float, findings: list[Finding]) -> None:
-    try:
+    def forget() -> None:
         with state.locked(workdir, deadline):
             kept = state.load(workdir)
             state.save(workdir, {"cursor": kept.get("cursor"), "held": [],
                                  "last_good": kept.get("last_good") or {}})
-    except state.StateError as e:
+
+    try:
+        budget.bounded("state", forget, deadline)
+    except (state.StateError, TimeoutError) as e:
         findings.append(Finding("state", f"node-check's held events cannot be let go: {e}"))
 
 
