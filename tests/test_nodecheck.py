@@ -27,8 +27,9 @@ def make_inventory(tmp: Path, node: dict | None = None, node_check: dict | None 
              "storage": {"path": str(tmp / "data")}, **(node or {})}
     doc = {"version": 1, "cluster": "nc", "defaults": {"transport": "local"},
            "node_check": {"budget_s": 30, **(node_check or {})}, "nodes": [entry]}
-    if checks:
-        doc["checks"] = checks
+    # This machine's own HCAs (if it has any) are not the test's: an empty sysfs tree
+    # unless the test brings one.
+    doc["checks"] = {"fabric": {"sysfs_root": str(tmp / "no-hcas")}, **(checks or {})}
     path = tmp / "inventory.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
