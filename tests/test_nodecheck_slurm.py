@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from suiterun import junit_cases, run_suite
 
 from burnin import actions
 from burnin.ledger import Ledger
@@ -75,7 +76,7 @@ def wait_for(what: str, ready, cluster) -> None:
 
 
 def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_drain(
-        tmp_path, make_slurm, mnt, pg_url):
+        tmp_path, make_slurm, mnt, pg_url, pytester):
     names = ["h1", "h2", "h3"]
     # A PostgreSQL ledger the nodes reach (its socket): the drain and its lifting are
     # ledger events as well.
@@ -109,6 +110,12 @@ def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_dr
         assert not held.allocations
     finally:
         held.close()
+    # A whole run over it: skipped with node-check's reason, not judged, not quarantined.
+    result, reports = run_suite(pytester, inv, "-k", "health", "--nodes", "h1")
+    result.assert_outcomes(skipped=1)
+    outcome, message = junit_cases(reports)["h1"]["health"]
+    assert outcome == "skipped" and f"drained by {reason}" in message, message
+    assert not ledger.quarantined()
 
     done = cluster.in_node("h1", "mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt))
     assert done.returncode == 0, done.stderr
