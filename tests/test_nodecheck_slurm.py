@@ -192,3 +192,32 @@ def test_an_xid_drains_once_holds_the_drain_and_an_administrators_resume_stands(
     cluster.scontrol("update", "nodename=h1", "state=resume")
     time.sleep(15)
     assert cluster.state("h1") == ("idle", "")
+
+
+def test_epilog_catches_what_the_job_left_and_keeps_the_next_job_off(tmp_path, make_slurm):
+    log = tmp_path / "kern.log"
+    log.write_text("[    0.000000] Linux version 6.1\n")
+    (tmp_path / "data").mkdir()
+    doc = {"version": 1, "cluster": "nodecheck",
+           "defaults": {"transport": "srun", "gpus": 0,
+                        "storage": {"path": str(tmp_path / "data")}},
+           "node_check": {"budget_s": 30},
+           "nodes": [{"name": "h1", "workdir": str(tmp_path / "work"),
+                      "checks": {"health": {"kernel_log": str(log)}}}]}
+    inv = tmp_path / "inventory.yaml"
+    inv.write_text(yaml.safe_dump(doc))
+    program = tmp_path / "node-check-epilog"
+    cluster = make_slurm(1, extra_conf=f"Epilog={program}\n",
+                         before_start=lambda c: wrapper(program, inv, c.conf, None))
+    # The job "makes" an XID: it writes one where the inventory reads the kernel log.
+    line = ("[  100.000000] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, name=x, DBE (double bit "
+            "error).")
+    res = subprocess.run(["sbatch", "-w", "h1", "-N1", "-o", "/dev/null", "--wrap",
+                          f"echo '{line}' >> {log}"], capture_output=True, text=True,
+                         env=cluster.env(), timeout=60)
+    assert res.returncode == 0, res.stderr
+    wait_for("h1 drained by Slurm for its epilog",
+             lambda: cluster.state("h1")[0] in ("drained", "draining"), cluster)
+    assert "epilog" in cluster.state("h1")[1].lower()
+    logs = "".join(f.read_text(errors="replace") for f in (cluster.dir / "log").glob("*h1*"))
+    assert "burnin: node-check: xid: GPU at PCI 0000:3b:00: XID 48" in logs
