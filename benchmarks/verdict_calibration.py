@@ -126,6 +126,9 @@ def capture(runs: int, nodes: int, gpus: int) -> dict:
             "version": 1, "cluster": "calibration", "checks": SETTINGS,
             "defaults": {"transport": "local", "gpus": gpus, "python": wrapper},
             "quarantine": {"ledger": str(t / "ledger.db")}, "nodes": members}))
+        # made on purpose, as an operator does: a run never creates a configured ledger
+        subprocess.run([sys.executable, "-m", "burnin.cli", "ledger", "init",
+                        str(t / "ledger.db")], check=True, capture_output=True)
         for i in range(runs):
             started = time.monotonic()
             reports = t / "reports" / str(i)  # each run its own: no stale `latest`

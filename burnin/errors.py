@@ -99,3 +99,20 @@ class RunError(BurninError):
 
 class RejudgeError(BurninError):
     """The run directory cannot be judged again (bad input: exit 2)."""
+
+
+# --- node-check, on the node (burnin/nodecheck/) ------------------------------------------
+
+class NodeCheckUsage(BurninError):
+    """node-check was started where or how it cannot work (no inventory entry for this
+    host, a mode it does not know): exit 2."""
+
+
+class SlurmError(BurninError):
+    """scontrol could not be run or refused: the message says why."""
+
+
+class StateError(BurninError):
+    """node-check's state (its kernel-log cursor) cannot be read or written: the message
+    says where and why."""
+

@@ -128,15 +128,18 @@ def make_slurm(make_hosts, monkeypatch):
     points at it for the test (and so for burnin's srun and scontrol). Fails in CI when it
     cannot be built."""
     with ExitStack() as stack:
-        def make(count: int, gpus: int | dict[str, int] = 0,
-                 epilog_s: float = 0) -> slurmcluster.SlurmCluster:
+        def make(count: int, gpus: int | dict[str, int] = 0, epilog_s: float = 0,
+                 extra_conf: str = "", before_start=None) -> slurmcluster.SlurmCluster:
             problem = slurmcluster.missing_requirements()
             if problem:
                 if os.environ.get("CI"):
                     pytest.fail(f"the Slurm test cluster cannot be built in CI: {problem}")
                 pytest.skip(problem)
-            cluster = stack.enter_context(slurmcluster.SlurmCluster(make_hosts(count), gpus,
-                                                                       epilog_s=epilog_s))
+            cluster = slurmcluster.SlurmCluster(make_hosts(count), gpus, epilog_s=epilog_s,
+                                                extra_conf=extra_conf)
+            if before_start is not None:  # files slurm.conf names, made knowing its path
+                before_start(cluster)
+            stack.enter_context(cluster)
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
             return cluster
         yield make

@@ -154,3 +154,9 @@ def test_group_search_finds_every_slow_node_in_fewer_launches_than_pairs():
         pairs, search = (int(x) for x in re.findall(r"(\d+) launches", row))
         assert search < pairs, row
     assert ratios(lines[-1], "launches")[0] < 1, lines[-1]
+
+
+def test_node_check_against_true_and_bare_python():
+    lines = run_benchmark("node_check.py", "--repeat", "1", "--gpus", "2")
+    assert ratios(lines[-1], "node-check/python") and ratios(lines[-1], "gpu/python"), lines
+    assert any("its checks " in ln for ln in lines), lines

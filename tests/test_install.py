@@ -4,6 +4,7 @@ outside the checkout, its probes and inventories found inside the package."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import site
@@ -117,3 +118,20 @@ def test_version_and_a_probe_by_hand_from_the_installed_location(installed, tmp_
                                               "health.py")], input="{}", capture_output=True,
                          text=True, timeout=300, env=clean_env(), cwd=tmp_path)
     assert res.returncode == 0 and '"probe": "health"' in res.stdout, res.stderr[-2000:]
+
+
+def test_node_check_from_the_installed_wheel(installed, tmp_path):
+    # node-check is the one part installed on every node: its package and the probe
+    # module it reads the kernel log with (burnin/probes/hostfacts.py) are in the wheel.
+    (tmp_path / "data").mkdir()
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nnodes:\n  - name: this-node\n    gpus: 0\n"
+                   f"    workdir: {tmp_path / 'work'}\n"
+                   f"    storage: {{path: {tmp_path / 'data'}}}\n")
+    res = subprocess.run([str(installed["burnin"]), "node-check", "--inventory", str(inv),
+                          "--node", "this-node", "--json"], capture_output=True, text=True,
+                         timeout=120, env=clean_env(), cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["ok"] and [c["check"] for c in doc["checks"]] == ["xid", "fabric", "storage",
+                                                                  "host"]

@@ -1,5 +1,5 @@
 """The `burnin` command: run, inventory check, admit, quarantine, ledger, report, compare,
-rejudge.
+rejudge, node-check.
 
 Exit codes are documented per command in README.md; commands that print state take
 --json for machines. `burnin = burnin.cli:main` (pyproject.toml); the commands with
@@ -28,6 +28,7 @@ from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import LedgerError, LedgerLost, LedgerUrlError
 from burnin.ledger.open import ledger_site, open_ledger
 from burnin.model.verdict import clean
+from burnin.nodecheck import run as nodecheck_run
 from burnin.report.publish import publish
 from burnin.transports import TABLE, settings_of
 
@@ -331,6 +332,14 @@ def build_parser() -> argparse.ArgumentParser:
     # every quarantine action (argparse's parents share them), and their SUPPRESS
     history.set_defaults(func=cli_quarantine.run, action="show")
     cli_ledger.add_parser(sub)
+    node_check = sub.add_parser(
+        "node-check", help="on a node, between runs: the fast checks (NVML, XIDs since the "
+                           "last check, fabric ports, storage mount, host, DCGM health) as "
+                           "Slurm's HealthCheckProgram, Prolog or Epilog; exit 0 fit, 1 "
+                           "found something, 2 usage, 3 could not drain "
+                           "(docs/operator/node-check.md)")
+    nodecheck_run.add_arguments(node_check)
+    node_check.set_defaults(func=nodecheck_run.main)
 
     report = sub.add_parser("report", help="render summary.html and metrics.prom again from "
                                            "a run directory (junit.xml, results.jsonl)")

@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from burnin.model.outcome import ActionResult  # noqa: F401  (callers read it here)
-from burnin.transports.slurmctl import REASON_PREFIX
+from burnin.transports.slurmctl import NODE_CHECK_PREFIX, REASON_PREFIX  # noqa: F401
 
 # Slurm keeps longer reasons, but sinfo's columns and people's terminals do not.
 REASON_MAX = 200
@@ -73,7 +73,8 @@ def slurm_drain(node: str, checks: list[str],
     """Drain the node with burnin's reason (drain_reason), unless someone else already
     drained it: their drain and reason stay, and burnin will never resume it."""
     current = slurm_reason(node)
-    if current and not current.startswith(REASON_PREFIX):
+    if current and (not current.startswith(REASON_PREFIX)
+                    or current.startswith(NODE_CHECK_PREFIX)):
         return ActionResult("slurm", node, True,
                             f"already drained by someone else ({current!r}); left as it is")
     reason = drain_reason(list(checks), list(reasons))
@@ -97,9 +98,11 @@ def slurm_reason(node: str) -> str | None:
 def slurm_resume(node: str) -> ActionResult:
     """Resume a node only if burnin drained it: an administrator's drain stays."""
     reason = slurm_reason(node)
-    if not reason or not reason.startswith(REASON_PREFIX):
+    if not reason or not reason.startswith(REASON_PREFIX) \
+            or reason.startswith(NODE_CHECK_PREFIX):  # node-check lifts its own
         return ActionResult("slurm", node, True,
-                            f"left drained: Slurm reason {reason!r} was not set by burnin")
+                            f"left drained: Slurm reason {reason!r} was not set by this "
+                            "burnin run's quarantine")
     ok, msg = _run(["scontrol", "update", f"nodename={node}", "state=resume"])
     return ActionResult("slurm", node, ok, "resumed" if ok else msg)
 

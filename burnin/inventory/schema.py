@@ -21,10 +21,12 @@ from burnin.inventory.yamlsource import Mapping, Sequence, SourceError, SourceEr
 from burnin.ledger.backends import LedgerUrlError, parse_location, transport_problem
 from burnin.model import environment
 from burnin.model.gpu_reference import GPU_MODELS, NUMERIC_FIELDS, model_from
+from burnin.model.node_check import NODE_CHECK_KEYS, NODE_CHECKS
 from burnin.model.nodes import (
     GoodputSettings,
     Inventory,
     Node,
+    NodeCheckSettings,
     QuarantineSettings,
     SharedCauseSettings,
     StorageSettings,
@@ -72,6 +74,13 @@ KINDS = {
                 "a list of: " + ", ".join(QUARANTINE_ACTIONS)),
     "release_after": (lambda v: _is_int(v) and v >= 1, "an integer >= 1"),
     "fraction": (lambda v: _is_number(v) and 0 <= v <= 1, "a number from 0 to 1"),
+    # slurmd kills a HealthCheckProgram after 60 s: the budget stays below, with room.
+    "budget": (lambda v: _is_number(v) and 0 < v <= 50,
+               "a number of seconds above 0, at most 50 (slurmd kills a health check at 60)"),
+    "dcgm_mode": (lambda v: v in ("auto", "off"), "auto or off"),
+    "node_check_list": (lambda v: isinstance(v, list)
+                        and all(isinstance(x, str) and x in NODE_CHECKS for x in v),
+                        "a list of: " + ", ".join(NODE_CHECKS)),
     "check_list": (lambda v: isinstance(v, list) and v
                    and all(isinstance(x, str) and x in CHECKS for x in v),
                    "a non-empty list of: " + ", ".join(CHECKS)),
@@ -123,7 +132,7 @@ GOODPUT_KEYS = {"job_nodes": "job_nodes", "restart_minutes": "nonnegative",
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
-            "gpu_models": "mapping", "goodput": "mapping"}
+            "gpu_models": "mapping", "goodput": "mapping", "node_check": "mapping"}
 # A node's name becomes a file name in reports and a Slurm argument: hostname characters.
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
@@ -249,11 +258,19 @@ def load_inventory(path: str | Path) -> Inventory:
     goodput = GoodputSettings()
     if "goodput" in top and c.mapping(top["goodput"], "goodput", doc.key_lines["goodput"]):
         goodput = GoodputSettings(**c.keys(top["goodput"], GOODPUT_KEYS, "goodput"))
+    node_check = NodeCheckSettings()
+    if "node_check" in top and c.mapping(top["node_check"], "node_check",
+                                         doc.key_lines["node_check"]):
+        values = c.keys(top["node_check"], NODE_CHECK_KEYS, "node_check")
+        if "skip" in values:
+            values["skip"] = tuple(values["skip"])
+        node_check = NodeCheckSettings(**values)
     if c.errors:
         raise InventoryError(c.errors)
     return Inventory(path=shown, cluster=top.get("cluster", path.stem), nodes=tuple(nodes),
                      checks=checks, quarantine=quarantine, gpu_models=models,
-                     require=tuple(require) if require else None, goodput=goodput)
+                     require=tuple(require) if require else None, goodput=goodput,
+                     node_check=node_check)
 
 
 def _gpu_models(c: _Checker, doc: Mapping, top: dict) -> dict:

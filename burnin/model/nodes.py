@@ -103,6 +103,17 @@ class GoodputSettings:
 
 
 @dataclass(frozen=True)
+class NodeCheckSettings:
+    """`node_check:`: how `burnin node-check` runs on the nodes (docs/operator/node-check.md)."""
+
+    budget_s: float = 5.0       # every check within this; slurmd kills a health check at 60 s
+    scontrol: str = "scontrol"  # a name on PATH (or /usr/bin, /bin) or a path
+    min_free_gib: float = 1.0   # the root and workdir file systems keep this much free
+    dcgm: str = "auto"          # auto: `dcgmi health -c` where dcgmi is installed; off
+    skip: tuple[str, ...] = ()  # node-check's checks not to run (nodecheck.model.NODE_CHECKS)
+
+
+@dataclass(frozen=True)
 class Inventory:
     path: str
     cluster: str
@@ -112,6 +123,7 @@ class Inventory:
     gpu_models: dict[str, GpuModel] = field(default_factory=dict)
     require: tuple[str, ...] | None = None  # admission.require; None: every check that applies
     goodput: GoodputSettings = field(default_factory=GoodputSettings)
+    node_check: NodeCheckSettings = field(default_factory=NodeCheckSettings)
     version: int = 1
 
     def node(self, name: str) -> Node:

@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from ClusterShell.NodeSet import NodeSet
 
 from burnin.model.nodes import Node
+from burnin.transports import BUSY as BUSY_REASON
 from burnin.transports.slurmctl import (
+    NODE_CHECK_PREFIX,
     REASON_PREFIX,
     TIMEOUT_S,
     SlurmNode,
@@ -106,6 +108,9 @@ class Allocations:
             if s.gpus < wanted[n.name]:
                 self.unavailable[n.name] = (f"Slurm declares {s.gpus} GPU(s) as GRES on it, the "
                                             f"inventory says {wanted[n.name]}")
+            elif "DRAIN" in s.flags and s.reason.startswith(NODE_CHECK_PREFIX):
+                # node-check's drain is node-check's to lift: skipped, with its reason
+                self.unavailable[n.name] = f"{BUSY_REASON}drained by {s.reason}"
             elif "DRAIN" in s.flags and s.reason.startswith(REASON_PREFIX):
                 drained.append(n)  # ours: re-tested inside a reservation of the run's own
             else:

@@ -17,6 +17,9 @@ TIMEOUT_S = 60
 # How burnin's own drains start (burnin/gate/actions.py writes them, the allocation
 # recognises them): burnin recognises its own drains by it: never change it.
 REASON_PREFIX = "burnin:"
+# `burnin node-check` (on the node, as Slurm's HealthCheckProgram) drains with this: the
+# run neither overwrites nor resumes such a drain, and node-check lifts only these.
+NODE_CHECK_PREFIX = "burnin: node-check:"
 # Base states and flags under which Slurm gives a node to nobody (scontrol's State=).
 REFUSING = ("DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWERED_DOWN",
             "POWERING_DOWN", "POWERING_UP", "POWER_DOWN", "REBOOT_ISSUED", "REBOOT_REQUESTED",

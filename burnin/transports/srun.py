@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 
 from burnin.model.nodes import Node
-from burnin.transports import CommandResult, Launcher
+from burnin.transports import BUSY, CommandResult, Launcher, is_busy
 from burnin.transports.fanout import fan_out
 from burnin.transports.slurm import Allocation, Allocations, slurm_env
 from burnin.transports.srun_step import Refused, command, envelope, run_step
@@ -48,7 +48,10 @@ class SrunLauncher(Launcher):
             a = self.slurm.where.get(n.name)
             if a is None:
                 why = self.slurm.unavailable.get(n.name, "not in the run's Slurm allocation")
-                out[n.name] = f"Slurm cannot give node {n.name}: {why}"
+                # A busy reason (other jobs on it, node-check's drain) stays one, prefix
+                # first: the node is skipped, neither judged nor quarantined.
+                busy = BUSY if is_busy(why) else ""
+                out[n.name] = f"{busy}Slurm cannot give node {n.name}: {why[len(busy):]}"
             else:
                 steps.setdefault(id(a), (a, []))[1].append(n)
 

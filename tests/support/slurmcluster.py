@@ -42,8 +42,9 @@ def missing_requirements() -> str:
 
 class SlurmCluster:
     def __init__(self, hosts: TestHosts, gpus: int | dict[str, int] = 0, cpus: int = 2,
-                 epilog_s: float = 0):
+                 epilog_s: float = 0, extra_conf: str = ""):
         self.hosts = hosts
+        self.extra_conf = extra_conf  # slurm.conf lines of a test's own (HealthCheckProgram)
         self.epilog_s = epilog_s  # an Epilog this long keeps a finished job's nodes COMPLETING
         self.gpus = {h.name: gpus.get(h.name, 0) if isinstance(gpus, dict) else gpus
                      for h in hosts.hosts}
@@ -103,7 +104,7 @@ class SlurmCluster:
             "SelectType=select/cons_tres\nSelectTypeParameters=CR_CPU\nGresTypes=gpu\n"
             "MpiDefault=none\nJobAcctGatherType=jobacct_gather/none\n"
             "AccountingStorageType=accounting_storage/none\nInactiveLimit=0\nKillWait=2\n"
-            "MinJobAge=5\n" + self._epilog() +
+            "MinJobAge=5\n" + self._epilog() + self.extra_conf +
             # The hosts share this machine's cores: slurmd reports the configured CPUs.
             "SlurmdParameters=config_overrides\n"
             f"{nodes}PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n")
@@ -183,6 +184,22 @@ class SlurmCluster:
         # A trailing '*' is Slurm's "not responding" flag, which a just-resumed node
         # shows here until slurmctld's next ping: the state is what is asserted.
         return state.rstrip("*"), "" if reason == "none" else reason
+
+    def slurmd_pid(self, node: str) -> int:
+        """The pid of `node`'s slurmd: its mount namespace is the node's own."""
+        h = next(h for h in self.hosts.hosts if h.name == node)
+        for pid in self.hosts.pids(h):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "slurmd":
+                    return pid
+            except OSError:
+                continue
+        raise RuntimeError(f"no slurmd running for {node}")
+
+    def in_node(self, node: str, *argv: str) -> subprocess.CompletedProcess:
+        """Run argv in `node`'s mount namespace (umount, mount: that node's view alone)."""
+        return subprocess.run(["nsenter", f"--mount=/proc/{self.slurmd_pid(node)}/ns/mnt",
+                               "--", *argv], capture_output=True, text=True, timeout=30)
 
     def scontrol(self, *args: str) -> None:
         subprocess.run(["scontrol", *args], check=True, capture_output=True, env=self.env(),
