@@ -80,7 +80,7 @@ def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester,
                                                                         tmp_path):
     nvml(devices=[{}, {}])
     nodes = {"bad": "dcgm4-fail", "good": "dcgm4-pass", "warm": "dcgm4-warn",
-             "old": "dcgm3-fail"}
+             "old": "dcgm3-fail", "xid94": "dcgm4-contained"}
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent("""\
         version: 1
@@ -98,7 +98,11 @@ def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester,
                 "CUDA or NVML. (DCGM error id 58, DCGM_ERROR_ISOLATE)")
     assert cases == {
         "good": ("passed", ""),
-        "warm": ("passed", ""),  # DCGM's "Fail" of DCGM_ERROR_MONITOR severity, exit 226
+        "warm": ("passed", ""),  # DCGM's "Fail" of a code it says to watch, exit 226
+        # DCGM_ERROR_MONITOR too, exit 226: yet no code to watch, so the node fails.
+        "xid94": ("failure", "DCGM level 2 Integration/pcie on GPU 0: Fail: GPU had a "
+                  "contained error. (DCGM error id 131 DCGM_FR_CONTAINED_ERROR, "
+                  "DCGM_ERROR_MONITOR)"),
         "bad": ("failure", f"DCGM level 2 Hardware/memory on GPU 1: {mismatch}"),
         "old": ("failure", f"DCGM level 2 Hardware/GPU Memory on GPU 1: {mismatch}")}
     for n, f in nodes.items():
@@ -136,9 +140,14 @@ def test_the_probe_reports_does_not_apply_where_dcgmi_is_gone(tmp_path):
 @pytest.mark.parametrize("name, failures, warnings", [
     ("dcgm4-pass", (), ()),
     ("dcgm4-warn", (), (
-        "DCGM level 2 Integration/pcie on GPU 0: Fail, DCGM_ERROR_MONITOR only: Temperature "
-        "91 of GPU 0 exceeded user-specified maximum allowed temperature 87 (DCGM error id "
-        "42, DCGM_ERROR_MONITOR)",)),
+        "DCGM level 2 Integration/pcie on GPU 0: Fail, only errors DCGM says to watch: "
+        "Temperature 91 of GPU 0 exceeded user-specified maximum allowed temperature 87 (DCGM "
+        "error id 42 DCGM_FR_TEMP_VIOLATION, DCGM_ERROR_MONITOR)",)),
+    # XID 94, DCGM_ERROR_MONITOR in DCGM's table and exit 226: dcgmi counts it a failure,
+    # and so does burnin.
+    ("dcgm4-contained", (
+        "DCGM level 2 Integration/pcie on GPU 0: Fail: GPU had a contained error. (DCGM error "
+        "id 131 DCGM_FR_CONTAINED_ERROR, DCGM_ERROR_MONITOR)",), ()),
     ("dcgm4-fail", (
         "DCGM level 2 Hardware/memory on GPU 1: Fail: A memory mismatch was detected on GPU "
         "1, but no error was reported by CUDA or NVML. (DCGM error id 58, DCGM_ERROR_ISOLATE)",
@@ -178,42 +187,70 @@ def judged(*results, exit_status: int = 226):
 
 
 HEAD = "DCGM level 2 Integration/pcie on GPU 0: Fail"
+HOT = "hot (DCGM error id 42 DCGM_FR_TEMP_VIOLATION, DCGM_ERROR_MONITOR)"
+WATCHED = f"{HEAD}, only errors DCGM says to watch: {HOT}"
 
 
 @pytest.mark.parametrize("results, exit_status, failures, warnings", [
-    # MONITOR only: a warning, with DCGM's exit for it, or none.
-    ([result("Fail", warned(1))], 226, (),
-     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
-    ([result("Fail", warned(1))], 0, (),
-     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
-    # nvvs's own JSON can say Warn; the severity still decides.
+    # Only watched codes of MONITOR severity: a warning, with DCGM's exit for it, or none.
+    ([result("Fail", warned(1))], 226, (), (WATCHED,)),
+    ([result("Fail", warned(1))], 0, (), (WATCHED,)),
+    ([result("Fail", warned(1, "power", 12), warned(1, "sbe", 5))], 226, (),
+     (f"{HEAD}, only errors DCGM says to watch: power (DCGM error id 12 "
+      "DCGM_FR_CLOCKS_EVENT_POWER, DCGM_ERROR_MONITOR); sbe (DCGM error id 5 "
+      "DCGM_FR_VOLATILE_SBE_DETECTED, DCGM_ERROR_MONITOR)",)),
+    # MONITOR in DCGM's table is not "can run": the fabric manager down, NVSwitch errors,
+    # the fabric probe, a contained error, a CUDA API error all fail, exit 226 or not.
+    ([result("Fail", warned(1, "no FM", 108))], 226,
+     (f"{HEAD}: no FM (DCGM error id 108 DCGM_FR_CUDA_FM_NOT_INITIALIZED, "
+      "DCGM_ERROR_MONITOR)",), ()),
+    ([result("Fail", warned(1, "switch", 16))], 226,
+     (f"{HEAD}: switch (DCGM error id 16 DCGM_FR_NVSWITCH_NON_FATAL_ERROR, "
+      "DCGM_ERROR_MONITOR)",), ()),
+    ([result("Fail", warned(1, "switch down", 17))], 226,
+     (f"{HEAD}: switch down (DCGM error id 17 DCGM_FR_NVSWITCH_DOWN, DCGM_ERROR_MONITOR)",),
+     ()),
+    ([result("Fail", warned(1, "fabric", 123))], 0,
+     (f"{HEAD}: fabric (DCGM error id 123 DCGM_FR_FABRIC_PROBE_STATE, DCGM_ERROR_MONITOR)",),
+     ()),
+    ([result("Fail", warned(1, "cuInit", 51))], 226,
+     (f"{HEAD}: cuInit (DCGM error id 51 DCGM_FR_CUDA_API, DCGM_ERROR_MONITOR)",), ()),
+    # A watched code beside one that is not fails; one with no code, or one DCGM raised
+    # to another severity, fails.
+    ([result("Fail", warned(1), warned(1, "xid", 131))], 226,
+     (f"{HEAD}: {HOT}; xid (DCGM error id 131 DCGM_FR_CONTAINED_ERROR, "
+      "DCGM_ERROR_MONITOR)",), ()),
+    ([result("Fail", warned(1, "hot", None))], 226,
+     (f"{HEAD}: hot (DCGM_ERROR_MONITOR)",), ()),
+    ([result("Fail", warned(2, "power", 12))], 226,
+     (f"{HEAD}: power (DCGM error id 12 DCGM_FR_CLOCKS_EVENT_POWER, DCGM_ERROR_ISOLATE)",),
+     ()),
+    # nvvs's own JSON can say Warn; the code and severity still decide.
     ([result("Warn", warned(4))], 226,
-     ("DCGM level 2 Integration/pcie on GPU 0: Warn: hot (DCGM error id 42, "
-      "DCGM_ERROR_TRIAGE)",), ()),
+     ("DCGM level 2 Integration/pcie on GPU 0: Warn: hot (DCGM error id 42 "
+      "DCGM_FR_TEMP_VIOLATION, DCGM_ERROR_TRIAGE)",), ()),
     # Any other severity fails, a known one or not, and so does a Fail with none.
     ([result("Fail", warned(1), warned(6, "remap", 85))], 226,
-     (f"{HEAD}: hot (DCGM error id 42, DCGM_ERROR_MONITOR); remap (DCGM error id 85, "
-      "DCGM_ERROR_RESET)",), ()),
+     (f"{HEAD}: {HOT}; remap (DCGM error id 85, DCGM_ERROR_RESET)",), ()),
     ([result("Fail", warned(5, "persistence mode", 29))], 226,
      (f"{HEAD}: persistence mode (DCGM error id 29, DCGM_ERROR_CONFIG)",), ()),
     ([result("Fail", warned(9))], 226,
-     (f"{HEAD}: hot (DCGM error id 42, unknown severity 9)",), ()),
+     (f"{HEAD}: hot (DCGM error id 42 DCGM_FR_TEMP_VIOLATION, unknown severity 9)",), ()),
     ([result("Fail", warned(None))], 226,
-     (f"{HEAD}: hot (DCGM error id 42, no severity given)",), ()),
-    ([result("Fail")], 226, (f"{HEAD}: no warning, so no severity given",), ()),
+     (f"{HEAD}: hot (DCGM error id 42 DCGM_FR_TEMP_VIOLATION, no severity given)",), ()),
+    ([result("Fail")], 226, (f"{HEAD}: no warning, so no error code given",), ()),
     ([result("Broken", warned(1))], 0,
-     ("DCGM level 2 Integration/pcie on GPU 0: Broken (a result burnin does not know): hot "
-      "(DCGM error id 42, DCGM_ERROR_MONITOR)",), ()),
+     (f"DCGM level 2 Integration/pcie on GPU 0: Broken (a result burnin does not know): "
+      f"{HOT}",), ()),
     # The exit status says what no result did.
     ([result("Fail", warned(1))], 205,
      ("dcgmi diag exited 205 (DCGM_ST_NVVS_ISOLATE_ERROR: DCGM says a GPU must be isolated) "
-      "though every result it gave is of DCGM_ERROR_MONITOR severity",),
-     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
+      "though every error it gave is one DCGM says to watch",), (WATCHED,)),
     ([result("Pass")], 226, ("dcgmi diag exited 226 (DCGM_ST_NVVS_ERROR: the diagnostic "
                              "reported an error) without a failed test",), ()),
     ([result("Skip")], 1, ("dcgmi diag exited 1 without a failed test",), ()),
 ])
-def test_a_fail_of_monitor_severity_only_warns_and_everything_else_fails(
+def test_only_the_codes_dcgm_says_to_watch_warn_and_every_other_error_fails(
         results, exit_status, failures, warnings):
     assert judged(*results, exit_status=exit_status) == (failures, warnings)
 
@@ -258,8 +295,8 @@ def test_a_failing_test_summary_is_judged_with_its_own_warnings():
         "DCGM level 2 Hardware/nccl_tests: Fail: NCCL (DCGM error id 129, DCGM_ERROR_RESET)",
         "DCGM level 2 Hardware/targeted_power: Fail: DCGM's test summary says so; no result "
         "names an entity (no severity given)")
-    assert warnings == ("DCGM level 2 Hardware/nccl_tests on GPU 0: Fail, DCGM_ERROR_MONITOR "
-                        "only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)
+    assert warnings == ("DCGM level 2 Hardware/nccl_tests on GPU 0: Fail, only errors DCGM "
+                        f"says to watch: {HOT}",)
 
 
 def test_dcgms_own_words_fail_the_node_where_no_result_does(tmp_path):
