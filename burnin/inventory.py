@@ -24,7 +24,7 @@ from burnin.nodes import (
     SshSettings,
     StorageSettings,
 )
-from burnin.reference import GPU_MODELS, NUMERIC_FIELDS, model_from
+from burnin.reference import FLAG_FIELDS, GPU_MODELS, NUMERIC_FIELDS, model_from
 from burnin.yamlsource import Mapping, Sequence, SourceError, SourceErrors
 
 TRANSPORT_NAMES = ("ssh", "srun", "local")
@@ -97,7 +97,8 @@ QUARANTINE_KEYS = {"ledger": "ledger", "actions": "actions", "release_after": "r
 ADMISSION_KEYS = {"require": "check_list"}
 GOODPUT_KEYS = {"job_nodes": "job_nodes", "restart_minutes": "nonnegative",
                 "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction"}
-MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
+MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS},
+              **{k: "bool" for k in FLAG_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
             "gpu_models": "mapping", "goodput": "mapping"}

@@ -82,6 +82,9 @@ Scenario (JSON; every key optional; unknown keys are refused):
                         "nvlink", "xid_events", ...: every call and field value reading it).
                         NVLink counters refused while field values serve them, as on some
                         drivers: "unsupported": ["nvmlDeviceGetNvLinkErrorCounter"].
+  fabric                null (NOT_SUPPORTED) or the GPU's NVLink fabric registration:
+                        {"state", "status", "clique_id", "cluster_uuid", "health_mask",
+                        "health_summary"} (fabric.py)   nvmlDeviceGetGpuFabricInfo(V)
   lost                  true: every call naming the device answers GPU_IS_LOST (lookups
                         included), and event waits on it too once its events are delivered
 

@@ -79,6 +79,7 @@ DEFAULT_DEVICE = {
     "unsupported": [],
     "errors": {},
     "lost": False,
+    "fabric": None,  # fabric.py: null, a GPU in no NVLink fabric (NOT_SUPPORTED)
 }
 DEFAULT_TOP = {"init_error": None, "driver_branch": None, "driver_version": None,
                "cuda_driver_version": None, "nvml_version": None, "xid_events": [],
@@ -129,6 +130,8 @@ def _merge(default: dict, given: dict, where: str, rel: str = "") -> dict:
 
 
 def _check_device(dev: dict, where: str) -> None:
+    from .fabric import check as check_fabric  # fabric.py reads this module's codes
+    check_fabric(dev["fabric"], where)
     for key in dev["ecc_locations"]:
         m = _LOCATION_KEY.match(key)
         if not m or m["loc"] not in MEMORY_LOCATIONS:
