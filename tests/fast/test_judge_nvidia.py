@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 from judging import H100, judge, outcome
 
+from burnin.checks import CHECKS, Judging
 from burnin.checks.dcgm_codes import MONITOR, NAMED, WATCH, watched
 from burnin.checks.gpu_fabric import fabric_faults, imex_faults
+from burnin.nodes import Node
 from burnin.reference import GpuModel
 
 HEAD = "DCGM level 2 Integration/pcie on GPU 0: Fail"
@@ -203,10 +205,23 @@ def test_pcie_bidirectional_floor_peers_and_all_at_once():
     f, _ = judge("pcie", pcie(*ok, lagging), fleet=EMPTY, devices=4)
     assert f == (f"cuda:3 (NVIDIA H100 80GB HBM3, GPU-3): {BIDIR} 30.000 GB/s with all GPUs "
                  "copying at once, below 0.8 x 80.000 GB/s, the node's median GPU then",)
-    # min_aggregate_gbps is one direction's floor: not the bidirectional total's.
-    f, _ = judge("pcie", pcie(*ok, bidir_total=120.0), fleet=EMPTY, devices=3,
+    # min_aggregate_gbps is one direction's floor: not the bidirectional total's (here
+    # below it, the single directions above it).
+    f, _ = judge("pcie", pcie(*ok, bidir_total=80.0), fleet=EMPTY, devices=3,
                  settings={"min_aggregate_gbps": 90})
     assert f == ()
+    f, _ = judge("pcie", pcie(*ok, bidir_total=80.0), fleet=EMPTY, devices=3,
+                 settings={"min_aggregate_gbps": 110})
+    assert f == ("all 3 GPUs at once: host-to-device 100.000 GB/s in aggregate, below the "
+                 "floor of 110 GB/s", "all 3 GPUs at once: device-to-host 100.000 GB/s in "
+                 "aggregate, below the floor of 110 GB/s")
+
+
+def test_pcie_states_the_bidirectional_floor_it_judged_by():
+    o = pcie(pcie_gpu(0, 90.0, 80.0))
+    v = CHECKS["pcie"].judge(Node("n1", "n1"), o, Judging(
+        {**CHECKS["pcie"].resolve("quick"), "min_bidir_gbps": 65}, EMPTY, H100, 1))
+    assert v.floors == {"pcie": 50.0, "pcie bidirectional": 65}
 
 
 def test_pcie_directions_the_document_did_not_measure_are_not_asked_for():
@@ -216,6 +231,12 @@ def test_pcie_directions_the_document_did_not_measure_are_not_asked_for():
         (), ())
     assert judge("pcie", pcie(old), fleet=EMPTY, devices=1)[0] == (
         f"cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): no {BIDIR} figure",)
+    # Each direction the document measured is judged, whichever it left out before it.
+    slow = pcie_gpu(0, 90.0, 80.0)
+    slow["d2h"] = rate(10.0)
+    assert judge("pcie", pcie(slow, directions=("d2h",)), fleet=EMPTY, devices=1,
+                 model=H100)[0] == ("cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): device-to-host "
+                                    "10.000 GB/s, below the floor of 50 GB/s",)
 
 
 def fabric_doc(growth):
