@@ -155,6 +155,16 @@ def test_health_judges_fabric_imex_and_the_datasheets_pcie_link():
                                   imex={"count": 1, "path": "/dev/x", "error": None}),
                  model=GB200, fleet=FLEET)
     assert [x for x in f if "fabric" in x or "IMEX" in x] == []
+    # GB200 must be in a fabric: a GPU NVML puts in none fails there, not on an H100.
+    f, _ = judge("health", health(health_gpu("NVIDIA GB200"),
+                                  imex={"count": 1, "path": "/dev/x", "error": None}),
+                 model=GB200, fleet=FLEET)
+    assert [x for x in f if "fabric" in x] == [
+        "GPU 0 (GPU-0): NVML reports no NVLink fabric state (the model's GPUs must join a "
+        "fabric: is the fabric manager or NVLink supported here?)"]
+    f, _ = judge("health", health(health_gpu("NVIDIA H100 80GB HBM3")), model=H100,
+                 fleet=FLEET)
+    assert [x for x in f if "fabric" in x] == []
     slot = health_gpu("NVIDIA A10", pcie={"gen": 3, "max_gen": 3, "width": 8, "max_width": 8})
     f, _ = judge("health", health(slot), model=A10, fleet=FLEET)
     assert [x for x in f if "datasheet" in x] == [
