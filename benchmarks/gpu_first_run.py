@@ -18,12 +18,26 @@ It measures, on cuda:0 (or the CPU with --smoke):
    and there are two GPUs or more;
 6. storage GB/s per GPU on --storage-path;
 7. the memory and pcie probes, where this checkout has them;
-8. what issue 25 says only a real node can answer, each item checked or said why not
+8. the health, fabric and dcgm probes, each judged as the suite judges it (on a GPU: the
+   NVLink fabric state, NVLink 5 counters and DCGM's severities on real hardware);
+9. what issue 25 says only a real node can answer, each item checked or said why not
    ("no GPU" without one): the NVML symbols the real driver exports against what the
    emulator claims for its branch (tests/nvmlemu/drivers.py); the real dcgmi's JSON
    shape, where dcgmi is installed; each PCIe worker's CPUs against the GPU's sysfs
    local_cpulist; every GPU's MIG mode; the all-reduce's bus saturation size (up to
    2 GiB, two GPUs or more); the kernel log, read as the user running this.
+
+Whichever module `import pynvml` finds: nvidia-ml-py's, or the old `pynvml` package's
+(strings as bytes, fewer functions), is named in the facts and read as either.
+
+Time on one H100 (8 minutes in all, reasoned from each part; the log prints each step's
+seconds): exactness ~20 s (inputs built on the host at n up to 8192, float64 products on
+the GPU); set-up cost ~5 s; each ratio benchmark 2 repeats x (8 s probe + 8 s bare loop +
+~10 s of two interpreters starting torch and CUDA) ~55 s; the 60 s burn ~75 s; storage
+(4 GB written and read) ~20 s; memory and pcie ~60 s; the judged probes ~30 s, and dcgmi
+diag -r 1 ~60 s where installed; issue 25 ~30 s (a short pcie run, dcgmi again where
+installed). About 7 minutes; the ratio benchmarks were 20 s x 2 each way (~110 s each)
+and left no room for the judged probes.
 """
 
 from __future__ import annotations
@@ -43,32 +57,37 @@ REPO = Path(__file__).resolve().parent.parent
 PROBES = REPO / "probes"
 sys.path.insert(0, str(PROBES))
 sys.path.insert(0, str(REPO))
-
-
-def run_probe(name: str, payload: dict, timeout_s: float = 1800) -> dict:
-    done = subprocess.run([sys.executable, str(PROBES / f"{name}.py")],
-                          input=json.dumps(payload), capture_output=True, text=True,
-                          timeout=timeout_s)
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} probe failed ({done.returncode}): {done.stderr[-2000:]}")
-    return json.loads(done.stdout)
+sys.path.insert(0, str(REPO / "benchmarks"))
+from first_run_checks import (  # noqa: E402  (beside this script, found through the path)
+    _text,
+    checklist,
+    issue25,
+    judged_probes,
+    pynvml_source,
+    run_probe,
+)
 
 
 def facts(gpu: bool) -> dict:
     import torch
     out = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
            "torch": torch.__version__, "cuda": torch.version.cuda,
-           "host": platform.node(), "cpus": os.cpu_count()}
+           "host": platform.node(), "cpus": os.cpu_count(), "device": "CPU", "gpus": 0}
     if gpu:
-        import pynvml
-        pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        out.update(device=pynvml.nvmlDeviceGetName(h), driver=pynvml.nvmlSystemGetDriverVersion(),
-                   gpus=pynvml.nvmlDeviceGetCount(),
-                   nvml=__import__("importlib.metadata").metadata.version("nvidia-ml-py"))
-        pynvml.nvmlShutdown()
-    else:
-        out.update(device="CPU", gpus=0)
+        try:
+            import pynvml
+            out["nvml"] = pynvml_source()
+            pynvml.nvmlInit()
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(0)
+                out.update(device=_text(pynvml.nvmlDeviceGetName(h)),
+                           driver=_text(pynvml.nvmlSystemGetDriverVersion()),
+                           gpus=pynvml.nvmlDeviceGetCount())
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception as e:  # the facts say what they could not read, the run goes on
+            out["nvml_error"] = f"{type(e).__name__}: {e}"
+            out.update(device=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count())
     return out
 
 
@@ -175,166 +194,6 @@ def other_probes(gpus) -> dict:
     return out
 
 
-# --- issue 25: what the emulator assumed, asked of the real node ---------------------------
-
-def nvml_symbols(gpu: bool) -> dict:
-    """Each symbol the emulator declares: does the real libnvidia-ml.so.1 export it, and
-    does the emulator say this driver's branch does?"""
-    if not gpu:
-        return {"not_checked": "no GPU"}
-    import ctypes
-
-    import pynvml
-    sys.path.insert(0, str(REPO / "tests"))
-    from nvmlemu import drivers
-    from nvmlemu.declarations import SYMBOLS
-    lib = ctypes.CDLL("libnvidia-ml.so.1")
-    pynvml.nvmlInit()
-    try:
-        version = pynvml.nvmlSystemGetDriverVersion()
-    finally:
-        pynvml.nvmlShutdown()
-    version = version.decode() if isinstance(version, bytes) else str(version)
-    branch = drivers.branch_of(version)
-    real = {name for name in SYMBOLS if hasattr(lib, name)}  # dlsym, as pynvml resolves
-    claimed = {name for name in SYMBOLS if drivers.exports(name, branch)}
-    return {"driver": version, "branch": branch.name, "symbols": len(SYMBOLS),
-            "claimed_but_missing": sorted(claimed - real),
-            "exported_but_not_claimed": sorted(real - claimed)}
-
-
-def dcgmi_shape(gpu: bool) -> dict:
-    """The real `dcgmi diag -r 1 -j`: its exit status and the document's shape, as the
-    dcgm probe reads it (probes/dcgm.py)."""
-    if not gpu:
-        return {"not_checked": "no GPU"}
-    exe = shutil.which("dcgmi")
-    if exe is None:
-        return {"not_checked": "dcgmi is not installed"}
-    import dcgm
-    done = subprocess.run([exe, "diag", "-r", "1", "-j"], capture_output=True, text=True,
-                          timeout=900)
-    try:
-        doc = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        return {"exit_status": done.returncode, "json": False,
-                "stdout": done.stdout[-1000:], "stderr": done.stderr[-1000:]}
-    results = dcgm.parse(doc)
-    entity_keys = sorted({k for c in dcgm._dicts(dcgm.body_of(doc).get("test_categories"))
-                          for t in dcgm._dicts(c.get("tests"))
-                          for r in dcgm._dicts(t.get("results"))
-                          for k in ("entity_id", "entity_group", "gpu_id", "gpu_ids") if k in r})
-    return {"exit_status": done.returncode, "json": True, "root_keys": sorted(doc)[:20],
-            "version": dcgm.version_of(doc), "results": len(results),
-            "statuses": sorted({r["status"] for r in results}), "entity_keys": entity_keys,
-            "severities": sorted({str(w.get("severity")) for r in results
-                                  for w in r["warnings"]})}
-
-
-def numa_binding(gpus: int) -> dict:
-    """Each PCIe worker's CPUs (the pcie probe's record) against the GPU's local_cpulist
-    as sysfs gives it, read here independently."""
-    if not gpus:
-        return {"not_checked": "no GPU"}
-    import locality
-    doc = run_probe("pcie", {"gpus": gpus, "settings": {"seconds": 0.5, "rounds": 1}})
-    rows = []
-    for dev in doc["devices"]:
-        aff = dev.get("affinity") or {}
-        bus = dev.get("pci_bus_id")
-        text = locality._read(f"/sys/bus/pci/devices/{locality._sysfs_bdf(bus)}/local_cpulist") \
-            if bus else None
-        cpus = set(locality.parse_cpulist(aff["cpus"])) if aff.get("cpus") else set()
-        local = set(locality.parse_cpulist(text)) if text else set()
-        rows.append({"device": dev.get("device"), "bound": aff.get("bound"),
-                     "numa_node": aff.get("numa_node"), "source": aff.get("source"),
-                     "cpus": aff.get("cpus"), "sysfs_local_cpulist": text,
-                     "within_local": bool(cpus) and bool(local) and cpus <= local,
-                     "why": aff.get("why")})
-    return {"devices": rows, "all_within_local": all(r["within_local"] for r in rows),
-            "errors": doc["errors"]}
-
-
-def mig_modes(gpu: bool) -> dict:
-    """Every GPU's MIG mode (current, pending) as NVML reads it, and what the probes make
-    of it (probelib.mig_gpus: the GPUs with MIG on)."""
-    if not gpu:
-        return {"not_checked": "no GPU"}
-    import probelib
-    import pynvml
-    pynvml.nvmlInit()
-    try:
-        modes = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            try:
-                current, pending = pynvml.nvmlDeviceGetMigMode(h)
-                modes.append({"index": i, "current": current, "pending": pending})
-            except pynvml.NVMLError as e:
-                modes.append({"index": i, "error": str(e)})
-    finally:
-        pynvml.nvmlShutdown()
-    return {"gpus": modes, "mig_on": [list(x) for x in probelib.mig_gpus()]}
-
-
-def allreduce_saturation(gpus: int) -> dict:
-    """The all-reduce sweep to 2 GiB on this node's GPUs: the best busbw, the smallest size
-    within 5% of it (where the bus saturates), and whether the best is the sweep's end.
-    2 GiB, not more: the probe's exactness check holds about 7 x the size per GPU (a 4 GiB
-    sweep would not fit a 40 GB A100)."""
-    if not gpus:
-        return {"not_checked": "no GPU"}
-    if gpus < 2:
-        return {"not_checked": f"{gpus} GPU: an all-reduce needs two or more"}
-    from burnin.checks.allreduce import judged, saturation
-    doc = run_probe("allreduce", {"gpus": gpus, "settings": {"max_bytes": 2 << 30}})
-    sweep = doc["figures"].get("sweep") or []
-    if not sweep:
-        return {"errors": doc["errors"], "sweep": []}
-    best, sat = judged(sweep), saturation(sweep)
-    return {"ranks": doc["figures"].get("world"), "best_gbps": best["busbw_gbps"],
-            "best_bytes": best["bytes"], "saturation_bytes": sat["bytes"],
-            "still_growing_at_end": best["bytes"] == sweep[-1]["bytes"],
-            "at_1gib_gbps": next((s["busbw_gbps"] for s in sweep if s["bytes"] == 1 << 30),
-                                 None), "errors": doc["errors"]}
-
-
-def kernel_log() -> dict:
-    """The kernel log as the health probe reads it, as the user running this."""
-    import hostfacts
-    out = hostfacts.kernel_xids("auto")
-    return {k: out.get(k) for k in ("user", "readable", "source", "error", "records",
-                                    "first_seq", "oldest_s", "uptime_s")}
-
-
-def issue25(gpu: bool, gpus: int) -> dict:
-    """Each item: its findings, {"not_checked": why}, or {"failed": the error}."""
-    items = {"nvml_symbols": lambda: nvml_symbols(gpu), "dcgmi_json": lambda: dcgmi_shape(gpu),
-             "pcie_numa_binding": lambda: numa_binding(gpus), "mig_mode": lambda: mig_modes(gpu),
-             "allreduce_saturation": lambda: allreduce_saturation(gpus),
-             "kernel_log": kernel_log}
-    out = {}
-    for name, item in items.items():
-        try:
-            out[name] = item()
-        except Exception as e:  # one item's failure is that item's result
-            out[name] = {"failed": f"{type(e).__name__}: {e}"}
-    return out
-
-
-def checklist(items: dict) -> list[str]:
-    """One line per item: what was checked, and what could not be and why."""
-    lines = []
-    for name, r in items.items():
-        if "not_checked" in r:
-            lines.append(f"not checked: {name}: {r['not_checked']}")
-        elif "failed" in r:
-            lines.append(f"could not check: {name}: {r['failed']}")
-        else:
-            lines.append(f"checked: {name}")
-    return lines
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -347,18 +206,21 @@ def main() -> int:
     gpu = torch.cuda.is_available() and not args.smoke
     gpus = torch.cuda.device_count() if gpu else 0
     small = args.smoke
-    results: dict = {"facts": facts(gpu)}
+    try:
+        results: dict = {"facts": facts(gpu)}
+    except Exception as e:  # never the end of the run: each step still measures
+        results = {"facts": {"device": "unknown", "failed": f"{type(e).__name__}: {e}"}}
+    # Each ratio benchmark: 2 repeats of 8 s per side (see the module's time budget).
+    ratio_s, repeats = (0.5, 1) if small else (8, 2)
     steps = [
         ("exactness", lambda: exactness(gpu, [64] if small else [2048, 4096, 8192],
                                         ["fp32"] if not gpu else ["bf16", "fp16", "fp32"])),
         ("setup_cost", lambda: setup_cost(256 if small else 8192, 8)),
         ("sdc_vs_mm", lambda: probe_vs_mm("sdc", 128 if small else 8192,
-                                          "fp32" if not gpu else "bf16",
-                                          0.5 if small else 20, 1 if small else 2,
+                                          "fp32" if not gpu else "bf16", ratio_s, repeats,
                                           None if gpu else 0)),
         ("burn_vs_mm", lambda: probe_vs_mm("burn", 128 if small else 8192,
-                                           "fp32" if not gpu else "bf16",
-                                           0.5 if small else 20, 1 if small else 2,
+                                           "fp32" if not gpu else "bf16", ratio_s, repeats,
                                            None if gpu else 0)),
         ("burn_60s", lambda: burn_series(2 if small else 60, gpus if gpu else 0,
                                          128 if small else None)),
@@ -366,6 +228,7 @@ def main() -> int:
         ("storage", lambda: storage(args.storage_path, gpus if gpu else 0,
                                     0.02 if small else 4)),
         ("memory_pcie", lambda: other_probes(gpus if gpu else 0)),
+        ("judged_probes", lambda: judged_probes(gpus if gpu else 0)),
         ("issue25", lambda: issue25(gpu, gpus if gpu else 0)),
     ]
     for name, step in steps:

@@ -148,6 +148,7 @@ def main() -> int:
     duration_s = float(settings.get("duration_s", 60))
     sample_s = float(settings.get("sample_s", 1.0))
     devs, problem = probelib.node_devices(payload)
+    problem = problem or core.gemm_problem(devs)
     if problem:
         log(problem)
         probelib.emit(PROBE, {"torch": torch.__version__}, [], {}, [problem])

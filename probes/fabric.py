@@ -8,10 +8,12 @@ Measures and never decides: the controller judges.
   state, phys_state, rate and link_layer, and its error counters read twice, `window_s`
   apart: a counter that grows while the node is up is the signal, a high lifetime value
   only a hint. A node with no HCA reads nothing and does not wait.
-- NVLink: per GPU (NVML order), the links NVML knows, which of them are active
-  (nvmlDeviceGetNvLinkState), and each link's error counters (replay, recovery, CRC flit
-  and data: nvmlDeviceGetNvLinkErrorCounter), read around the same window. Not read on a
-  CPU-only node (`gpus: 0`).
+- NVLink: per GPU (NVML order), the links NVML knows (up to nvml.h's
+  NVML_NVLINK_MAX_LINKS, 36), which of them are active (nvmlDeviceGetNvLinkState), and
+  each link's error counters, read around the same window: on NVLink 5 (Blackwell) the
+  link's NVML_FI_DEV_NVLINK_COUNT_* error fields with the link as scope
+  (probes/nvlink5.py); before it, replay, recovery, CRC flit and data
+  (nvmlDeviceGetNvLinkErrorCounter). Not read on a CPU-only node (`gpus: 0`).
 - Under load: the health probe, the run's first, takes snapshot() of the same counters
   before the load, and the controller gives it back to this probe as `baseline` when it
   runs after the load: the counters' growth is then over the run's burn, storage and
@@ -29,6 +31,7 @@ import os
 import sys
 import time
 
+import nvlink5
 import probelib
 
 PROBE = "fabric"
@@ -38,7 +41,7 @@ SYSFS_ROOT = "/sys/class/infiniband"
 COUNTERS = ("symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
             "port_xmit_discards", "excessive_buffer_overrun_errors",
             "local_link_integrity_errors")
-NVLINK_MAX_LINKS = 18  # nvml.h NVML_NVLINK_MAX_LINKS
+NVLINK_MAX_LINKS = 36  # nvml.h NVML_NVLINK_MAX_LINKS (NVML 13; it was 18 before Blackwell)
 # nvml.h nvmlNvLinkErrorCounter_t, in its order: NVML_NVLINK_ERROR_DL_REPLAY = 0, ...
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
 
@@ -174,15 +177,27 @@ def _nvlink_device(nv, index: int) -> dict:
 
 
 def _link_counters(nv, h, links: int) -> dict[str, dict[str, int]]:
-    """{link: {counter: value}} of every link whose counters NVML gives."""
+    """{link: {counter: value}} of every link whose counters NVML gives: on NVLink 5 the
+    link's COUNT fields (probes/nvlink5.py; an older GPU refuses link 0's), else the DL
+    counters of nvmlDeviceGetNvLinkErrorCounter."""
+    try:
+        first = nvlink5.read(nv, h, scope=0) if links else {}
+    except nv.NVMLError:
+        first = None
     out = {}
     for link in range(links):
         values = {}
-        for code, name in enumerate(NVLINK_COUNTERS):
+        if first is not None:
             try:
-                values[name] = int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, code))
+                values = first if link == 0 else nvlink5.read(nv, h, scope=link)
             except nv.NVMLError:
-                continue  # not supported on this GPU or link: not judged
+                pass  # this link's counters not given: not judged
+        else:
+            for code, name in enumerate(NVLINK_COUNTERS):
+                try:
+                    values[name] = int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, code))
+                except nv.NVMLError:
+                    continue  # not supported on this GPU or link: not judged
         if values:
             out[str(link)] = values
     return out

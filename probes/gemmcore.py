@@ -209,6 +209,22 @@ def weights(n: int, dev) -> torch.Tensor:
     return (torch.arange(n, device=dev, dtype=torch.float64) % 256) + 1
 
 
+# torch.mm(..., out_dtype=torch.float32): fp32 output of a bf16/fp16 GEMM on a GPU, the
+# aten overloads mm.dtype and mm.dtype_out (pytorch/pytorch#150812, first in torch 2.8;
+# pyproject's `node` extra pins it). Older torch has only mm.default and mm.out.
+MIN_TORCH = "2.8"
+
+
+def gemm_problem(devices: list[probelib.Device]) -> str:
+    """'' where this torch can run the GEMMs on these devices, else why not, said once
+    for the node (a CPU computes fp32 products itself and needs no out_dtype)."""
+    if not any(d.gpu for d in devices) or "dtype_out" in torch.ops.aten.mm.overloads():
+        return ""
+    return (f"torch {torch.__version__} lacks torch.mm(..., out_dtype=torch.float32) (the "
+            f"fp32-output bf16/fp16 GEMM, aten::mm.dtype_out): the GPU checks need torch >= "
+            f"{MIN_TORCH}")
+
+
 def mm_fp32_out(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """A @ B into `out` (fp32), bf16/fp16 inputs accumulated and stored in fp32."""
     if A.dtype == torch.float32:

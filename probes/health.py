@@ -20,6 +20,7 @@ import sys
 import time
 
 import fabric
+import gpufabric
 import hostfacts
 import probelib
 
@@ -168,9 +169,25 @@ class Nvml:
             "max_width": self.read(dev, "pcie_max_width",
                                    nv.nvmlDeviceGetMaxPcieLinkWidth, h),
         }
+        dev["fabric"] = self.fabric(dev, h)
         self.configuration(dev, h)
         dev["_handle"] = h
         return dev
+
+    def fabric(self, dev: dict, h) -> dict | None:
+        """The GPU's NVLink fabric registration (gpufabric.read); None where the GPU is in
+        no fabric or the driver has no fabric call (listed in 'unsupported': whether a
+        model needs one is the controller's call), or NVML failed (in 'errors')."""
+        nv = self.nv
+        try:
+            return gpufabric.read(nv, h)
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) in (nv.NVML_ERROR_NOT_SUPPORTED,
+                                             nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+                dev["unsupported"].append("fabric")
+            else:
+                dev["errors"].append(f"fabric: {e}")
+            return None
 
     def configuration(self, dev: dict, h) -> None:
         """What an operator sets and may forget: persistence, MIG and compute modes, the
@@ -236,7 +253,7 @@ class Nvml:
             return None
 
 
-def gpu_facts(torch_info: dict) -> dict:
+def gpu_facts(torch_info: dict, dev_root: str = "/dev") -> dict:
     try:
         import pynvml
     except ImportError as e:
@@ -249,7 +266,8 @@ def gpu_facts(torch_info: dict) -> dict:
         return {"nvml": "absent", "reason": f"NVML library not loadable: {e}"}
     nvml = Nvml(pynvml)
     try:
-        facts = {"nvml": "present", "devices": []}
+        facts = {"nvml": "present", "devices": [],
+                 "imex": gpufabric.imex_channels(dev_root)}
         top = {"unsupported": [], "errors": []}
         facts["driver"] = nvml.read(top, "driver", pynvml.nvmlSystemGetDriverVersion)
         cuda = nvml.read(top, "cuda_driver", pynvml.nvmlSystemGetCudaDriverVersion)
@@ -287,7 +305,8 @@ def main() -> int:
     log(f"starting with settings {settings}")
     started = time.time()
     torch_info = torch_facts()
-    gpus = gpu_facts(torch_info)
+    gpus = gpu_facts(torch_info, str((settings.get("settings") or {}).get("dev_root")
+                                     or "/dev"))
     errors = list(gpus.pop("errors", []))
     devices = gpus.pop("devices", [])
     tools = {check: {"command": str(cmd), "path": shutil.which(str(cmd))}

@@ -4,9 +4,12 @@
 Runs ON a node. One worker process per GPU (`pcie.py --worker <index>`, its own CUDA
 context and interpreter: no GIL shared between GPUs, and a worker is a process one can
 see in `ps`). Each copies `block_mb` blocks between pinned host memory and the GPU,
-host-to-device then device-to-host, every copy timed with CUDA events. First one GPU at
-a time, `seconds` per GPU and direction split over `rounds` taken in turn, each GPU's
-best round reported (a transient hiccup of the host is not the link; a slow link is
+host-to-device, device-to-host, then both at once (bidirectional: a second pinned
+buffer and a second device buffer, each direction on its own CUDA stream, the pair timed
+on the host clock from issue to both done: a link or root port that holds one direction
+at full rate but not both shows only here); single directions timed with CUDA events.
+First one GPU at a time, `seconds` per GPU and direction split over `rounds` taken in
+turn, each GPU's best round reported (a transient hiccup of the host is not the link; a slow link is
 slow in every round); then all GPUs at once for `seconds` per direction, which exposes a
 shared PCIe switch or a NUMA misplacement one GPU alone does not. The all-at-once aggregate is
 the bytes of all GPUs over the span from the first start to the last end (host clock,
@@ -21,8 +24,8 @@ record says where it ran (`affinity`: the NUMA node, the CPUs), or why it ran un
     echo '{"settings": {"seconds": 1}}' | python3 probes/pcie.py
 
 Settings (optional): block_mb (256), seconds (per GPU and direction alone, and per
-direction all at once; 1), rounds (3), min_copies (3, per measurement), sysfs_root
-(/sys: where a GPU's local CPUs are read when NVML cannot say).
+direction all at once, bidirectional counting as one; 1), rounds (3), min_copies (3, per
+measurement), sysfs_root (/sys: where a GPU's local CPUs are read when NVML cannot say).
 A CPU-only node has no PCIe path to test: the probe says so and measures nothing.
 """
 
@@ -39,7 +42,7 @@ import probelib
 import telemetry
 
 PROBE = "pcie"
-DIRECTIONS = ("h2d", "d2h")
+DIRECTIONS = ("h2d", "d2h", "bidir")  # bidir's bytes are both directions' summed
 
 
 def log(msg: str) -> None:
@@ -66,17 +69,74 @@ def worker(index: int) -> int:
     host = torch.empty(block, dtype=torch.uint8, pin_memory=pinned)
     host.fill_(0x5A)  # pages touched before the clock starts
     device = torch.empty(block, dtype=torch.uint8, device=dev)
+    # The bidirectional round's other half: its own buffers, so that neither direction
+    # waits on the other's, and a stream per direction.
+    back = Back(torch.empty(block, dtype=torch.uint8, pin_memory=pinned),
+                torch.empty(block, dtype=torch.uint8, device=dev),
+                (torch.cuda.Stream(dev), torch.cuda.Stream(dev)) if pinned else None)
+    back.host.fill_(0xA5)
     for direction in DIRECTIONS * 2:  # warm-up: allocations, DMA mappings, clocks
-        copy(direction, host, device)
+        if direction == "bidir":
+            both(dev, host, device, back)
+        else:
+            copy(direction, host, device)
     core.sync(dev)
     _reply({"ready": True, "pinned": pinned, "block_bytes": block, "affinity": affinity})
     for line in sys.stdin:
         command = json.loads(line)
         if command.get("do") != "measure":
             break
-        _reply(measure(d, dev, host, device, command["direction"], float(command["seconds"]),
-                       int(settings.get("min_copies", 3))))
+        if command["direction"] == "bidir":
+            _reply(measure_both(dev, host, device, back, float(command["seconds"]),
+                                int(settings.get("min_copies", 3))))
+        else:
+            _reply(measure(d, dev, host, device, command["direction"],
+                           float(command["seconds"]), int(settings.get("min_copies", 3))))
     return 0
+
+
+class Back:
+    """The second pair of buffers, and the two streams, of the bidirectional round."""
+
+    def __init__(self, host, device, streams):
+        self.host, self.device, self.streams = host, device, streams
+
+
+def both(dev, host, device, back: Back) -> None:
+    """One host-to-device and one device-to-host copy at once, each on its own stream
+    (on the CPU, where tests emulate a GPU, one after the other); returns when both are
+    done."""
+    import gemmcore as core
+    import torch
+    if back.streams is None:
+        device.copy_(host)
+        back.host.copy_(back.device)
+        return
+    up, down = back.streams
+    up.wait_stream(torch.cuda.current_stream(dev))
+    down.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(up):
+        device.copy_(host, non_blocking=True)
+    with torch.cuda.stream(down):
+        back.host.copy_(back.device, non_blocking=True)
+    core.sync(dev)
+
+
+def measure_both(dev, host, device, back: Back, seconds: float, min_copies: int) -> dict:
+    """Pairs of copies, one each way at once, for `seconds` (at least `min_copies` pairs):
+    both directions' bytes over the host-clock time from the first issue to the last
+    pair done (a synchronisation per pair, small beside a pair of 256 MiB copies)."""
+    pairs = 0
+    start = time.monotonic()
+    while pairs < min_copies or time.monotonic() - start < seconds:
+        both(dev, host, device, back)
+        pairs += 1
+    end = time.monotonic()
+    busy = end - start
+    moved = 2 * pairs * host.numel()
+    return {"bytes": moved, "copies": pairs, "seconds": round(busy, 6),
+            "gbps": round(moved / busy / 1e9, 4) if busy > 0 else 0.0,
+            "start": start, "end": end}
 
 
 def copy(direction: str, host, device) -> None:
@@ -272,6 +332,7 @@ def main() -> int:
     aggregate = run(devs, payload, settings, records, errors)
     errors += [r["error"] for r in records if "error" in r]
     probelib.emit(PROBE, node, records, {"aggregate": aggregate, "gpus": len(devs),
+                                         "directions": list(DIRECTIONS),
                                          "seconds": float(settings.get("seconds", 1.0)),
                                          "elapsed_s": round(time.time() - started, 3)},
                   errors)

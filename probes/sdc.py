@@ -216,6 +216,7 @@ def main() -> int:
     probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
     devs, problem = probelib.node_devices(payload)
+    problem = problem or core.gemm_problem(devs)
     if problem:
         log(problem)
         probelib.emit(PROBE, {"torch": torch.__version__}, [], {}, [problem])

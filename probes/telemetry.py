@@ -13,13 +13,16 @@ import os
 import threading
 import time
 
+import nvlink5
 import probelib
 
 # Clock event reasons (nvmlClocksEventReason*): which ones are faults is the judge's call.
 REASONS = {0x1: "gpu_idle", 0x2: "applications_clocks", 0x4: "sw_power_cap",
            0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
            0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake", 0x100: "display_clock"}
-NVLINK_LINKS = 18  # NVLink 4 (H100/H200); links a GPU lacks answer NOT_SUPPORTED
+# nvml.h NVML_NVLINK_MAX_LINKS (36 from NVML 13; 18 links on H100, H200 and B200): links a
+# GPU lacks answer NOT_SUPPORTED or INVALID_ARGUMENT.
+NVLINK_LINKS = 36
 FIELD_VALUE = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
                6: "usVal"}  # nvmlValueType_t -> the member of nvmlValue_t holding it
 MAX_XIDS = 1000  # recorded per GPU: burnin/checks/burn.py bounds the output on it
@@ -120,6 +123,14 @@ class GpuTelemetry:
             d["unsupported"].add("nvlink")
             return 0, None, None
         try:
+            # NVLink 5 (Blackwell): the COUNT fields, every link at once, as DCGM reads
+            # them there (probes/nvlink5.py); an older GPU answers NOT_SUPPORTED.
+            crc, recovery = nvlink5.totals(nvlink5.read(nv, h))
+            d["api"]["nvlink_counters"] = "NVML_FI_DEV_NVLINK_COUNT_* (all links)"
+            return len(active), crc, recovery
+        except nv.NVMLError as e:
+            why = f"NVLink 5 COUNT fields: {e}"
+        try:
             crc = recovery = 0
             for link in active:
                 crc += nv.nvmlDeviceGetNvLinkErrorCounter(h, link, nv.NVML_NVLINK_ERROR_DL_CRC_FLIT)
@@ -127,7 +138,7 @@ class GpuTelemetry:
                                                                nv.NVML_NVLINK_ERROR_DL_RECOVERY)
             return len(active), crc, recovery
         except nv.NVMLError as e:
-            why = f"nvmlDeviceGetNvLinkErrorCounter: {e}"
+            why += f"; nvmlDeviceGetNvLinkErrorCounter: {e}"
         try:
             crc, recovery = self._fields(d, nv.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL,
                                          nv.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL)

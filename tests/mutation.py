@@ -30,7 +30,8 @@ MODULES = ("gate.admit", "gate.quarantine", "ledger.api", "ledger.read", "ledger
            "model.verdict", "probe.protocol", "core.safetext", "checks.base",
            "checks.sdc", "checks.burn", "checks.health", "checks.storage", "checks.allreduce",
            "checks.allreduce_internode",
-           "checks.memory", "checks.pcie", "checks.fabric", "checks.dcgm")
+           "checks.memory", "checks.pcie", "checks.fabric", "checks.dcgm", "checks.dcgm_codes",
+           "checks.gpu_fabric")
 # Modules mutated in part: these functions only. allreduce_internode's inter-node run
 # (internode, _outcome: groups, pairs, retests over real nodes) is tested on real SSH hosts
 # (tests/test_allreduce.py), which the fast tier cannot reach: a first run over all of it

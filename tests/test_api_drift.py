@@ -265,6 +265,9 @@ def test_what_cuda_14_removes_is_reached_only_where_a_newer_call_stands_beside_i
     direct = {a: USES[m, a] for m, a in USES if m == "pynvml" and a in removed}
     assert not direct, f"call these through getattr(nv, name, None) and nvml_first: {direct}"
     optional = {a for m, a in OPTIONAL if m == "pynvml" and a in removed}
+    # nvmlDeviceGetGpuFabricInfo: R535's fabric call, behind nvmlDeviceGetGpuFabricInfoV
+    # (probes/gpufabric.py).
     assert optional == {"nvmlDeviceGetTemperature", "nvmlDeviceGetApplicationsClock",
                         "nvmlDeviceGetDefaultApplicationsClock",
-                        "nvmlDeviceGetCurrentClocksThrottleReasons"}
+                        "nvmlDeviceGetCurrentClocksThrottleReasons",
+                        "nvmlDeviceGetGpuFabricInfo"}

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.suiterun import junit_cases, run_suite, script
+from test_dcgm_judge import HOT, judged
 
 from burnin.checks import Judging, applicable, resolve_settings
 from burnin.checks.dcgm import SCHEMA, judge
@@ -61,12 +62,6 @@ def verdict(o: ProbeOutcome):
     return judge(NODE, o, Judging(resolve_settings("dcgm", "standard")))
 
 
-def outcome(figures: dict, errors=()) -> ProbeOutcome:
-    return ProbeOutcome("n", "dcgm", True, data={"probe": "dcgm", "schema": 1, "node": {},
-                                                 "devices": [], "figures": figures,
-                                                 "errors": list(errors)})
-
-
 def probe_module():
     sys.path.insert(0, str(REPO / "probes"))
     try:
@@ -80,12 +75,14 @@ def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester,
                                                                         tmp_path):
     nvml(devices=[{}, {}])
     nodes = {"bad": "dcgm4-fail", "good": "dcgm4-pass", "warm": "dcgm4-warn",
-             "old": "dcgm3-fail"}
+             "old": "dcgm3-fail", "xid94": "dcgm4-contained"}
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent("""\
         version: 1
         defaults: {transport: local, gpus: 2}
         checks: {dcgm: {level: 2}}
+        # each node's diag planted on its own: no shared cause (burnin/gate/incidents.py)
+        quarantine: {shared_cause: {min_nodes: 6}}
         nodes:
         """) + "".join(f"  - name: {n}\n    checks: {{dcgm: {{dcgmi: "
                        f"{from_fixture(tmp_path, f)}}}}}\n" for n, f in nodes.items())
@@ -98,7 +95,11 @@ def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester,
                 "CUDA or NVML. (DCGM error id 58, DCGM_ERROR_ISOLATE)")
     assert cases == {
         "good": ("passed", ""),
-        "warm": ("passed", ""),  # DCGM's "Fail" of DCGM_ERROR_MONITOR severity, exit 226
+        "warm": ("passed", ""),  # DCGM's "Fail" of a code it says to watch, exit 226
+        # DCGM_ERROR_MONITOR too, exit 226: yet no code to watch, so the node fails.
+        "xid94": ("failure", "DCGM level 2 Integration/pcie on GPU 0: Fail: GPU had a "
+                  "contained error. (DCGM error id 131 DCGM_FR_CONTAINED_ERROR, "
+                  "DCGM_ERROR_MONITOR)"),
         "bad": ("failure", f"DCGM level 2 Hardware/memory on GPU 1: {mismatch}"),
         "old": ("failure", f"DCGM level 2 Hardware/GPU Memory on GPU 1: {mismatch}")}
     for n, f in nodes.items():
@@ -136,9 +137,14 @@ def test_the_probe_reports_does_not_apply_where_dcgmi_is_gone(tmp_path):
 @pytest.mark.parametrize("name, failures, warnings", [
     ("dcgm4-pass", (), ()),
     ("dcgm4-warn", (), (
-        "DCGM level 2 Integration/pcie on GPU 0: Fail, DCGM_ERROR_MONITOR only: Temperature "
-        "91 of GPU 0 exceeded user-specified maximum allowed temperature 87 (DCGM error id "
-        "42, DCGM_ERROR_MONITOR)",)),
+        "DCGM level 2 Integration/pcie on GPU 0: Fail, only errors DCGM says to watch: "
+        "Temperature 91 of GPU 0 exceeded user-specified maximum allowed temperature 87 (DCGM "
+        "error id 42 DCGM_FR_TEMP_VIOLATION, DCGM_ERROR_MONITOR)",)),
+    # XID 94, DCGM_ERROR_MONITOR in DCGM's table and exit 226: dcgmi counts it a failure,
+    # and so does burnin.
+    ("dcgm4-contained", (
+        "DCGM level 2 Integration/pcie on GPU 0: Fail: GPU had a contained error. (DCGM error "
+        "id 131 DCGM_FR_CONTAINED_ERROR, DCGM_ERROR_MONITOR)",), ()),
     ("dcgm4-fail", (
         "DCGM level 2 Hardware/memory on GPU 1: Fail: A memory mismatch was detected on GPU "
         "1, but no error was reported by CUDA or NVML. (DCGM error id 58, DCGM_ERROR_ISOLATE)",
@@ -160,62 +166,6 @@ def test_dcgms_own_documents_are_judged_by_severity_and_exit_status(tmp_path, na
     assert out.data["figures"]["exit_status"] == f["exit_status"]
     v = verdict(out)
     assert (v.failures, v.warnings) == (failures, warnings)
-
-
-def result(status: str, *warnings, test: str = "pcie") -> dict:
-    return {"category": "Integration", "test": test, "gpu": "0", "status": status,
-            "warnings": list(warnings), "info": []}
-
-
-def warned(severity, text: str = "hot", error_id=42) -> dict:
-    return {"message": text, "error_id": error_id, "category": 9, "severity": severity}
-
-
-def judged(*results, exit_status: int = 226):
-    v = verdict(outcome({"applies": True, "level": 2, "exit_status": exit_status,
-                         "results": list(results)}))
-    return v.failures, v.warnings
-
-
-HEAD = "DCGM level 2 Integration/pcie on GPU 0: Fail"
-
-
-@pytest.mark.parametrize("results, exit_status, failures, warnings", [
-    # MONITOR only: a warning, with DCGM's exit for it, or none.
-    ([result("Fail", warned(1))], 226, (),
-     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
-    ([result("Fail", warned(1))], 0, (),
-     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
-    # nvvs's own JSON can say Warn; the severity still decides.
-    ([result("Warn", warned(4))], 226,
-     ("DCGM level 2 Integration/pcie on GPU 0: Warn: hot (DCGM error id 42, "
-      "DCGM_ERROR_TRIAGE)",), ()),
-    # Any other severity fails, a known one or not, and so does a Fail with none.
-    ([result("Fail", warned(1), warned(6, "remap", 85))], 226,
-     (f"{HEAD}: hot (DCGM error id 42, DCGM_ERROR_MONITOR); remap (DCGM error id 85, "
-      "DCGM_ERROR_RESET)",), ()),
-    ([result("Fail", warned(5, "persistence mode", 29))], 226,
-     (f"{HEAD}: persistence mode (DCGM error id 29, DCGM_ERROR_CONFIG)",), ()),
-    ([result("Fail", warned(9))], 226,
-     (f"{HEAD}: hot (DCGM error id 42, unknown severity 9)",), ()),
-    ([result("Fail", warned(None))], 226,
-     (f"{HEAD}: hot (DCGM error id 42, no severity given)",), ()),
-    ([result("Fail")], 226, (f"{HEAD}: no warning, so no severity given",), ()),
-    ([result("Broken", warned(1))], 0,
-     ("DCGM level 2 Integration/pcie on GPU 0: Broken (a result burnin does not know): hot "
-      "(DCGM error id 42, DCGM_ERROR_MONITOR)",), ()),
-    # The exit status says what no result did.
-    ([result("Fail", warned(1))], 205,
-     ("dcgmi diag exited 205 (DCGM_ST_NVVS_ISOLATE_ERROR: DCGM says a GPU must be isolated) "
-      "though every result it gave is of DCGM_ERROR_MONITOR severity",),
-     (f"{HEAD}, DCGM_ERROR_MONITOR only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)),
-    ([result("Pass")], 226, ("dcgmi diag exited 226 (DCGM_ST_NVVS_ERROR: the diagnostic "
-                             "reported an error) without a failed test",), ()),
-    ([result("Skip")], 1, ("dcgmi diag exited 1 without a failed test",), ()),
-])
-def test_a_fail_of_monitor_severity_only_warns_and_everything_else_fails(
-        results, exit_status, failures, warnings):
-    assert judged(*results, exit_status=exit_status) == (failures, warnings)
 
 
 def test_the_probe_reads_dcgm_4_entities_summaries_and_dcgm_3_gpu_ids():
@@ -258,8 +208,8 @@ def test_a_failing_test_summary_is_judged_with_its_own_warnings():
         "DCGM level 2 Hardware/nccl_tests: Fail: NCCL (DCGM error id 129, DCGM_ERROR_RESET)",
         "DCGM level 2 Hardware/targeted_power: Fail: DCGM's test summary says so; no result "
         "names an entity (no severity given)")
-    assert warnings == ("DCGM level 2 Hardware/nccl_tests on GPU 0: Fail, DCGM_ERROR_MONITOR "
-                        "only: hot (DCGM error id 42, DCGM_ERROR_MONITOR)",)
+    assert warnings == ("DCGM level 2 Hardware/nccl_tests on GPU 0: Fail, only errors DCGM "
+                        f"says to watch: {HOT}",)
 
 
 def test_dcgms_own_words_fail_the_node_where_no_result_does(tmp_path):

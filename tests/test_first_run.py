@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,12 +20,20 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
 
 
+def load(name: str):
+    """A benchmarks/ module by its file (benchmarks/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_the_first_gpu_run_script_measures_every_step_in_smoke_mode(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_first_run.py"),
                            "--smoke", "--out", str(tmp_path)], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "first run on CPU: 9 of 9 steps measured"
+    assert done.stdout.strip().splitlines()[-1] == "first run on CPU: 10 of 10 steps measured"
     results = json.loads((tmp_path / "first_run.json").read_text())
     assert results["exactness"] == [{"dtype": "fp32", "n": 64, "exact": True,
                                      "verification_alarms": 0}]
@@ -47,10 +56,7 @@ def test_the_first_run_reads_mig_mode_and_says_what_it_could_not_check(tmp_path,
     """The GPU items' own code, on the NVML emulator: MIG read per GPU and matched with
     what the probes conclude; an item that raises is reported, never the whole step."""
     import nvmlemu
-    spec = importlib.util.spec_from_file_location("gpu_first_run",
-                                                  REPO / "benchmarks" / "gpu_first_run.py")
-    first = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(first)
+    first = load("first_run_checks")
     scenario = {"devices": [{"uuid": "GPU-a"}, {"uuid": "GPU-b",
                                                 "mig_mode": {"current": 1, "pending": 1}}]}
     with nvmlemu.installed(scenario):
@@ -72,3 +78,75 @@ def test_the_known_answer_set_up_benchmark_compares_now_with_before():
     figures = json.loads(done.stdout.splitlines()[-2])
     assert figures["now"]["seconds"] > 0 and figures["before_one_device"]["peak_mib"] > 0
     assert done.stdout.splitlines()[-1].startswith("known-answer set-up, n=512, 2 devices")
+
+
+OLD_PYNVML = '''\
+"""Shaped like the old `pynvml` package (gpuopenanalytics/pynvml 11.x) at the import
+level: its own distribution, strings as bytes, no nvmlDeviceGetGpuFabricInfoV."""
+
+
+class NVMLError(Exception):
+    pass
+
+
+def nvmlInit():
+    pass
+
+
+def nvmlShutdown():
+    pass
+
+
+def nvmlDeviceGetCount():
+    return 1
+
+
+def nvmlDeviceGetHandleByIndex(index):
+    return index
+
+
+def nvmlDeviceGetName(handle):
+    return b"NVIDIA H100 80GB HBM3"
+
+
+def nvmlSystemGetDriverVersion():
+    return b"535.129.03"
+'''
+
+
+def test_the_first_run_names_and_reads_the_old_pynvml_package(tmp_path):
+    """Where `import pynvml` finds the old `pynvml` distribution rather than NVIDIA's
+    nvidia-ml-py, the facts say so and its bytes are read as text: no crash."""
+    site = tmp_path / "site"
+    dist = site / "pynvml-11.5.0.dist-info"
+    dist.mkdir(parents=True)
+    (site / "pynvml.py").write_text(OLD_PYNVML)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pynvml\nVersion: 11.5.0\n")
+    (dist / "top_level.txt").write_text("pynvml\n")
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import gpu_first_run as f; "
+            "print(json.dumps(f.facts(True)))")
+    done = subprocess.run([sys.executable, "-c", code, str(REPO / "benchmarks")],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(site)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    facts = json.loads(done.stdout.splitlines()[-1])
+    assert (facts["nvml"], facts["device"], facts["driver"], facts["gpus"]) == (
+        "pynvml 11.5.0", "NVIDIA H100 80GB HBM3", "535.129.03", 1)
+
+
+def test_the_first_run_judges_health_fabric_and_dcgm_as_the_suite_does(nvml, tmp_path):
+    """On emulated GB200 GPUs, one whose fabric is still registering: the first run's
+    health verdict says so, fabric reads the links, dcgm says where dcgmi is not."""
+    first = load("first_run_checks")
+    nvml(driver_branch="R580", devices=[
+        {"name": "NVIDIA GB200", "uuid": "GPU-a", "fabric": {"state": 3}},
+        {"name": "NVIDIA GB200", "uuid": "GPU-b", "fabric": {"state": 2}}])
+    judged = first.judged_probes(2)
+    assert judged["model"] == "GB200-186GB"
+    assert "GPU 1 (GPU-b): NVLink fabric registration is in progress, expected completed " \
+        "(clique 1, cluster 5e1f4a0c-9b7d-0000-b0a4-d00000000001)" in judged["health"]["verdict"]
+    assert [f["state"] for f in judged["health"]["read"]["fabric"]] == ["completed",
+                                                                        "in_progress"]
+    assert judged["fabric"]["read"]["nvlink"] == [18, 18]
+    assert judged["dcgm"]["read"]["applies"] in (True, False)
+    assert "failed" not in judged["dcgm"]

@@ -2,37 +2,35 @@
 GPU nodes where DCGM is installed, judged by what DCGM means rather than by its words.
 
 dcgmi never prints "Warn" in JSON: DCGM 4 prints a warning's result as "Fail", DCGM 3
-prints only Pass, Skip and Fail, and either exits non-zero for any warning. What tells a
-warning from a failure is each warning's `error_severity` (dcgm_errors.h): a "Fail" whose
-every warning is DCGM_ERROR_MONITOR ("can perform workload, but needs to be monitored")
-warns; any other severity (ISOLATE, RESET, TRIAGE, CONFIG, NONE, UNKNOWN, or one this
-table does not know), or none given, fails the node. dcgmi's exit status agrees or
-overrules: 226 (DCGM_ST_NVVS_ERROR) is what a warning exits with; 205 (an error DCGM
-says needs isolating) or any other non-zero status fails even with only MONITOR
-warnings. The check applies only where the node's health facts found `dcgmi`
-(Check.tool): elsewhere it is not collected and admission does not require it. Should
-the probe still find no dcgmi, it says so and the node passes."""
+prints only Pass, Skip and Fail, and dcgmi counts every error, of any severity, as a
+failure (`dcgmi/Diag.cpp`, `Diag::GetFailureResult`). A "Fail" only warns when every
+error it carries is one of the few codes that mean "can run, watch it" (dcgm_codes.WATCH:
+clock events for temperature or power, corrected single-bit errors, each of
+DCGM_ERROR_MONITOR severity as this DCGM gave it); any other code fails the node, those
+of MONITOR severity too (108 fabric manager not initialized, 16/17 NVSwitch, 123 fabric
+probe state, 131 contained error), and so does an error without a code. dcgmi's exit
+status agrees or overrules: 226 (DCGM_ST_NVVS_ERROR) stands only beside results whose
+every error is watched; 205 (an error DCGM says needs isolating) or any other non-zero
+status fails the node. The check applies only where the node's health facts found
+`dcgmi` (Check.tool): elsewhere it is not collected and admission does not require it.
+Should the probe still find no dcgmi, it says so and the node passes."""
 
 from __future__ import annotations
 
 from burnin.checks.base import Check, Judging, Kind, Setting, timeout
+from burnin.checks.dcgm_codes import NAMED, SEVERITIES, WATCH, watched
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
 from burnin.probe.shapes import Bool, Int, List, Num, Obj, Str, document
 
-# dcgm_errors.h, dcgmErrorSeverity_t: the same numbers from DCGM 3.3 to 4.6.
-SEVERITIES = {0: "DCGM_ERROR_NONE", 1: "DCGM_ERROR_MONITOR", 2: "DCGM_ERROR_ISOLATE",
-              3: "DCGM_ERROR_UNKNOWN", 4: "DCGM_ERROR_TRIAGE", 5: "DCGM_ERROR_CONFIG",
-              6: "DCGM_ERROR_RESET"}
-MONITOR = 1
 # dcgm_structs.h's dcgmReturn_t, as dcgmi's exit status (its main returns the code).
 NVVS_ERROR = 226
 EXIT_NAMES = {226: "DCGM_ST_NVVS_ERROR: the diagnostic reported an error",
               205: "DCGM_ST_NVVS_ISOLATE_ERROR: DCGM says a GPU must be isolated",
               203: "DCGM_ST_NVVS_KILLED: the diagnostic was stopped by a signal"}
 QUIET = ("pass", "skip", "not run")       # results that say nothing against the node
-WEIGHED = ("fail", "warn")                # judged by their warnings' severity
+WEIGHED = ("fail", "warn")                # judged by their errors' codes and severity
 
 
 def _warning(w: dict) -> str:
@@ -40,7 +38,9 @@ def _warning(w: dict) -> str:
     named = ("no severity given" if sev is None
              else SEVERITIES.get(sev, f"unknown severity {sev}"))
     code = w.get("error_id")
-    return f"{w['message']} ({'' if code is None else f'DCGM error id {code}, '}{named})"
+    name = WATCH[code][0] if code in WATCH else NAMED.get(code)
+    ident = "" if code is None else f"DCGM error id {code}{f' {name}' if name else ''}, "
+    return f"{w['message']} ({ident}{named})"
 
 
 def _weigh(r: dict, level) -> tuple[str, str] | None:
@@ -54,10 +54,10 @@ def _weigh(r: dict, level) -> tuple[str, str] | None:
     said = "; ".join(_warning(w) for w in r.get("warnings") or [])
     if status not in WEIGHED:
         return "fail", f"{head} (a result burnin does not know): {said or 'no warning'}"
-    severities = [w.get("severity") for w in r.get("warnings") or []]
-    if severities and all(s == MONITOR for s in severities):
-        return "warn", f"{head}, DCGM_ERROR_MONITOR only: {said}"
-    return "fail", f"{head}: {said or 'no warning, so no severity given'}"
+    errors = r.get("warnings") or []
+    if errors and all(watched(w.get("error_id"), w.get("severity")) for w in errors):
+        return "warn", f"{head}, only errors DCGM says to watch: {said}"
+    return "fail", f"{head}: {said or 'no warning, so no error code given'}"
 
 
 def _stopped(figs: dict) -> str:
@@ -86,11 +86,12 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if figs.get("stopped"):
         failures.insert(0, _stopped(figs))
     status = figs.get("exit_status")
-    # 226 is how dcgmi exits for a warning; without one, or with any other status, the
-    # exit says something no result did.
+    # 226 is how dcgmi exits for any error: it stands only beside warnings whose every
+    # error is watched; without one, or with any other status, the exit says something
+    # no result did.
     if status and not failures and not (status == NVVS_ERROR and warnings):
         named = f" ({EXIT_NAMES[status]})" if status in EXIT_NAMES else ""
-        why = ("though every result it gave is of DCGM_ERROR_MONITOR severity" if warnings
+        why = ("though every error it gave is one DCGM says to watch" if warnings
                else "without a failed test")
         failures.append(f"dcgmi diag exited {status}{named} {why}")
     return Verdict(node.name, "dcgm", tuple(failures), tuple(warnings))

@@ -6,7 +6,10 @@ majority); no port flapped (link_downed grew) and no error counter grew by more 
 `max_error_growth`; a high lifetime count only warns. A node with no HCA where none is
 expected (`hcas: 0`, or unset and no majority above 0): the port rules do not apply.
 NVLink: every GPU has its model's `nvlink_links` active, no link recovered (retrained), and
-no link's replay or CRC counters grew by more than `max_nvlink_growth` (any growth warns).
+no link's replay or CRC counters grew by more than `max_nvlink_growth` (any growth warns);
+on NVLink 5 (Blackwell) the link's NVML_FI_DEV_NVLINK_COUNT_* error fields stand for them
+(probes/nvlink5.py), and its link_recovery_events and link_recovery_failed_events for the
+recovery counter.
 
 Growth is over the run's load: fabric runs after the burn, storage and the intra-node
 all-reduce, against the counters the health probe read before them (Check.baseline);
@@ -92,6 +95,16 @@ def _over(ib: dict) -> str:
     return f"in {ib['window_s']:g} s"
 
 
+# The counters whose growth means the link retrained: the DL recovery counter, and NVLink
+# 5's recovery events (probes/nvlink5.py RECOVERY).
+RETRAINED = ("recovery", "link_recovery_events", "link_recovery_failed_events")
+
+
+def _link_order(link: str) -> tuple[int, str]:
+    """Links in number order; a key that is no number (a hostile document) last."""
+    return (int(link), "") if link.isdigit() else (1 << 30, link)
+
+
 def _nvlink_growth(devices: list[dict], over: str, settings: dict
                    ) -> tuple[list[str], list[str]]:
     """A link that recovered (retrained) fails; replay and CRC growth warns, and fails
@@ -100,11 +113,11 @@ def _nvlink_growth(devices: list[dict], over: str, settings: dict
     failures, warnings = [], []
     for dev in devices:
         growth = (dev.get("nvlink") or {}).get("growth") or {}
-        for link, grew in sorted(growth.items(), key=lambda kv: int(kv[0])):
+        for link, grew in sorted(growth.items(), key=lambda kv: _link_order(kv[0])):
             at = f"GPU {where(dev)} NVLink link {link}"
             for counter, n in sorted(grew.items()):
                 line = f"{at}: {counter} grew by {n} {over}"
-                if counter == "recovery" and n > 0:
+                if counter in RETRAINED and n > 0:
                     failures.append(f"{line}: the link retrained")
                 elif n > bound:
                     failures.append(f"{line}, more than {bound:g}")
@@ -241,13 +254,14 @@ PORT = Obj(port=Str(64), state=Str(256, null=True), state_code=Int(null=True),
            after=Obj(values=COUNT, max_keys=COUNTERS),
            growth=Obj(values=Int(-2**63, 2**63), max_keys=COUNTERS))
 HCA = Obj(required=("name", "ports"), name=Str(256), ports=List(PORT, max=16))
-LINK_COUNTERS = Obj(values=Obj(values=COUNT, max_keys=8), max_keys=64)  # {link: {c: n}}
+# {link: {counter: n}}: four DL counters, or NVLink 5's ten COUNT fields (probes/nvlink5.py)
+LINK_COUNTERS = Obj(values=Obj(values=COUNT, max_keys=16), max_keys=64)
 DEVICE = Obj(device=Str(64), index=Int(0, 1023), name=Str(256), uuid=Str(256),
              error=Str(4096), nvlink=Obj(links=Int(0, 64), active=Int(0, 64),
                                          down=List(Int(0, 64), max=64),
                                          counters=LINK_COUNTERS,
                                          growth=Obj(values=Obj(values=Int(-2**63, 2**63),
-                                                               max_keys=8), max_keys=64)))
+                                                               max_keys=16), max_keys=64)))
 # What the health probe reads before the load (probes/fabric.py snapshot()).
 SNAPSHOT = Obj(required=("t", "ib", "nvlink"), t=Num(), errors=List(Str(4096), max=16),
                ib=Obj(values=Obj(values=COUNT, max_keys=16), max_keys=4096),

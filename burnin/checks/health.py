@@ -11,7 +11,9 @@ the driver or torch version differs from the majority of the run's nodes; the GP
 configuration has drifted (burnin/checks/drift.py: persistence, MIG and compute modes,
 foreign processes, power limit, versions the inventory's `expect:` pins); an XID is in
 the kernel log since boot, a GPU runs application or locked clocks not declared, or the
-host differs (burnin/checks/host.py: CPU count, memory, swap, EDAC memory errors).
+host differs (burnin/checks/host.py: CPU count, memory, swap, EDAC memory errors); a
+GPU's NVLink fabric registration is not completed or its health says degraded, or the
+model needs a fabric or IMEX channels the node lacks (burnin/checks/gpu_fabric.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from burnin.checks.base import PEERS, Check, Fleet, Judging, Kind, Setting, timeout
 from burnin.checks.drift import COMPUTE_MODES, device_drift, pinned_versions
 from burnin.checks.fabric import SNAPSHOT
+from burnin.checks.gpu_fabric import fabric_faults, imex_faults
 from burnin.checks.host import GIB, clock_rules, host_rules, kernel_log_rules
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict, majority
@@ -135,14 +138,17 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             failures.append(f"GPU count is {len(devices)}, inventory says {node.gpus}")
         elif node.gpus is None:
             failures += _count_against_peers(len(devices), j)
+        in_fabric = bool(j.model and j.model.nvlink_fabric)
         for dev in devices:
             failures += _device_faults(node, dev, j.model)
+            failures += fabric_faults(_gpu(dev), dev.get("fabric"), in_fabric)
             failures += device_drift(_gpu(dev), dev, node, j.settings)
             failures += clock_rules(_gpu(dev), dev, j.settings)
             if dev.get("ecc_uncorrected_aggregate"):
                 warnings.append(f"{_gpu(dev)}: {dev['ecc_uncorrected_aggregate']} uncorrectable "
                                 "ECC errors over its lifetime (aggregate counter)")
 
+        failures += imex_faults(gpu.get("imex"), bool(j.model and j.model.imex_channels))
         failures += pinned_versions(node, gpu.get("driver"), gpu.get("cuda_driver"))
     host = figures.get("host") or {}
     gpu_node = bool(node.gpus) or bool(devices)
@@ -233,6 +239,12 @@ def _device_faults(node: Node, dev: dict, model) -> list[str]:
     if gen is not None and pcie.get("max_gen") is not None and gen < pcie["max_gen"]:
         how = "under load" if "gen_under_load" in pcie else "at rest"
         out.append(f"{gpu}: PCIe link gen {gen} {how}, max gen {pcie['max_gen']}")
+    # NVML's max is what the GPU and its slot allow: a Gen4 card in a Gen3 slot says 3.
+    for what, key in (("gen", "pcie_gen"), ("width", "pcie_width")):
+        want, best = getattr(model, key, None) if model else None, pcie.get(f"max_{what}")
+        if want and best is not None and best < want:
+            out.append(f"{gpu}: PCIe max link {what} {best} (the GPU and its slot), "
+                       f"{model.key}'s datasheet gives {what} {want}")
     return out
 
 
@@ -258,13 +270,17 @@ def _odd_one_out(mine, what: str, fleet: tuple[object, str, int]) -> list[str]:
 
 PCIE = Obj(gen=Int(null=True), max_gen=Int(null=True), width=Int(null=True),
            max_width=Int(null=True), gen_under_load=Int(null=True))
+FABRIC = Obj(api=Str(64), version=Int(0, 255, null=True), state=Str(64),
+             status=Int(-(2**31), 2**32), clique_id=COUNT, cluster_uuid=Str(64),
+             health_mask=NULL_COUNT,
+             health=Obj(values=Str(64), max_keys=16), summary=Str(64), null=True)
 DEVICE = Obj(index=Int(0, 1023), name=Str(256, null=True), uuid=Str(256, null=True),
              pci_bus_id=Str(64, null=True), ecc_mode_current=Int(null=True),
              ecc_mode_pending=Int(null=True), ecc_uncorrected_volatile=NULL_COUNT,
              ecc_uncorrected_aggregate=NULL_COUNT, retired_pages_pending=Bool(null=True),
              remapped_rows=Obj(correctable=COUNT, uncorrectable=COUNT, pending=Bool(),
                                failed=Bool()),
-             pcie=PCIE, persistence_mode=Int(null=True), compute_mode=Int(null=True),
+             pcie=PCIE, fabric=FABRIC, persistence_mode=Int(null=True), compute_mode=Int(null=True),
              mig_mode_current=Int(null=True), mig_mode_pending=Int(null=True),
              power_limit_mw=NULL_COUNT, power_default_limit_mw=NULL_COUNT,
              vbios=Str(256, null=True), inforom_image=Str(256, null=True),
@@ -280,7 +296,9 @@ SCHEMA = document(DEVICE, Obj(
                   ordinal=Int(0, 1024, null=True), uuid=Str(256, null=True),
                   name=Str(256), emulated=Bool()), max=64)),
     gpu=Obj(nvml=Str(64), driver=Str(256, null=True), cuda_driver=Str(64, null=True),
-            reason=Str(4096)),
+            reason=Str(4096),
+            imex=Obj(path=Str(4096), present=Bool(), count=COUNT,
+                     channels=List(Str(64), max=64), error=Str(4096, null=True))),
     tools=Obj(values=Obj(command=Str(4096), path=Str(4096, null=True))),
     baselines=Obj(fabric=SNAPSHOT, max_keys=8),
     host=Obj(cpus=Int(0, 1 << 20, null=True), memory_bytes=NULL_COUNT, swap_bytes=NULL_COUNT,
@@ -334,5 +352,6 @@ CHECK = Check(
                                       "warn above 0, fail above this"),
         "sysfs_root": Setting("str", "/sys", "where EDAC is read"),
         "proc_root": Setting("str", "/proc", "where cpuinfo and meminfo are read"),
+        "dev_root": Setting("str", "/dev", "where the IMEX channel devices are looked for"),
     }, summarize=fleet_summary,
     evidence=evidence, max_output=1 << 20)

@@ -1,5 +1,7 @@
-"""The pcie check's judge: every GPU can be fed from the host. Host-to-device and
-device-to-host GB/s per GPU against the model's floor, the same model's fleet median
+"""The pcie check's judge: every GPU can be fed from the host. Host-to-device,
+device-to-host and both at once (bidirectional: both directions' bytes summed; its floor
+is the model's pcie_bidir_gbps or min_bidir_gbps, where none the peers' rules alone) GB/s
+per GPU against the model's floor, the same model's fleet median
 (each node one vote) and the node's own GPUs; all GPUs at once against the node's own
 GPUs (a GPU that falls behind only when its neighbours copy shares a switch or sits on
 the wrong NUMA node) and the node's aggregate against a floor and the fleet's nodes of
@@ -30,7 +32,10 @@ from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
 from burnin.probe.shapes import COUNT, Bool, Int, List, Num, Obj, Str, document
 
-DIRECTIONS = {"h2d": "host-to-device", "d2h": "device-to-host"}
+DIRECTIONS = {"h2d": "host-to-device", "d2h": "device-to-host",
+              "bidir": "bidirectional (host-to-device and device-to-host at once)"}
+# What a document from before the bidirectional round measured (burnin rejudge of it).
+OLD_DIRECTIONS = ("h2d", "d2h")
 
 
 def _rates(devices: list[dict], direction: str, concurrent: bool = False) -> list[float]:
@@ -112,11 +117,16 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if not data["devices"] and not failures:
         failures.append("no GPU was measured")
     devices = [d for d in data["devices"] if "error" not in d]
-    floor = settings.get("min_gbps") or (j.model.pcie_gbps if j.model else None)
+    one_way = settings.get("min_gbps") or (j.model.pcie_gbps if j.model else None)
+    both_ways = settings.get("min_bidir_gbps") or (j.model.pcie_bidir_gbps if j.model else None)
     fraction = settings.get("peer_fraction", 0.8)
     spreads = settings.get("peer_spreads", PEER_SPREADS)
     summary = j.fleet or {"gpu": {}, "aggregate": {}}
+    measured = data["figures"].get("directions") or OLD_DIRECTIONS
     for direction, words in DIRECTIONS.items():
+        if direction not in measured:
+            continue
+        floor = both_ways if direction == "bidir" else one_way
         node_median = _median(_rates(devices, direction))
         together = _median(_rates(devices, direction, concurrent=True))
         for dev in devices:
@@ -144,7 +154,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                                 f"copying at once, below {fraction:g} x {together:.3f} GB/s, "
                                 f"the node's median GPU then{link(dev)}")
         failures += _aggregate_rules(data, direction, devices, settings, summary, fraction)
-    floors = {"pcie": floor, "pcie aggregate": settings.get("min_aggregate_gbps")}
+    floors = {"pcie": one_way, "pcie bidirectional": both_ways,
+              "pcie aggregate": settings.get("min_aggregate_gbps")}
     return Verdict(node.name, "pcie", tuple(failures), floors=floors)
 
 
@@ -155,7 +166,8 @@ def _aggregate_rules(data: dict, direction: str, devices: list[dict], settings: 
         return []
     words = DIRECTIONS[direction]
     at = f"all {agg['gpus']} GPUs at once: {words} {agg['gbps']:.3f} GB/s in aggregate"
-    floor = settings.get("min_aggregate_gbps")
+    # min_aggregate_gbps is one direction's: the bidirectional total has the peers alone.
+    floor = settings.get("min_aggregate_gbps") if direction != "bidir" else None
     if floor is not None and agg["gbps"] < floor:
         return [f"{at}, below the floor of {floor:g} GB/s"]
     models = {d.get("name") for d in devices}
@@ -201,7 +213,8 @@ def evidence(record: dict) -> dict[str, object]:
     return {"pcie.json": {
         "aggregate": record["data"]["figures"].get("aggregate"),
         "devices": {str(d.get("device")): {k: d.get(k) for k in (
-            "uuid", "pci_bus_id", "link", "affinity", "h2d", "d2h", "concurrent", "pinned",
+            "uuid", "pci_bus_id", "link", "affinity", "h2d", "d2h", "bidir", "concurrent",
+            "pinned",
             "error")}
             for d in record["data"]["devices"]}}}
 
@@ -214,13 +227,14 @@ AFFINITY = Obj(required=("bound",), bound=Bool(), numa_node=Int(0, 1 << 16, null
                cpus=Str(4096, null=True), local_cpus=Str(4096, null=True),
                source=Str(64, null=True), why=Str(4096, null=True))
 DEVICE = Obj(device=Str(64), name=Str(256, null=True), uuid=Str(256, null=True),
-             pci_bus_id=Str(64, null=True), error=Str(4096), h2d=RATE, d2h=RATE,
-             concurrent=Obj(h2d=RATE, d2h=RATE), link=LINK, affinity=AFFINITY,
+             pci_bus_id=Str(64, null=True), error=Str(4096), h2d=RATE, d2h=RATE, bidir=RATE,
+             concurrent=Obj(h2d=RATE, d2h=RATE, bidir=RATE), link=LINK, affinity=AFFINITY,
              pinned=Bool(), block_bytes=COUNT, rounds=Obj(values=List(Num(0, 1e4), max=1000)))
 AGGREGATE = Obj(required=("gbps", "gpus"), bytes=COUNT, seconds=Num(0),
                 gbps=Num(0, 1e5), gpus=Int(1, 1024), null=True)
-SCHEMA = document(DEVICE, Obj(aggregate=Obj(h2d=AGGREGATE, d2h=AGGREGATE, null=True),
-                              gpus=COUNT, applies=Bool()))
+SCHEMA = document(DEVICE, Obj(aggregate=Obj(h2d=AGGREGATE, d2h=AGGREGATE, bidir=AGGREGATE,
+                                            null=True),
+                              directions=List(Str(16), max=8), gpus=COUNT, applies=Bool()))
 
 COPY_GBPS = Measure("pcie_gbps", "GB/s", "PCIe {direction} GB/s {mode}, slowest GPU",
                     "PCIe {direction} {mode} {device}", speed=True)
@@ -239,6 +253,9 @@ CHECK = Check(
                               "cannot say"),
         "min_gbps": Setting("positive", None,
                             "per GPU and direction; default: the gpu_model's pcie_gbps"),
+        "min_bidir_gbps": Setting("positive", None,
+                                  "per GPU, both directions at once (their sum); default: "
+                                  "the gpu_model's pcie_bidir_gbps"),
         "min_aggregate_gbps": Setting("positive", None,
                                       "floor of the node's all-GPUs-at-once total"),
         "peer_fraction": Setting("fraction", 0.8,

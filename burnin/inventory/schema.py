@@ -20,7 +20,7 @@ from burnin.inventory import yamlsource
 from burnin.inventory.yamlsource import Mapping, Sequence, SourceError, SourceErrors
 from burnin.ledger.backends import LedgerUrlError, parse_location, transport_problem
 from burnin.model import environment
-from burnin.model.gpu_reference import GPU_MODELS, NUMERIC_FIELDS, model_from
+from burnin.model.gpu_reference import FLAG_FIELDS, GPU_MODELS, NUMERIC_FIELDS, model_from
 from burnin.model.node_check import NODE_CHECK_KEYS, NODE_CHECKS
 from burnin.model.nodes import (
     GoodputSettings,
@@ -129,7 +129,8 @@ ADMISSION_KEYS = {"require": "check_list"}
 GOODPUT_KEYS = {"job_nodes": "job_nodes", "restart_minutes": "nonnegative",
                 "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction",
                 "min_voters": "release_after"}
-MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS}}
+MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS},
+              **{k: "bool" for k in FLAG_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
             "gpu_models": "mapping", "goodput": "mapping", "node_check": "mapping"}

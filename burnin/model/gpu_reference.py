@@ -22,6 +22,11 @@ class GpuModel:
     allreduce_ranks: int | None = None
     pcie_gbps: float | None = None
     nvlink_links: int | None = None
+    pcie_bidir_gbps: float | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    nvlink_fabric: bool | None = None
+    imex_channels: bool | None = None
 
     def matches(self, nvml_name: str) -> bool:
         """True when a device reporting `nvml_name` is an instance of this model."""
@@ -30,12 +35,14 @@ class GpuModel:
 
 # Field name -> (inventory kind, doc); the inventory validates `gpu_models:` with it.
 MODEL_FIELDS = {f.name: f.type for f in fields(GpuModel) if f.name != "key"}
-NUMERIC_FIELDS = tuple(k for k in MODEL_FIELDS if k != "nvml_names")
+FLAG_FIELDS = ("nvlink_fabric", "imex_channels")
+NUMERIC_FIELDS = tuple(k for k in MODEL_FIELDS if k != "nvml_names" and k not in FLAG_FIELDS)
 
 
 def model_from(key: str, values: dict[str, Any]) -> GpuModel:
     return GpuModel(key=key, nvml_names=tuple(values.get("nvml_names", ())),
-                    **{k: values[k] for k in NUMERIC_FIELDS if values.get(k) is not None})
+                    **{k: values[k] for k in (*NUMERIC_FIELDS, *FLAG_FIELDS)
+                       if values.get(k) is not None})
 
 
 def _builtin() -> dict[str, GpuModel]:

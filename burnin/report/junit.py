@@ -129,11 +129,16 @@ def point_latest(reports_dir: Path, run_id: str) -> None:
     os.replace(tmp, link)
 
 
-def junit_speeds(path: Path) -> dict[str, tuple[float, str]]:
+COST = "goodput_cost_node_hours_per_hour"  # junit.xml's price of admitting a node
+
+
+def junit_speeds(path: Path, costs: dict[str, float] | None = None
+                 ) -> dict[str, tuple[float, str]]:
     """{node: (relative speed, the check that sets it)} as junit.xml states them (burnin/
-    goodput.py), from each node's first testsuite; none for a report without them. Only
-    the two properties are read, a testsuite at a time (admit.read_junit's whole tree of
-    a fleet's report cost a quarter of a second)."""
+    figures/goodput.py), from each node's first testsuite; none for a report without them;
+    and into `costs`, when given, each node's price in node-hours per job-hour. Only these
+    properties are read, a testsuite at a time (admit.read_junit's whole tree of a
+    fleet's report cost a quarter of a second)."""
     if not path.exists():
         return {}
     out: dict[str, tuple[float, str]] = {}
@@ -144,7 +149,8 @@ def junit_speeds(path: Path) -> dict[str, tuple[float, str]]:
         if event == "start":
             if el.tag == "testsuite":
                 name, props = el.get("name"), {}
-        elif el.tag == "property" and el.get("name") in ("relative_speed", "speed_set_by"):
+        elif el.tag == "property" and el.get("name") in ("relative_speed", "speed_set_by",
+                                                         COST):
             props[el.get("name")] = el.get("value") or ""
         elif el.tag == "testsuite":
             if name and name not in seen:
@@ -152,7 +158,9 @@ def junit_speeds(path: Path) -> dict[str, tuple[float, str]]:
                 try:
                     out[name] = (float(props.get("relative_speed", "")),
                                  props.get("speed_set_by", "").split(":")[0])
-                except ValueError:
+                    if costs is not None:
+                        costs[name] = float(props[COST])
+                except (ValueError, KeyError):
                     pass
             el.clear()
     return out

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from burnin.core.safefiles import write_atomically
+from burnin.model.incident import Incident
 from burnin.model.nodes import Node
 from burnin.model.outcome import Outcome
+from burnin.report import incidents as incidents_report
 from burnin.report.junit import junit_speeds
 
 # The writers' own modules (the page's, metrics.prom's) are imported when a run publishes,
@@ -47,6 +49,8 @@ class Published:
     records: list[dict[str, Any]] = field(default_factory=list)
     by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     speeds: dict[str, tuple[float, str]] = field(default_factory=dict)
+    costs: dict[str, float] = field(default_factory=dict)  # node-hours per job-hour, junit's
+    incidents: list[Incident] = field(default_factory=list)  # shared causes, page and metrics
     bundles: set[str] = field(default_factory=set)
     unreadable: set[int] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
@@ -89,6 +93,8 @@ def write_summary(p: Published) -> None:
     report = summary.build(p.cluster, p.run_id, p.verdicts, p.records, p.floors, info,
                            p.bundles)
     report.speeds = p.speeds
+    report.costs = p.costs
+    report.incidents = p.incidents
     try:
         report.history = track_record.load(p.run_dir)
     except (OSError, ValueError) as e:  # costs the page's ledger part only
@@ -117,7 +123,8 @@ def write_metrics(p: Published) -> None:
     readable = [r for r in p.records if id(r) not in p.unreadable]
     metrics.write(p.run_dir / "metrics.prom",
                   metrics.render(p.cluster, p.run_id, time.time(), p.verdicts, readable,
-                                 p.quarantined, p.speeds))
+                                 p.quarantined, p.speeds)
+                  + incidents_report.prom(p.cluster, p.incidents))
 
 
 # In order: the page links the evidence folders, metrics.prom leaves out what the page
@@ -175,7 +182,10 @@ def _publish(run_dir: Path, cluster: str, run_id: str,
         if isinstance(r, dict) and isinstance(r.get("node"), str) \
                 and isinstance(r.get("check"), str):
             p.by_node.setdefault(r["node"], []).append(r)
-    p.attempt("the relative speeds", lambda: p.speeds.update(junit_speeds(run_dir / "junit.xml")))
+    p.attempt("the relative speeds", lambda: p.speeds.update(
+        junit_speeds(run_dir / "junit.xml", p.costs)))
+    p.attempt("the shared-cause incidents", lambda: p.incidents.extend(
+        incidents_report.load(run_dir)))
     for writer in WRITERS:
         if not p.attempt(writer.what, partial(writer.write, p)) and writer.fallback:
             p.attempt(writer.fallback.what, partial(writer.fallback.write, p))

@@ -164,7 +164,8 @@ def dcgm(*results, errors=(), **figs):
                                 "results": list(results), **figs}, errors)
 
 
-MONITOR = {"message": "pcie replays", "error_id": 29, "severity": 1}
+MONITOR = {"message": "power capped", "error_id": 12, "severity": 1}
+FM_DOWN = {"message": "fabric manager", "error_id": 108, "severity": 1}
 ISOLATE = {"message": "row remap failure", "error_id": 95, "severity": 2}
 
 
@@ -183,16 +184,21 @@ def test_dcgm_does_not_apply_where_the_probe_found_no_dcgmi():
 def test_dcgm_monitor_only_warnings_warn_and_others_fail():
     o = dcgm(result("Fail", warnings=[MONITOR]), exit_status=226)
     assert judge("dcgm", o) == ((), (
-        "DCGM level 2 Hardware/Memory on GPU 0: Fail, DCGM_ERROR_MONITOR only: pcie replays "
-        "(DCGM error id 29, DCGM_ERROR_MONITOR)",))
+        "DCGM level 2 Hardware/Memory on GPU 0: Fail, only errors DCGM says to watch: power "
+        "capped (DCGM error id 12 DCGM_FR_CLOCKS_EVENT_POWER, DCGM_ERROR_MONITOR)",))
+    o = dcgm(result("Fail", warnings=[FM_DOWN]), exit_status=226)
+    assert judge("dcgm", o) == ((
+        "DCGM level 2 Hardware/Memory on GPU 0: Fail: fabric manager (DCGM error id 108 "
+        "DCGM_FR_CUDA_FM_NOT_INITIALIZED, DCGM_ERROR_MONITOR)",), ())
     o = dcgm(result("Warn", warnings=[MONITOR, ISOLATE], gpu=None, entity_group=None),
              exit_status=226)
     assert judge("dcgm", o) == ((
-        "DCGM level 2 Hardware/Memory: Warn: pcie replays (DCGM error id 29, "
-        "DCGM_ERROR_MONITOR); row remap failure (DCGM error id 95, DCGM_ERROR_ISOLATE)",), ())
+        "DCGM level 2 Hardware/Memory: Warn: power capped (DCGM error id 12 "
+        "DCGM_FR_CLOCKS_EVENT_POWER, DCGM_ERROR_MONITOR); row remap failure (DCGM error id 95, "
+        "DCGM_ERROR_ISOLATE)",), ())
     o = dcgm(result("fail", warnings=[], entity_group="Switch"))
     assert judge("dcgm", o)[0] == (
-        "DCGM level 2 Hardware/Memory on Switch 0: fail: no warning, so no severity given",)
+        "DCGM level 2 Hardware/Memory on Switch 0: fail: no warning, so no error code given",)
     odd = [{"message": "m"}, {"message": "n", "severity": 9, "error_id": None}]
     o = dcgm(result("Fail", warnings=odd))
     assert judge("dcgm", o)[0] == (
@@ -203,7 +209,7 @@ def test_dcgm_monitor_only_warnings_warn_and_others_fail():
 def test_dcgm_a_result_burnin_does_not_know_fails():
     assert judge("dcgm", dcgm(result("Aborted", warnings=[MONITOR])))[0] == (
         "DCGM level 2 Hardware/Memory on GPU 0: Aborted (a result burnin does not know): "
-        "pcie replays (DCGM error id 29, DCGM_ERROR_MONITOR)",)
+        "power capped (DCGM error id 12 DCGM_FR_CLOCKS_EVENT_POWER, DCGM_ERROR_MONITOR)",)
     assert judge("dcgm", dcgm(result("Aborted")))[0] == (
         "DCGM level 2 Hardware/Memory on GPU 0: Aborted (a result burnin does not know): no "
         "warning",)
@@ -213,7 +219,7 @@ def test_dcgm_exit_status_agrees_or_overrules():
     warn = result("Fail", warnings=[MONITOR])
     assert judge("dcgm", dcgm(warn, exit_status=205))[0] == (
         "dcgmi diag exited 205 (DCGM_ST_NVVS_ISOLATE_ERROR: DCGM says a GPU must be isolated) "
-        "though every result it gave is of DCGM_ERROR_MONITOR severity",)
+        "though every error it gave is one DCGM says to watch",)
     assert judge("dcgm", dcgm(result(), exit_status=226))[0] == (
         "dcgmi diag exited 226 (DCGM_ST_NVVS_ERROR: the diagnostic reported an error) without "
         "a failed test",)

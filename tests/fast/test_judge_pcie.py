@@ -225,7 +225,7 @@ def test_pcie_figures_and_evidence():
     assert ev["aggregate"] == rec["data"]["figures"]["aggregate"]
     assert ev["devices"]["cuda:0"] == {
         "uuid": "GPU-0", "pci_bus_id": "18:00.0", "link": {"width": 16, "gen": 5},
-        "affinity": None, "h2d": rate(50.0), "d2h": rate(50.0),
+        "affinity": None, "h2d": rate(50.0), "d2h": rate(50.0), "bidir": None,
         "concurrent": {"h2d": rate(40.0), "d2h": rate(41.0)}, "pinned": None, "error": None}
 
 

@@ -62,7 +62,11 @@ Scenario (JSON; every key optional; unknown keys are refused):
   nvlink                {"links": 18 (0: no NVLink, calls answer NOT_SUPPORTED),
                         "down": [inactive link indices],
                         "errors": {"replay" | "recovery" | "crc_flit" | "crc_data" |
-                        "ecc_data": {"<link>": count}}}
+                        "ecc_data": {"<link>": count}},
+                        "generation": 4 (5: Blackwell's NVLink 5: the errors are the
+                        NVML_FI_DEV_NVLINK_COUNT_* fields, "errors" names them
+                        "rcv_errors", "effective_errors", "link_recovery_events", ...,
+                        and the older counters answer NOT_SUPPORTED; fields.py)}
   field_values          {"NVML_FI_DEV_..." or "<id>": value}: answered as given; other
                         fields are derived from the readings above (NVLink counters per link
                         _L0.._L11, _TOTAL and scoped NVLINK_ERROR_DL_*, NVLINK_GET_STATE,
@@ -82,6 +86,9 @@ Scenario (JSON; every key optional; unknown keys are refused):
                         "nvlink", "xid_events", ...: every call and field value reading it).
                         NVLink counters refused while field values serve them, as on some
                         drivers: "unsupported": ["nvmlDeviceGetNvLinkErrorCounter"].
+  fabric                null (NOT_SUPPORTED) or the GPU's NVLink fabric registration:
+                        {"state", "status", "clique_id", "cluster_uuid", "health_mask",
+                        "health_summary"} (fabric.py)   nvmlDeviceGetGpuFabricInfo(V)
   lost                  true: every call naming the device answers GPU_IS_LOST (lookups
                         included), and event waits on it too once its events are delivered
 

@@ -53,6 +53,10 @@ BRANCHES = {b.name: b for b in (
 SINCE = {
     "nvmlDeviceGetCurrentClocksEventReasons": 535,
     "nvmlDeviceGetTemperatureV": 570,
+    # nvmlDeviceGetGpuFabricInfoV and nvmlGpuFabricInfo_v2: first in 12.4 (R550); v3 in
+    # 13.0 (R580, fabric.py). nvmlDeviceGetGpuFabricInfo: in 12.2's header (12.1 not read).
+    "nvmlDeviceGetGpuFabricInfoV": 550,
+    "nvmlDeviceGetGpuFabricInfo": 535,
 }
 
 

@@ -6,6 +6,14 @@ ECC, remapped rows, retired pages, PCIe replays) or given outright in "field_val
 Unsupported or failing calls named by function leave the field values working: that is
 how a driver that refuses nvmlDeviceGetNvLinkErrorCounter but serves the same counters as
 field values is described.
+
+NVLink 5 ("nvlink": {"generation": 5}, Blackwell): the errors are the
+NVML_FI_DEV_NVLINK_COUNT_* fields, read per link (scopeId = the link) or over every link
+(scopeId = UINT_MAX), as DCGM reads them there (NVIDIA/DCGM v4.6.0, DcgmCMUtils.cpp
+NvmlFieldRequiresNvLinkAggregate, DcgmCacheManager.cpp); the pre-NVLink 5 DL counters
+(nvmlDeviceGetNvLinkErrorCounter, the _L0.._L11 / TOTAL and NVLINK_ERROR_DL_* fields)
+answer NOT_SUPPORTED: what burnin must survive, whatever a given driver does. Before
+NVLink 5, the COUNT fields answer NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -28,6 +36,10 @@ def nvlink_error(dev, counter: str, link: int) -> int:
                  dev.emu.elapsed())
 
 
+def generation(dev) -> int:
+    return dev.spec["nvlink"]["generation"]
+
+
 def link_active(dev, link: int) -> bool:
     return link not in dev.get_list("nvlink", "down")
 
@@ -45,7 +57,7 @@ def _nvlink_state(emu, dev, link, out):
 @export("nvmlDeviceGetNvLinkErrorCounter", DEVICE, c_uint, c_uint, P(c_ulonglong), reads="nvlink")
 def _nvlink_counter(emu, dev, link, counter, out):
     links = dev.get("nvlink", "links")
-    if not links:
+    if not links or generation(dev) >= 5:
         return sc.NOT_SUPPORTED
     if link >= links or counter >= len(sc.NVLINK_COUNTERS):
         return sc.INVALID_ARGUMENT
@@ -66,6 +78,9 @@ NVLINK_FIELDS = {  # counter -> {field id: link or None (total)}
     "ecc_data": {148 + i: i for i in range(12)} | {160: None},
 }
 SCOPED_NVLINK_FIELDS = {161: "replay", 162: "recovery", 163: "crc_flit"}  # scopeId = link
+NVLINK5_FIELDS = dict(zip((206, 207, 208, 209, 210, 211, 212, 213, 214, 215, 219, 221),
+                          sc.NVLINK5_COUNTERS, strict=True))
+ALL_LINKS = 0xFFFFFFFF  # scopeId: the aggregate over every link
 NVLINK_GET_STATE, NVLINK_LINK_COUNT, PCIE_REPLAY_COUNTER = 165, 91, 94
 ECC_CURRENT, ECC_PENDING = 1, 2
 ECC_TOTAL_FIELDS = {3: (0, 0), 4: (1, 0), 5: (0, 1), 6: (1, 1)}  # (error type, counter type)
@@ -95,6 +110,17 @@ def _derived(dev, field: int, scope: int) -> tuple[int, int, float | int | None]
             sc.SUCCESS, value_type, value)
 
     links = dev.get("nvlink", "links")
+    if field in NVLINK5_FIELDS:
+        if not links or generation(dev) < 5:
+            return sc.NOT_SUPPORTED, ULL_T, None
+        if scope != ALL_LINKS and scope >= links:
+            return sc.INVALID_ARGUMENT, ULL_T, None
+        chosen = range(links) if scope == ALL_LINKS else [scope]
+        return guarded("nvlink", ULL_T, lambda c=NVLINK5_FIELDS[field]: sum(
+            nvlink_error(dev, c, x) for x in chosen))
+    if generation(dev) >= 5 and (field in SCOPED_NVLINK_FIELDS or any(
+            field in ids for ids in NVLINK_FIELDS.values())):
+        return sc.NOT_SUPPORTED, ULL_T, None
     for counter, ids in NVLINK_FIELDS.items():
         if field in ids:
             link = ids[field]

@@ -34,6 +34,12 @@ ARGUMENT_VERSION_MISMATCH = 25
 CLOCK_TYPES = ("graphics", "sm", "mem", "video")  # nvmlClockType_t order
 # nvmlNvLinkErrorCounter_t order
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data", "ecc_data")
+# NVLink 5's NVML_FI_DEV_NVLINK_COUNT_* error fields (fields.py NVLINK5_FIELDS)
+NVLINK5_COUNTERS = ("malformed_packet_errors", "buffer_overrun_errors", "rcv_errors",
+                    "rcv_remote_errors", "rcv_general_errors", "local_link_integrity_errors",
+                    "xmit_discards", "link_recovery_successful_events",
+                    "link_recovery_failed_events", "link_recovery_events",
+                    "effective_errors", "symbol_errors")
 MEMORY_LOCATIONS = ("l1_cache", "l2_cache", "dram", "register_file", "texture_memory",
                     "texture_shm", "cbu", "sram")  # nvmlMemoryLocation_t order
 ECC_TOTALS = ("corrected_volatile", "corrected_aggregate", "uncorrected_volatile",
@@ -63,7 +69,7 @@ DEFAULT_DEVICE = {
     "power": {"usage_mw": 650000, "enforced_limit_mw": 700000, "limit_mw": 700000,
               "default_limit_mw": 700000},
     "clock_event_reasons": 0,
-    "nvlink": {"links": 18, "down": [], "errors": {}},
+    "nvlink": {"links": 18, "down": [], "errors": {}, "generation": 4},
     "field_values": {},
     "persistence_mode": 1,
     "mig_mode": {"current": 0, "pending": 0},
@@ -79,6 +85,7 @@ DEFAULT_DEVICE = {
     "unsupported": [],
     "errors": {},
     "lost": False,
+    "fabric": None,  # fabric.py: null, a GPU in no NVLink fabric (NOT_SUPPORTED)
 }
 DEFAULT_TOP = {"init_error": None, "driver_branch": None, "driver_version": None,
                "cuda_driver_version": None, "nvml_version": None, "xid_events": [],
@@ -129,15 +136,18 @@ def _merge(default: dict, given: dict, where: str, rel: str = "") -> dict:
 
 
 def _check_device(dev: dict, where: str) -> None:
+    from .fabric import check as check_fabric  # fabric.py reads this module's codes
+    check_fabric(dev["fabric"], where)
     for key in dev["ecc_locations"]:
         m = _LOCATION_KEY.match(key)
         if not m or m["loc"] not in MEMORY_LOCATIONS:
             raise ScenarioError(f"{where}.ecc_locations: {key!r} is not "
                                 f"<(un)corrected>_<volatile|aggregate>_<{'|'.join(MEMORY_LOCATIONS)}>")
+    known = NVLINK5_COUNTERS if dev["nvlink"]["generation"] >= 5 else NVLINK_COUNTERS
     for counter, links in dev["nvlink"]["errors"].items():
-        if counter not in NVLINK_COUNTERS:
+        if counter not in known:
             raise ScenarioError(f"{where}.nvlink.errors: unknown counter {counter!r}; expected "
-                                f"one of {', '.join(NVLINK_COUNTERS)}")
+                                f"one of {', '.join(known)}")
         if not isinstance(links, dict) or not all(str(k).isdigit() for k in links):
             raise ScenarioError(f"{where}.nvlink.errors.{counter}: expected {{link: value}}")
     for name, value in dev["errors"].items():

@@ -11,7 +11,7 @@ import traceback
 
 import pynvml
 
-from . import calls, events, fields, topology  # noqa: F401  (each declares its symbols)
+from . import calls, events, fabric, fields, topology  # noqa: F401  (each declares its symbols)
 from . import scenario as sc
 from .declarations import SYMBOLS, Symbol, prototype
 from .drivers import exports
