@@ -197,8 +197,7 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
     tokens = shape["batch"] * shape["seq_len"]
     losses, diverged = [], []
     times: list[tuple[float, float, float]] = []
-    fp_all = torch.zeros(world, dtype=torch.int64, device=dev)
-    loss_all = torch.zeros(world, dtype=torch.float64, device=dev)
+    gathered = torch.zeros(2 * world, dtype=torch.int64, device=dev)
     dist.barrier()
     sync()
     wall_start = 0.0
@@ -222,9 +221,12 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
         sync()
         t2 = time.perf_counter()
         opt.step()
-        GATHER(fp_all, fingerprint(flat))
-        GATHER(loss_all, loss.detach().double().reshape(1))
-        step_fps, step_losses = fp_all.tolist(), loss_all.tolist()  # synchronises
+        # One gather per step: the fingerprint and the loss's float64 bits side by side.
+        GATHER(gathered, torch.cat([fingerprint(flat),
+                                    loss.detach().double().reshape(1).view(torch.int64)]))
+        pairs = gathered.view(world, 2)
+        step_fps = pairs[:, 0].tolist()  # synchronises
+        step_losses = pairs[:, 1].contiguous().view(torch.float64).tolist()
         t3 = time.perf_counter()
         if step >= warmup:
             times.append((t3 - t0, t1 - t0, t2 - t1))

@@ -101,8 +101,10 @@ def document(probe: str, payload: dict) -> dict:
         ranks = devices if gpus or devices > 1 else int(settings.get("ranks", 2))
         label = (lambda i: f"cuda:{i}") if gpus else (
             (lambda i: "cpu") if devices == 1 else (lambda i: f"cpu:{i}"))
-        doc["devices"] = [dict(copy.deepcopy(doc["devices"][i % len(doc["devices"])]), rank=i,
-                               device=label(i)) for i in range(ranks)]
+        # Every rank as the first: a recording's rank times on this loaded machine may
+        # differ enough to make one a straggler.
+        doc["devices"] = [dict(copy.deepcopy(doc["devices"][0]), rank=i, device=label(i))
+                          for i in range(ranks)]
         for d in doc["devices"]:
             if gpus:
                 d["uuid"] = f"GPU-replay-{d['rank']}"

@@ -50,7 +50,7 @@ NAME = "train"
 # Shares a node may fall to before it fails, where the inventory gives none: GPU nodes of
 # one model run one job within a few per cent; CPU nodes (gloo, shared cores) are noisy.
 PEER_FRACTION = {"gpu": 0.9, "cpu": 0.5}
-STRAGGLER_FRACTION = {"gpu": 0.8, "cpu": 0.4}
+STRAGGLER_FRACTION = {"gpu": 0.8, "cpu": 0.25}
 MAX_STEPS = 100_000
 
 
@@ -74,9 +74,13 @@ def fleet_summary(fleet: Fleet) -> dict:
     node whose ranks disagree among themselves does not vote on the digest."""
     speed: dict[str, list[float]] = {}
     digests: dict[str, dict[str, str]] = {}
-    for name, o in fleet.voters():
-        fig, devices = o.data["figures"], o.data["devices"]
-        if not devices or "tokens_per_s" not in fig:
+    for name, o in fleet.outcomes.items():
+        # Fleet.voters() counts a node's devices, but a CPU node of one device runs
+        # `ranks` ranks: a node votes when it ran as many ranks as it says, without error
+        # (each node one vote, however many ranks it claims).
+        fig, devices = o.data.get("figures", {}), o.data.get("devices", [])
+        if not o.ok or o.data.get("errors") or not devices or "tokens_per_s" not in fig \
+                or fig.get("world") != len(devices):
             continue
         key = _speed_key(devices[0].get("name") or "?", fig)
         if fig["tokens_per_s"] > 0:
@@ -181,7 +185,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         want = j.devices if j.gpus or j.devices > 1 else settings.get("ranks", 2)
         failures += count_problem(devices, replace(j, devices=want))
     if "tokens_per_s" not in fig or not devices:
-        return Verdict(node.name, NAME, tuple(failures or ["no training result was reported"]))
+        return Verdict(node.name, NAME, (*failures, "no training result was reported"))
     failures += _replicas(devices, fig)
     failures += _loss(fig, settings)
     floors: dict[str, float] = {}
@@ -285,7 +289,7 @@ SETTINGS = {
                              "nodes, 0.5 on CPU nodes; lower where they spread wider"),
     "peer_spreads": Setting("positive", PEER_SPREADS),
     "straggler_fraction": Setting("fraction", None, "a rank slower than the node's other "
-                                  "ranks' median / this fails; default 0.8 GPU, 0.4 CPU"),
+                                  "ranks' median / this fails; default 0.8 GPU, 0.25 CPU"),
     "rendezvous_timeout_s": Setting("positive", 60),
 }
 
