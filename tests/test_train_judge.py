@@ -128,6 +128,9 @@ def test_a_straggler_rank_is_named_by_rank_and_device():
     assert failure.startswith("straggler: rank 1 (cuda:1, ") and "GPU-corpus1" in failure
     d["devices"][1]["compute_s"] = d["devices"][0]["compute_s"] * 1.2
     assert verdict(d, gpus=2).passed
+    cpu = doc()  # two ranks sharing one CPU: one device, no straggler among them
+    cpu["devices"][1]["compute_s"] = cpu["devices"][0]["compute_s"] * 10
+    assert verdict(cpu).passed
 
 
 def test_the_odd_final_digest_out_fails_alone_and_two_that_differ_do_not():

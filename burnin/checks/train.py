@@ -148,8 +148,12 @@ def _loss(fig: dict, settings: dict) -> list[str]:
 
 def _stragglers(devices: list[dict], fraction: float) -> list[str]:
     """A rank whose forward and backward take longer than its node's other ranks' median
-    divided by `fraction`: the others wait for it in every all-reduce."""
-    out = []
+    divided by `fraction`: the others wait for it in every all-reduce. Only where each
+    rank has a device of its own: ranks sharing one CPU are one device, whatever the
+    scheduler makes of them."""
+    out: list[str] = []
+    if len({d.get("device") for d in devices}) < len(devices):
+        return out
     for d in devices:
         others = [o["compute_s"] for o in devices if o is not d and o.get("compute_s")]
         if not others or not fraction or not d.get("compute_s"):
