@@ -200,12 +200,12 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
     gathered = torch.zeros(2 * world, dtype=torch.int64, device=dev)
     dist.barrier()
     sync()
-    wall_start = 0.0
+    wall_start = cpu_start = 0.0
     for step in range(warmup + steps):
         if step == warmup:
             dist.barrier()
             sync()
-            wall_start = time.perf_counter()
+            wall_start, cpu_start = time.perf_counter(), time.process_time()
         x = batch(shape, step, rank, perm, dev)
         t0 = time.perf_counter()
         grad.zero_()
@@ -233,7 +233,7 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
         losses.append(statistics.fmean(step_losses))
         if len(set(step_fps)) > 1 and len(diverged) < 8:  # the first ones say where
             diverged.append({"step": step + 1, "fingerprints": step_fps})
-    wall = time.perf_counter() - wall_start
+    wall, cpu = time.perf_counter() - wall_start, time.process_time() - cpu_start
     sync()
     digest = gemmcore.digest(flat)
     step_s = [t for t, _, _ in times]
@@ -252,6 +252,7 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
         "gemm_tflops": round(gemm, 6), "gemm_n": ref_n,
         "final_loss": losses[-1] if losses else None,
         "digest": digest, "wall_s": round(wall, 6), "tokens": tokens * steps,
+        "cpu_s": round(cpu, 6),  # this process's CPU time over the timed steps, all threads
         # the same on every rank: the parent keeps one copy
         "shared": {"losses": losses, "diverged": diverged, "checked_steps": warmup + steps,
                    "shape": shape, "flops_per_token": fpt, "warmup_steps": warmup,

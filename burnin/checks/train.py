@@ -257,7 +257,7 @@ RANK = Obj(required=("rank", "device", "step_s", "compute_s", "tokens_per_s", "d
            threads=Int(0, 1 << 16), step_s=Num(0), step_min_s=Num(0), step_max_s=Num(0),
            step_spread=Num(0), compute_s=Num(0), comm_s=Num(0), tokens_per_s=Num(0),
            model_tflops=Num(0, 1e5), gemm_tflops=Num(0, 1e5), gemm_n=Int(1, 1 << 20),
-           final_loss=Num(finite=False, null=True), digest=Str(128), wall_s=Num(0),
+           final_loss=Num(finite=False, null=True), digest=Str(128), wall_s=Num(0), cpu_s=Num(0),
            tokens=COUNT, torch=Str(128), cuda=Str(64, null=True))
 EVENT = Obj(required=("step", "fingerprints"), step=Int(0, MAX_STEPS),
             fingerprints=List(Int(-2**63, 2**63), max=1 << 20))
