@@ -30,6 +30,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import probelib
@@ -91,22 +92,31 @@ def free_port() -> int:
 
 def wait_all(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
     """(exit status, stdout) of every rank. Once one has failed, the rest get PEER_GRACE_S
-    to finish before they are killed: they would wait in a collective for a dead peer."""
-    outs: dict[int, str] = {}
+    to finish before they are killed: they would wait in a collective for a dead peer.
+    Each rank's stdout is read as it comes (a thread each), so that a rank whose result
+    outgrows the pipe's buffer never blocks on it."""
+    outs = [b""] * len(procs)
+
+    def drain(i: int) -> None:
+        outs[i] = procs[i].stdout.read()
+
+    readers = [threading.Thread(target=drain, args=(i,), daemon=True)
+               for i in range(len(procs))]
+    for r in readers:
+        r.start()
     failed_at = None
-    while len(outs) < len(procs):
-        for i, p in enumerate(procs):
-            if i in outs or p.poll() is None:
-                continue
-            outs[i] = p.stdout.read().decode(errors="replace")
-            if p.returncode != 0 and failed_at is None:
-                failed_at = time.monotonic()
+    while any(p.poll() is None for p in procs):
+        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+            failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
-            for i, p in enumerate(procs):
-                if i not in outs:
+            for p in procs:
+                if p.poll() is None:
                     p.kill()
         time.sleep(0.05)
-    return [(procs[i].returncode, outs[i]) for i in range(len(procs))]
+    for r in readers:
+        r.join(timeout=PEER_GRACE_S)  # the pipe closes with its process
+    return [(p.returncode, out.decode(errors="replace")) for p, out in zip(procs, outs,
+                                                                           strict=True)]
 
 
 def node_figures(records: list[dict], ranks: list[probelib.Device], world: int) -> dict:
