@@ -1,4 +1,4 @@
-"""The train check's judge on the documents the real probe prints (tests/corpus/), each
+"""The train check's judge (the fast tier: in-process, no probe) on the documents the real
 rule given the figure that must trip it, and the one that must not."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from burnin.inventory import Node
 from burnin.probe import ProbeOutcome
 from burnin.reference import GPU_MODELS
 
-CORPUS = Path(__file__).resolve().parent / "corpus"
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 H100 = GPU_MODELS["H100-SXM5-80GB"]
 
 
