@@ -1,5 +1,6 @@
 """The train check's judge (the fast tier: in-process, no probe) on the documents the real
-rule given the figure that must trip it, and the one that must not."""
+probe prints (tests/corpus/), each rule given the figure that must trip it, and the one
+that must not."""
 
 from __future__ import annotations
 
