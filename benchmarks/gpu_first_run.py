@@ -194,6 +194,30 @@ def other_probes(gpus) -> dict:
     return out
 
 
+def train(gpus, small: bool) -> dict:
+    """The train check's figures (issue 41): tokens/s, step times, compute against
+    communication, and MFU over the measured GEMM rate and over the model's datasheet
+    peak: the first measured MFU, from which a floor per model can be set."""
+    from burnin.model.gpu_reference import GPU_MODELS
+    tiny = {"d_model": 64, "layers": 1, "heads": 2, "seq_len": 32, "vocab": 128, "batch": 4,
+            "gemm_n": 128, "gemm_s": 0.1}
+    doc = run_probe("train", {"gpus": gpus, "settings": {"steps": 5 if small else 50,
+                                                         **(tiny if small else {})}})
+    fig, ranks = doc["figures"], doc["devices"]
+    name = ranks[0].get("name") if ranks else None
+    peak = next((m.peak_tflops for m in GPU_MODELS.values() if name in m.nvml_names), None)
+    keys = ("tokens_per_s", "model_tflops", "gemm_tflops", "mfu", "shape", "dtype", "world",
+            "diverged")
+    return {"errors": doc["errors"], **{k: fig.get(k) for k in keys},
+            "mfu_of_datasheet_peak": fig["model_tflops"] / len(ranks) / peak
+            if peak and ranks and fig.get("model_tflops") else None,
+            "loss_first_last": [fig["losses"][0], fig["losses"][-1]] if fig.get("losses")
+            else None,
+            "ranks": [{k: r.get(k) for k in ("device", "step_s", "step_spread", "compute_s",
+                                             "comm_s", "tokens_per_s", "gemm_tflops")}
+                      for r in ranks]}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -229,6 +253,7 @@ def main() -> int:
                                     0.02 if small else 4)),
         ("memory_pcie", lambda: other_probes(gpus if gpu else 0)),
         ("judged_probes", lambda: judged_probes(gpus if gpu else 0)),
+        ("train", lambda: train(gpus if gpu else 0, small)),
         ("issue25", lambda: issue25(gpu, gpus if gpu else 0)),
     ]
     for name, step in steps:

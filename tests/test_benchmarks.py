@@ -90,6 +90,14 @@ def test_allreduce_vs_bare():
     assert ratios(lines[-1], "probe/bare"), lines
 
 
+def test_train_vs_bare():
+    lines = run_benchmark("train_vs_bare.py", "--steps", "3", "--repeat", "1", "--shape",
+                          '{"d_model": 32, "layers": 1, "heads": 2, "seq_len": 16, '
+                          '"vocab": 64, "batch": 2}')
+    assert ratios(lines[-1], "probe/bare:"), lines
+    assert re.search(r"MFU \d+\.\d%", lines[-2]), lines
+
+
 def test_storage_vs_fio(tmp_path):
     need(shutil.which("fio") is not None, "fio is not installed")
     # /var/tmp: on the disk (O_DIRECT), where /tmp may be a tmpfs.

@@ -33,13 +33,16 @@ def test_the_first_gpu_run_script_measures_every_step_in_smoke_mode(tmp_path):
                            "--smoke", "--out", str(tmp_path)], capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == "first run on CPU: 10 of 10 steps measured"
+    assert done.stdout.strip().splitlines()[-1] == "first run on CPU: 11 of 11 steps measured"
     results = json.loads((tmp_path / "first_run.json").read_text())
     assert results["exactness"] == [{"dtype": "fp32", "n": 64, "exact": True,
                                      "verification_alarms": 0}]
     assert "probe/bare = " in results["sdc_vs_mm"] and "probe/bare = " in results["burn_vs_mm"]
     assert results["burn_60s"]["verdict"] == "passed" and results["burn_60s"]["tflops"] > 0
     assert results["storage"]["read_per_gpu_min"] > 0 and results["storage"]["errors"] == []
+    train = results["train"]
+    assert train["errors"] == [] and train["diverged"] == [] and train["tokens_per_s"] > 0
+    assert train["mfu"] > 0 and train["mfu_of_datasheet_peak"] is None  # a CPU has none
     # Issue 25's items that only a real GPU answers say so; the kernel log is read here.
     items = results["issue25"]
     gpu_items = ("nvml_symbols", "dcgmi_json", "pcie_numa_binding", "mig_mode",

@@ -26,6 +26,7 @@ BASE_UNITS = (
     ("_tflops", "_flops_per_second", 1e12, "floating-point operations per second"),
     ("_celsius", "_celsius", 1.0, "degrees Celsius"),
     ("_seconds", "_seconds", 1.0, "seconds"),
+    ("_tokens_per_second", "_tokens_per_second", 1.0, "tokens per second"),
     ("_bytes", "_bytes", 1.0, "bytes"),
     ("_ratio", "_ratio", 1.0, "a ratio, 0 to 1"),
     ("_words", "_words", 1.0, "words"),

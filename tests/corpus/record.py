@@ -25,7 +25,10 @@ TINY = {"sdc": {"duration_s": 0.3, "n": 64, "random_repeats": 2},
         "burn": {"duration_s": 1, "n": 64, "sample_s": 0.25},
         "memory": {"host_bytes": 1 << 20, "retention_s": 0.2, "passes": 1},
         "storage": {"size_gb": 0.02, "streams": 2},
-        "allreduce": {"max_bytes": 65536, "seconds_per_size": 0.02}}
+        "allreduce": {"max_bytes": 65536, "seconds_per_size": 0.02},
+        "train": {"steps": 6, "warmup_steps": 2, "d_model": 32, "layers": 1, "heads": 2,
+                  "seq_len": 16, "vocab": 64, "batch": 4, "gemm_n": 64, "gemm_s": 0.05,
+                  "lr": 0.01}}
 
 
 def main() -> int:

@@ -12,10 +12,10 @@ from burnin.gate.admit import Decision, Report, ReportError, decide, read_junit,
 
 PROPS = {"cluster": "c", "run_id": "r1", "burnin_report": "1", "complete": "true",
          "nodes_in_run": "2", "gpus": "0"}
-CPU_CHECKS = ["health", "memory", "sdc", "burn", "storage", "allreduce", "fabric",
+CPU_CHECKS = ["health", "memory", "sdc", "burn", "storage", "allreduce", "train", "fabric",
               "allreduce_internode"]
 GPU_CHECKS = ["health", "pcie", "memory", "dcgm", "sdc", "burn", "storage", "allreduce",
-              "fabric", "allreduce_internode"]
+              "train", "fabric", "allreduce_internode"]
 
 
 def suite(node: str, *cases: str, **props: str | None) -> str:

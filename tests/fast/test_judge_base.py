@@ -100,9 +100,9 @@ def test_a_check_applies_by_gpus_run_size_and_tools():
 
 def test_applicable_follows_the_table():
     assert applicable(0, 1) == ["health", "memory", "sdc", "burn", "storage", "allreduce",
-                                "fabric"]
+                                "train", "fabric"]
     assert applicable(8, 2, frozenset()) == ["health", "pcie", "memory", "sdc", "burn",
-                                             "storage", "allreduce", "fabric",
+                                             "storage", "allreduce", "train", "fabric",
                                              "allreduce_internode"]
     assert applicable(None, 2) == list(CHECKS)
 

@@ -96,6 +96,20 @@ def document(probe: str, payload: dict) -> dict:
                           for i in range(here)]
         doc["figures"].update(world=group["world"] if group else here, first_rank=first,
                               ranks_here=here, mode="inter-node" if group else "intra-node")
+    elif probe == "train":
+        # As probes/train.py: one rank per GPU or CPU device, `ranks` (2) on a node of one.
+        ranks = devices if gpus or devices > 1 else int(settings.get("ranks", 2))
+        label = (lambda i: f"cuda:{i}") if gpus else (
+            (lambda i: "cpu") if devices == 1 else (lambda i: f"cpu:{i}"))
+        # Every rank as the first: a recording's rank times on this loaded machine may
+        # differ enough to make one a straggler.
+        doc["devices"] = [dict(copy.deepcopy(doc["devices"][0]), rank=i, device=label(i))
+                          for i in range(ranks)]
+        for d in doc["devices"]:
+            if gpus:
+                d["uuid"] = f"GPU-replay-{d['rank']}"
+        doc["figures"].update(world=ranks, ranks_here=ranks)
+        doc["figures"]["job_spec"]["world"] = ranks
     elif probe in ("health", "fabric", "pcie") and not gpus:
         pass  # a CPU node's facts, ports and PCIe say no GPU: as recorded
     else:

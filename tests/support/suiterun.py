@@ -12,13 +12,19 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent.parent
 SUITES = str(REPO / "suites")
 # The full suite on CPU-only nodes, in run order (pcie does not apply to them).
-CHECKS = ("health", "memory", "sdc", "burn", "storage", "allreduce", "fabric",
+CHECKS = ("health", "memory", "sdc", "burn", "storage", "allreduce", "train", "fabric",
           "allreduce_internode")
 # The same on GPU nodes (emulated): pcie applies there; dcgm only where dcgmi is installed.
-GPU_CHECKS = ("health", "pcie", "memory", "sdc", "burn", "storage", "allreduce", "fabric",
-              "allreduce_internode")
+GPU_CHECKS = ("health", "pcie", "memory", "sdc", "burn", "storage", "allreduce", "train",
+              "fabric", "allreduce_internode")
 # Tiny settings for the memory check where a test runs the full suite.
 TINY_MEMORY = {"host_bytes": 1 << 20, "retention_s": 0.2, "passes": 1}
+# And for the train check: the recorded documents' own model (tests/corpus/record.py), so
+# that a real node and replayed ones run the same job; nodes sharing this machine's cores
+# are no yardstick for one another's speed.
+TINY_TRAIN = {"steps": 6, "warmup_steps": 2, "d_model": 32, "layers": 1, "heads": 2,
+              "seq_len": 16, "vocab": 64, "batch": 4, "gemm_n": 64, "gemm_s": 0.05, "lr": 0.01,
+              "peer_fraction": 0, "straggler_fraction": 0}
 
 
 def run_suite(pytester: pytest.Pytester, inv, *args: str) -> tuple[pytest.RunResult, Path]:

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""burnin train probe: a real training job on every device of the node, data parallel,
+whose replicas must agree bit for bit after every step.
+
+Runs ON a node. Starts one rank process per GPU (NCCL, bf16 autocast), or one per CPU
+device on a CPU node of several, or `ranks` on a CPU node of one (gloo; fp32 unless
+`dtype: bf16`), and trains a small decoder-only transformer (traincore.py: built from
+torch alone, synthetic tokens from a fixed seed, determinism pinned) for warmup_steps
+plus steps timed steps. Each rank reports its step time (median and spread), the step's
+compute (forward and backward) and communication (the gradients' all-reduce) time, its
+tokens/s, its model TFLOPS (PaLM's 6N + 12 L H Q T FLOPs per token) and its own dense
+GEMM rate; every rank the SHA-256 of its final parameters. The node figures: tokens/s,
+MFU over the measured GEMM rate (the controller divides by a GPU model's datasheet peak
+as well), the loss curve, and each step at which the replicas' parameters differed.
+
+    echo '{"gpus": 0, "settings": {"steps": 10}}' | python3 probes/train.py
+
+Settings (optional): steps (20), warmup_steps (3), dtype (bf16|fp32; bf16 on GPUs, fp32
+on CPUs), ranks (CPU node of one device, 2), d_model, layers, heads, seq_len, vocab,
+batch (per rank; default sized from the device), lr (3e-3), gemm_n, gemm_s (0.5),
+rendezvous_timeout_s (60).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import probelib
+
+PROBE = "train"
+# A rank that fails leaves the others blocked in a collective: they are stopped this long
+# after it, rather than at the process group's timeout.
+PEER_GRACE_S = 10.0
+
+
+def log(msg: str) -> None:
+    probelib.log(PROBE, msg)
+
+
+def worker() -> int:
+    """One rank process: pin determinism, join the group, train, print one JSON line."""
+    settings = json.loads(os.environ["BURNIN_SETTINGS"])
+    threads = int(os.environ["BURNIN_THREADS"])
+    import gemmcore  # torch, with what CUDA reads at its start set first (probelib)
+    import torch
+    import torch.distributed as dist
+    import traincore
+
+    torch.set_num_threads(threads)
+    gemmcore.pin_determinism()
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    ordinal = os.environ.get("BURNIN_CUDA_ORDINAL")
+    dev = torch.device("cuda", int(ordinal)) if ordinal is not None else torch.device("cpu")
+    timeout = datetime.timedelta(seconds=float(settings.get("rendezvous_timeout_s", 60)))
+    init = f"tcp://{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+        dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timeout,
+                                init_method=init, device_id=dev)
+    else:
+        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout,
+                                init_method=init)
+    record = traincore.train(settings, rank, world, dev, threads, os.environ["BURNIN_DTYPE"])
+    record["torch"] = torch.__version__
+    record["cuda"] = torch.version.cuda if dev.type == "cuda" else None
+    dist.destroy_process_group()
+    print(json.dumps(probelib.finite(record)), flush=True)
+    return 0
+
+
+def rank_devices(payload: dict, devs: list[probelib.Device]) -> list[probelib.Device]:
+    """The device of each rank: one per GPU, one per CPU device where the node has several,
+    `ranks` (2) sharing the CPU of a node of one."""
+    if devs and devs[0].gpu or len(devs) > 1:
+        return list(devs)
+    return devs * int(payload.get("settings", {}).get("ranks", 2))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_all(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
+    """(exit status, stdout) of every rank. Once one has failed, the rest get PEER_GRACE_S
+    to finish before they are killed: they would wait in a collective for a dead peer.
+    Each rank's stdout is read as it comes (a thread each), so that a rank whose result
+    outgrows the pipe's buffer never blocks on it."""
+    outs = [b""] * len(procs)
+
+    def drain(i: int) -> None:
+        outs[i] = procs[i].stdout.read()
+
+    readers = [threading.Thread(target=drain, args=(i,), daemon=True)
+               for i in range(len(procs))]
+    for r in readers:
+        r.start()
+    failed_at = None
+    while any(p.poll() is None for p in procs):
+        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        time.sleep(0.05)
+    for r in readers:
+        r.join(timeout=PEER_GRACE_S)  # the pipe closes with its process
+    return [(p.returncode, out.decode(errors="replace")) for p, out in zip(procs, outs,
+                                                                           strict=True)]
+
+
+def node_figures(records: list[dict], ranks: list[probelib.Device], world: int) -> dict:
+    """What the node's ranks say together: tokens/s over the timed steps' wall, model
+    TFLOPS and MFU over their measured GEMM rate, and the job's identity (what must be
+    the same for two nodes' final parameters to be the same bits)."""
+    shared = records[0]["shared"]
+    wall = max(r["wall_s"] for r in records)
+    model = sum(r["model_tflops"] for r in records)
+    gemm = sum(r["gemm_tflops"] for r in records)
+    job = {"shape": shared["shape"], "steps": shared["steps"], "lr": shared["lr"],
+           "warmup_steps": shared["warmup_steps"], "dtype": shared["dtype"], "world": world,
+           "device": ranks[0].name, "threads": records[0]["threads"],
+           "torch": records[0]["torch"], "cuda": records[0]["cuda"]}
+    return {**{k: shared[k] for k in ("losses", "diverged", "checked_steps", "shape",
+                                      "flops_per_token", "warmup_steps", "steps", "dtype")},
+            "tokens_per_s": probelib.sig(sum(r["tokens"] for r in records) / wall)
+            if wall else 0.0,
+            "model_tflops": probelib.sig(model), "gemm_tflops": probelib.sig(gemm),
+            "mfu": probelib.sig(model / gemm) if gemm else None,
+            "mfu_basis": "measured GEMM", "wall_s": wall,
+            "job": hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest(),
+            "job_spec": job, "digest": records[0]["digest"]}
+
+
+def main() -> int:
+    if "--worker" in sys.argv:
+        return worker()
+    payload = probelib.start(__doc__, PROBE)
+    if payload is None:
+        return 0
+    settings = dict(payload.get("settings", {}))
+    node = {"hostname": socket.gethostname()}
+    devs, problem = probelib.node_devices(payload)
+    if problem:
+        log(problem)
+        probelib.emit(PROBE, node, [], {}, [problem])
+        return 0
+    ranks = rank_devices(payload, devs)
+    world = len(ranks)
+    gpu = ranks[0].gpu
+    dtype = settings.get("dtype") or ("bf16" if gpu else "fp32")
+    on_cpu = sum(1 for d in ranks if d.kind != "cuda")
+    cores = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
+    env_common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
+                  "BURNIN_DTYPE": dtype, "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": str(free_port()),
+                  "BURNIN_THREADS": str(max(1, cores // on_cpu) if on_cpu else 1)}
+    log(f"{world} ranks, {dtype}, master 127.0.0.1:{env_common['MASTER_PORT']}")
+    procs = []
+    for i, d in enumerate(ranks):
+        env = {**os.environ, **env_common, "RANK": str(i), "LOCAL_RANK": str(i)}
+        if d.kind == "cuda":
+            env["BURNIN_CUDA_ORDINAL"] = str(d.ordinal)
+        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"],
+                                      stdout=subprocess.PIPE, env=env,
+                                      preexec_fn=probelib.die_with_parent))
+    records, errors = [], []
+    for i, (code, out) in enumerate(wait_all(procs)):
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if code != 0 or not lines:
+            errors.append(f"rank {i} ({ranks[i].label}) exited with status {code} without a "
+                          "result (see stderr)")
+            continue
+        record = json.loads(lines[-1])
+        records.append({**ranks[i].describe(), **record})
+    figures = {"world": world, "ranks_here": world, "backend": "nccl" if ranks[0].kind ==
+               "cuda" else "gloo"}
+    if records and not errors:
+        figures.update(node_figures(records, ranks, world))
+    for r in records:
+        r.pop("shared", None)
+    probelib.emit(PROBE, node, records, figures, errors)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
