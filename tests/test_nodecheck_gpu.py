@@ -71,3 +71,13 @@ def test_nvml_absent_on_a_gpu_node_fails_and_on_a_cpu_node_does_not(nvml_in_proc
     assert "but NVML is absent on the node" in texts(
         run(nvml_in_process, gpus=2, init_error="DRIVER_NOT_LOADED"))[0]
     assert texts(run(nvml_in_process, gpus=None, init_error="DRIVER_NOT_LOADED")) == []
+
+
+def test_an_r525_driver_reads_the_clock_reasons_through_the_older_call(nvml_in_process):
+    # nvmlDeviceGetCurrentClocksEventReasons came with R535: pynvml names it all the same,
+    # and on R525 it answers FUNCTION_NOT_FOUND; the older call must answer instead, as in
+    # the health probe, and neither the missing symbol nor a slowdown may go unsaid.
+    assert texts(run(nvml_in_process, driver_branch="R525", devices=[{}])) == []
+    found = texts(run(nvml_in_process, driver_branch="R525",
+                      devices=[{"clock_event_reasons": 0x40}]))
+    assert len(found) == 1 and "clocks slowed by hardware thermal slowdown" in found[0], found

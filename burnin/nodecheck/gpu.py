@@ -2,8 +2,10 @@
 GPU lost or fallen off the bus, and per GPU the health check's own rules
 (burnin/checks/health.py, drift.py, host.py): model, ECC mode, uncorrectable errors since
 the driver loaded, row remap pending or failed, retired pages pending, persistence and MIG
-mode, clocks held by a setting; and what node-check adds: clocks slowed right now by the
-hardware (slowdown, thermal, power brake).
+mode, clocks held by a setting; the GPU's NVLink fabric registration and the node's IMEX
+channels, read by the health probe's own reader (probes/gpufabric.py) and judged by its
+rule (burnin/checks/gpu_fabric.py); and what node-check adds: clocks slowed right now by
+the hardware (slowdown, thermal, power brake).
 
 Not read here, because a job may be running on the GPUs while node-check runs: compute
 processes, the PCIe link generation (it trains down at rest and is re-read under load by
@@ -13,11 +15,13 @@ the health check), the power limit. pynvml is imported only when this check runs
 from __future__ import annotations
 
 from burnin.checks.drift import device_drift
+from burnin.checks.gpu_fabric import fabric_faults, imex_faults
 from burnin.checks.health import _device_faults, _gpu
 from burnin.checks.host import clock_rules
 from burnin.model.gpu_reference import GpuModel
 from burnin.model.nodes import Node
 from burnin.nodecheck.model import CheckResult, fail
+from burnin.nodecheck.probelink import gpufabric
 
 CHECK = "gpu"
 # nvml.h nvmlClocksEventReason*: the hardware slowing the clocks (not the application,
@@ -70,6 +74,9 @@ def _read(nv, node: Node, model, settings: dict, last_good: dict) -> CheckResult
         want, source = last_good["gpus"], "the last clean node-check saw"
     if want is not None and count != want:
         findings.append(fail(CHECK, f"GPU count is {count}, {source} {want}"))
+    # As the run's health check: a model whose GPUs must be in an NVLink fabric (GB200,
+    # GB300) fails without one; any GPU whose fabric NVML reports is judged on any model.
+    in_fabric = bool(model and model.nvlink_fabric)
     for i in range(count):
         dev = _device(nv, i)
         name = _gpu(dev)
@@ -79,9 +86,14 @@ def _read(nv, node: Node, model, settings: dict, last_good: dict) -> CheckResult
                                         f"bus or hung; XID 79 territory, the node needs a "
                                         f"reset"))
             continue
-        for text in (_device_faults(node, dev, model) + device_drift(name, dev, node, settings)
+        for text in (_device_faults(node, dev, model)
+                     + fabric_faults(name, dev.get("fabric"), in_fabric)
+                     + device_drift(name, dev, node, settings)
                      + clock_rules(name, dev, settings) + _slowdowns(name, dev)):
             findings.append(fail(CHECK, text))
+    imex = gpufabric().imex_channels(str(settings.get("dev_root") or "/dev"))
+    for text in imex_faults(imex, bool(model and model.imex_channels)):
+        findings.append(fail(CHECK, text))
     return CheckResult(CHECK, tuple(findings), state={"gpus": count})
 
 
@@ -129,8 +141,40 @@ def _device(nv, index: int) -> dict:
     mig = read("mig_mode", nv.nvmlDeviceGetMigMode, h)
     if mig is not None:
         dev["mig_mode_current"], dev["mig_mode_pending"] = int(mig[0]), int(mig[1])
-    reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) \
-        or getattr(nv, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-    if reasons is not None:
-        dev["clock_event_reasons"] = read("clock_event_reasons", reasons, h)
+    dev["clock_event_reasons"] = read("clock_event_reasons", _reasons, nv, h)
+    dev["fabric"] = _fabric(nv, h, dev)
     return dev
+
+
+def _reasons(nv, h):
+    """The clock event reasons from the first call this driver has, as the health probe
+    reads them (probelib.nvml_first): ...EventReasons from R535, ...ThrottleReasons before
+    (an R525 driver lacks the new symbol, which pynvml names all the same, and CUDA 14.0
+    drops the old one)."""
+    missing = None
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                 "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        fn = getattr(nv, name, None)
+        if fn is None:
+            continue
+        try:
+            return fn(h)
+        except nv.NVMLError as e:
+            if getattr(e, "value", None) != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
+                raise
+            missing = e
+    raise missing or nv.NVMLError(nv.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
+def _fabric(nv, h, dev: dict) -> dict | None:
+    """The GPU's NVLink fabric registration, as the health probe reads it (probes/health.py
+    Nvml.fabric): None where the GPU is in no fabric or the driver has no fabric call (the
+    rule decides whether the model needs one), None with the error listed where NVML
+    failed otherwise."""
+    try:
+        return gpufabric().read(nv, h)
+    except nv.NVMLError as e:
+        if getattr(e, "value", None) not in (nv.NVML_ERROR_NOT_SUPPORTED,
+                                             nv.NVML_ERROR_FUNCTION_NOT_FOUND):
+            dev["errors"].append(f"fabric: {e}")
+        return None

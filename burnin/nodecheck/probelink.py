@@ -1,6 +1,7 @@
-"""The health probe's own readers (probes/hostfacts.py: the kernel log's XIDs and SXids,
-EDAC, meminfo, CPUs), loaded from the probes burnin ships, so that node-check reads the
-node exactly as a run's health check does. hostfacts imports only the standard library."""
+"""The health probe's own readers, loaded from the probes burnin ships, so that node-check
+reads the node exactly as a run's health check does: probes/hostfacts.py (the kernel log's
+XIDs and SXids, EDAC, meminfo, CPUs) and probes/gpufabric.py (a GPU's NVLink fabric
+registration, the IMEX channel devices). Both import only the standard library."""
 
 from __future__ import annotations
 
@@ -11,22 +12,33 @@ from types import ModuleType
 
 from burnin.core.shipped_files import shipped
 
-_NAME = "burnin_nodecheck_hostfacts"
+_PREFIX = "burnin_nodecheck_"
+_NAME = f"{_PREFIX}hostfacts"
 # The checks run in threads at once, and two of them want the module: the second must not
 # see it half executed.
 _LOADING = threading.Lock()
 
 
-def hostfacts() -> ModuleType:
-    """probes/hostfacts.py as a module (loaded once, whole before anyone sees it)."""
+def _probe(name: str) -> ModuleType:
+    """probes/`name`.py as a module (loaded once, whole before anyone sees it)."""
+    key = f"{_PREFIX}{name}"
     with _LOADING:
-        if _NAME in sys.modules:
-            return sys.modules[_NAME]
-        spec = importlib.util.spec_from_file_location(_NAME,
-                                                      shipped("probes") / "hostfacts.py")
+        if key in sys.modules:
+            return sys.modules[key]
+        spec = importlib.util.spec_from_file_location(key, shipped("probes") / f"{name}.py")
         if spec is None or spec.loader is None:
-            raise ImportError("probes/hostfacts.py cannot be loaded")
+            raise ImportError(f"probes/{name}.py cannot be loaded")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        sys.modules[_NAME] = module
+        sys.modules[key] = module
         return module
+
+
+def hostfacts() -> ModuleType:
+    """probes/hostfacts.py as a module."""
+    return _probe("hostfacts")
+
+
+def gpufabric() -> ModuleType:
+    """probes/gpufabric.py as a module."""
+    return _probe("gpufabric")
