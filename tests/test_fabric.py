@@ -87,6 +87,8 @@ def test_each_broken_fabric_fails_its_node_alone_with_the_port_named(pytester, t
         defaults: {transport: local, gpus: 0}
         checks:
           fabric: {window_s: 1.5}
+        # four nodes broken on purpose, each its own way: no shared cause here
+        quarantine: {shared_cause: {min_nodes: 7}}
         nodes:
         """) + nodes)
     stop = threading.Event()

@@ -35,7 +35,7 @@ def where(request, pytester) -> str:
 
 def tables(where: str) -> set[str]:
     """The ledger tables the database holds, read around burnin."""
-    names = ("quarantine", "history", "runs", "ledger_schema")
+    names = ("quarantine", "history", "runs", "incidents", "ledger_schema")
     if "://" not in where:
         db = sqlite3.connect(where)
         try:
@@ -70,7 +70,8 @@ def burnin(*args: str, cwd=None) -> subprocess.CompletedProcess:
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
 
 
-@pytest.mark.parametrize("dropped", [("quarantine", "history", "runs", "ledger_schema"),
+@pytest.mark.parametrize("dropped", [
+    ("quarantine", "history", "runs", "incidents", "ledger_schema"),
                                      ("quarantine",)], ids=["every-table", "quarantine"])
 def test_a_ledger_whose_tables_were_dropped_is_refused_not_recreated(pytester, where,
                                                                       dropped):
@@ -121,7 +122,7 @@ def test_ledger_init_creates_once_and_refuses_a_lost_one(where, tmp_path):
     made = burnin("ledger", "init", where, "--json")
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout) == {"ledger": where, "created": True}
-    assert tables(where) == {"quarantine", "history", "runs", "ledger_schema"}
+    assert tables(where) == {"quarantine", "history", "runs", "incidents", "ledger_schema"}
     again = burnin("ledger", "init", where)
     assert again.returncode == 0 and "already there, whole; nothing changed" in again.stdout
     Ledger(where).quarantine_by_hand("n1", "c", "held", "ann")

@@ -14,6 +14,7 @@ from support import pgserver
 from support.ledger_replay import contradictions
 
 from burnin.ledger.api import Ledger, LedgerError
+from burnin.ledger.backends import SCHEMA_VERSION
 from burnin.ledger.postgres import PostgresBackend
 
 pytestmark = pytest.mark.slow
@@ -53,7 +54,7 @@ def test_a_newer_schema_is_refused_not_downgraded(pg_url):
     ledger._write(lambda db: db.execute(
         "INSERT INTO ledger_schema (version, applied, how) VALUES (99, 0, 'future')"))
     with pytest.raises(LedgerError, match=r"schema version 99, newer than this burnin knows "
-                                          r"\(3\): upgrade burnin"):
+                                          rf"\({SCHEMA_VERSION}\): upgrade burnin"):
         Ledger(pg_url)
 
 

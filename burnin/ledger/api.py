@@ -28,7 +28,7 @@ from burnin.ledger.backends import (  # noqa: F401  (callers catch and read them
     backend_for,
     parse_location,
 )
-from burnin.ledger.incidents import IncidentLog
+from burnin.ledger.incidents import INCIDENT_COLUMNS, IncidentLog
 from burnin.ledger.read import (  # noqa: F401  (Entry: callers)
     HISTORY_COLUMNS,
     QUARANTINE_COLUMNS,
@@ -91,6 +91,10 @@ class Ledger(RunEndWrites, RunLog, IncidentLog, LedgerReads):
                     db.execute(f"INSERT INTO runs ({columns}) SELECT {columns} FROM runs "
                                "WHERE 0 = 1")
                     db.execute("DELETE FROM runs WHERE 0 = 1")
+                    # and its shared-cause incidents (burnin/ledger/incidents.py)
+                    kept = ", ".join(INCIDENT_COLUMNS)  # not its id: PostgreSQL generates it
+                    db.execute(f"INSERT INTO incidents ({kept}) SELECT {kept} FROM incidents "
+                               "WHERE 0 = 1")
                 finally:
                     db.execute("ROLLBACK")
             finally:

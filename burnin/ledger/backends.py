@@ -134,7 +134,7 @@ VERSION_TABLE = ("CREATE TABLE IF NOT EXISTS ledger_schema (version INTEGER PRIM
                  "applied {real} NOT NULL, how TEXT NOT NULL)")
 
 
-TABLES = ("quarantine", "history", "runs", "ledger_schema")
+TABLES = ("quarantine", "history", "runs", "incidents", "ledger_schema")
 
 
 class Backend:
@@ -184,7 +184,8 @@ class Backend:
                 raise self.missing()
         else:
             expected = {"quarantine"} | ({"history", "ledger_schema"} | (
-                {"runs"} if version >= 3 else set()) if self.versioned(present) else set())
+                {"runs"} if version >= 3 else set()) | (
+                {"incidents"} if version >= 4 else set()) if self.versioned(present) else set())
             lost = sorted(expected - present)
             if lost:
                 raise LedgerLost(

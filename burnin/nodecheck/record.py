@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
 
 from burnin.ledger.backends import LedgerUrlError, parse_location
 from burnin.nodecheck.budget import remaining
@@ -33,7 +34,7 @@ def shared_ledger(where: str | None) -> str | None:
 
 
 def record(where: str | None, node: str, event: str, lines: list[str],
-           deadline: float) -> str | None:
+           deadline: float, insecure: bool = False) -> str | None:
     """Write `lines` as `event`s of `node`; None when written or nothing to do, else why
     not (for stderr: the drain or exit status already says what was found)."""
     url = shared_ledger(where)
@@ -43,8 +44,9 @@ def record(where: str | None, node: str, event: str, lines: list[str],
 
     def write() -> None:
         try:
-            from burnin.ledger.api import Ledger
-            ledger = Ledger(url, create=False)  # created on purpose, by a run, never here
+            from burnin.ledger.open import ledger_site, open_ledger
+            # the one opener: never created here, the TLS rule as for every command
+            ledger = open_ledger(ledger_site(url, Path("reports")), insecure=insecure)
             who = f"node-check on {socket.gethostname()}"
             for line in lines:
                 ledger.note(node, event, line, None, who=who)

@@ -192,7 +192,8 @@ def _write_down(inventory: Inventory, node: Node, mode: str, failures: list[Find
         lines, event = [f"{mode}: {f.line()}" for f in failures], record.FOUND
     else:
         return
-    why = record.record(inventory.quarantine.ledger, node.name, event, lines, deadline)
+    why = record.record(inventory.quarantine.ledger, node.name, event, lines, deadline,
+                        inventory.quarantine.ledger_insecure)
     if why:
         print(f"burnin node-check: not written to the ledger: {why}", file=sys.stderr)
 
