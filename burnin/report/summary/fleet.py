@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from html import escape
 from string import Formatter
+from typing import Any
 
 from burnin.checks import CHECKS, Measure
 from burnin.model.outcome import Outcome
@@ -38,7 +39,7 @@ class FleetPart:
     key ({"temp": [(85.0, "slowdown", BAD)]}), and charts of its own, each
     (what, function, *args) as charts() returns them."""
 
-    data: object = None
+    data: Any = None  # of the check's own shape, which its node parts read
     refs: dict[str, list[tuple[float | None, str, str]]] = field(default_factory=dict)
     charts: list[tuple] = field(default_factory=list)
 
