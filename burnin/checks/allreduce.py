@@ -80,7 +80,9 @@ def intra_summary(fleet: Fleet) -> dict:
         fig = o.data["figures"]
         if fig.get("sweep"):
             key = _peer_key(fleet.models.get(name), fig.get("world"))
-            rates.setdefault(key, []).append(judged(fig["sweep"])["busbw_gbps"])
+            top = judged(fig["sweep"])
+            if top is not None:  # never None: the sweep is not empty
+                rates.setdefault(key, []).append(top["busbw_gbps"])
     out = {}
     for k, v in rates.items():
         median = statistics.median(v)
@@ -147,9 +149,12 @@ def figures(record: dict) -> list[Figure]:
     # The figure is the sweep's best; its label names the sweep's largest size (the best
     # of sizes up to it), which the settings fix: a label naming the best size itself
     # would move between runs and break every series, trend and comparison on it.
+    top = judged(sweep)
+    if top is None:  # never: the sweep is not empty
+        return []
     return [Figure("allreduce_busbw_gbps", (("scope", "intra"),
                                             ("bytes", str(max(s["bytes"] for s in sweep)))),
-                   judged(sweep)["busbw_gbps"],
+                   top["busbw_gbps"],
                    "All-reduce bus bandwidth, the best of the sweep up to `bytes`")]
 
 

@@ -57,7 +57,8 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
             result[n.name] = _outcome(n.name, excluded="fewer than two nodes passed the "
                                                        "single-node checks: no inter-node run")
         return result
-    facts = Facts({n.name: run.devices(n) for n in members},
+    # Every member's device count is known (those unknown are excluded above).
+    facts = Facts({n.name: d for n in members if (d := run.devices(n)) is not None},
                   {n.name: run.gpus(n) for n in members})
     # Each member's settings are its node group's: the allreduce check's sizes, floors
     # and fractions, under this check's own (timeout_s). A group's members must agree on

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
+from typing import Any
 
 from burnin.model.gpu_reference import GpuModel
 from burnin.model.nodes import Node
@@ -221,7 +222,9 @@ class Judging:
     """What a judge needs beyond the node and its outcome."""
 
     settings: dict                  # this node's settings for the check
-    fleet: object = None            # the check's fleet summary, computed once per run
+    # The check's fleet summary, computed once per run: of the shape its own summarize
+    # returns and its own judge reads (Any: each check's is its own).
+    fleet: Any = None
     model: GpuModel | None = None   # reference figures of the node's gpu_model
     devices: int | None = None      # devices the node must report (inventory or health)
     gpus: int | None = None         # of which GPUs: 0 on a CPU-only node; None: unknown
@@ -245,7 +248,7 @@ class Check:
     facts: bool = False
     # A group check runs over every node that passed the single-node checks, after them,
     # and applies only where a node has peers (the inter-node all-reduce).
-    execute: Callable[[object], dict[str, ProbeOutcome]] | None = None
+    execute: Callable[[Any], dict[str, ProbeOutcome]] | None = None
     # The command a check needs on the node (dcgm: dcgmi), from the node's settings for the
     # check: the facts check looks for it, and where it is missing the check does not apply.
     tool: Callable[[dict], str] | None = None
@@ -308,7 +311,8 @@ class Check:
 
     def resolve(self, profile: str, *overrides: dict) -> dict:
         """The settings the check runs with: profile defaults, then each override."""
-        values = {key: s.value_for(profile) for key, s in self.settings.items()}
+        values: dict[str, Any] = {key: s.value_for(profile)
+                                  for key, s in self.settings.items()}
         for o in overrides:
             values.update(o or {})
         if values.get("timeout_s") is None:

@@ -38,7 +38,7 @@ def _warning(w: dict) -> str:
     named = ("no severity given" if sev is None
              else SEVERITIES.get(sev, f"unknown severity {sev}"))
     code = w.get("error_id")
-    name = WATCH[code][0] if code in WATCH else NAMED.get(code)
+    name = WATCH[code][0] if code in WATCH else NAMED.get(code) if code is not None else None
     ident = "" if code is None else f"DCGM error id {code}{f' {name}' if name else ''}, "
     return f"{w['message']} ({ident}{named})"
 

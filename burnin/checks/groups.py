@@ -154,9 +154,9 @@ def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
                 world, offsets[n.name], facts.ranks[n.name]):
             return None
     sweep = outcomes[nodes[0].name].data["figures"].get("sweep")
-    if not sweep:
+    top = judged(sweep) if sweep else None
+    if top is None:
         return None
-    top = judged(sweep)
     # How many members, not their names: every member's record carries this, and a list
     # of n names in each of n records is O(n^2) in results.jsonl (1 GB at 10,000 nodes).
     return {"members": len(nodes), "rank0": nodes[0].name, "sweep": sweep,

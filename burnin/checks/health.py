@@ -75,7 +75,7 @@ def fleet_summary(fleet: Fleet) -> dict:
 
     value is None (and why says so) when no value leads outright.
     """
-    out = {}
+    out: dict[str, object] = {}
     for what, get in (("driver", _driver), ("torch", _torch_version)):
         values = {name: get(o) for name, o in fleet.outcomes.items()
                   if o.ok and get(o) is not None}

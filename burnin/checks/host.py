@@ -106,7 +106,8 @@ def _sxids(sxids: list[dict]) -> tuple[list[str], list[str]]:
     seen: dict[tuple[str, int], list[dict]] = {}
     for x in sxids:
         seen.setdefault((f"NVSwitch {x['switch']} (PCI {x['pci']})", x["sxid"]), []).append(x)
-    failures, warnings = [], []
+    failures: list[str] = []
+    warnings: list[str] = []
     for (where, code), events in seen.items():
         line = f"{where}: {xid.sxid_meaning(code)} {_said(events)}"
         ok = all(xid.sxid_in_service(code, e.get("text", "")) for e in events)
@@ -123,7 +124,9 @@ def _window(log: dict) -> list[str]:
         # The node's own log (not a file): its uptime is how long "since boot" would be.
         up = log.get("uptime_s") if log.get("source") in GONE else None
         of = f" (up {_span(up)})" if up else ""
-        why = GONE.get(log.get("source"), "the file begins there")
+        source = log.get("source")
+        why = GONE.get(source, "the file begins there") if source is not None \
+            else "the file begins there"
         out.append(f"kernel log ({log.get('source')}) read from {_span(oldest)} after boot, "
                    f"not from boot{of}: {why}, so XIDs and SXids of the first "
                    f"{_span(oldest)} are not checked")

@@ -52,7 +52,7 @@ def fleet_summary(fleet: Fleet) -> dict:
     """Once per run: per GPU model, the median over nodes of each node's median GB/s per
     direction; per (model, GPU count), the median all-at-once aggregate. Each node one
     vote, and only nodes that reported every GPU they have."""
-    per_model: dict[str, dict[str, list[float]]] = {}
+    per_model: dict[str, dict[str, list[list[float]]]] = {}  # each node's list of rates
     per_node_kind: dict[tuple, dict[str, list[float]]] = {}
     for _, o in fleet.voters():
         devices = [d for d in o.data["devices"] if "error" not in d]
@@ -154,8 +154,10 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                                 f"copying at once, below {fraction:g} x {together:.3f} GB/s, "
                                 f"the node's median GPU then{link(dev)}")
         failures += _aggregate_rules(data, direction, devices, settings, summary, fraction)
-    floors = {"pcie": one_way, "pcie bidirectional": both_ways,
-              "pcie aggregate": settings.get("min_aggregate_gbps")}
+    held_to = {"pcie": one_way, "pcie bidirectional": both_ways,
+               "pcie aggregate": settings.get("min_aggregate_gbps")}
+    # Verdict leaves out a floor that is None; so does this, for its type.
+    floors: dict[str, float] = {k: v for k, v in held_to.items() if v is not None}
     return Verdict(node.name, "pcie", tuple(failures), floors=floors)
 
 

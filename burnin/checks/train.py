@@ -25,6 +25,7 @@ import json
 import math
 import statistics
 from dataclasses import replace
+from typing import Any, cast
 
 from burnin.checks.base import (
     PEER_SPREADS,
@@ -121,13 +122,14 @@ def _replicas(devices: list[dict], fig: dict) -> list[str]:
                    f"{'the other ranks' if common is not None else 'each other'} (fingerprints "
                    f"{prints}); expected bitwise identical after every step"
                    + (f"; {len(events) - 1} more step(s) differed" if len(events) > 1 else ""))
-    finals = {d.get("rank"): d.get("digest") for d in devices if d.get("digest")}
+    finals: dict[Any, str] = {d.get("rank"): d["digest"] for d in devices if d.get("digest")}
     if len(set(finals.values())) > 1 and not events:
-        common, _ = majority(finals)
-        odd = [r for r, v in finals.items() if v != common]
+        common_digest, _ = majority(finals)
+        odd_finals = [r for r, v in finals.items() if v != common_digest]
         out.append("final parameters differ between replicas: " + ", ".join(
-            f"{_where(by_rank[r])} digest {finals[r][:12]}" for r in odd)
-            + (f", the others {common[:12]}" if common else ""))
+            f"{_where(by_rank[r])} digest {finals[r][:12]}" for r in odd_finals)
+            # one of finals' digests, Str by the schema, which majority returns as object
+            + (f", the others {cast(str, common_digest)[:12]}" if common_digest else ""))
     return out
 
 

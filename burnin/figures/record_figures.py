@@ -95,7 +95,8 @@ def _kept_data(data):
     out["figures"] = _slim(data.get("figures"))
     if isinstance(data.get("env"), dict):  # the inventory's env:, in the node's heading
         out["env"] = _slim(data["env"])
-    devices = data.get("devices") if isinstance(data.get("devices"), list) else []
+    listed = data.get("devices")
+    devices = listed if isinstance(listed, list) else []
     out["devices"] = [{k: d[k] for k in IDENTITY if k in d} for d in devices
                       if isinstance(d, dict)]
     return out

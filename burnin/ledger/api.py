@@ -25,6 +25,7 @@ from burnin.ledger.backends import (  # noqa: F401  (callers catch and read them
     LedgerMissing,
     LedgerNotEmpty,
     LedgerUrlError,
+    SqliteBackend,
     backend_for,
     parse_location,
 )
@@ -69,7 +70,10 @@ class Ledger(RunEndWrites, RunLog, IncidentLog, LedgerReads):
     @property
     def marker(self) -> Path:
         """The file beside an SQLite ledger that says burnin created one here."""
-        return self._backend.marker
+        backend = self._backend
+        if not isinstance(backend, SqliteBackend):  # as before: other engines have none
+            raise AttributeError(f"the ledger {self.where} is no SQLite file: it has no marker")
+        return backend.marker
 
     def check_writable(self) -> None:
         """Raise (LedgerError, OSError) unless a write transaction can be taken and every

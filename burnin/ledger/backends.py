@@ -16,6 +16,7 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from burnin.core.safefiles import private_dirs, write_atomically
 from burnin.errors import (  # noqa: F401  (raised here, caught by callers)
@@ -147,6 +148,9 @@ class Backend:
     real = "REAL"
     retryable: tuple[type[BaseException], ...] = ()
     errors: tuple[type[BaseException], ...] = ()
+
+    if TYPE_CHECKING:  # each engine is made from its location (backend_for); none here
+        def __init__(self, location: Any) -> None: ...
 
     @classmethod
     def locate(cls, text: str) -> Path | str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from burnin.core.safetext import safe_text
 from burnin.model.incident import Incident
@@ -45,15 +47,21 @@ class KeptIncident:
     incident: Incident
 
 
+T = TypeVar("T")
+
+
 class IncidentLog:
     """Ledger methods over `incidents`."""
+
+    if TYPE_CHECKING:  # burnin.ledger.api.Ledger's, for the type checker only
+        def _write(self, work: Callable[[Any], T]) -> T: ...
 
     def record_incidents(self, cluster: str, run_id: str, incidents: list[Incident],
                          now: float | None = None) -> None:
         """A run's incidents, in one transaction."""
         if incidents:
             now = time.time() if now is None else now
-            self._write(lambda db: self._incidents_in(  # type: ignore[attr-defined]
+            self._write(lambda db: self._incidents_in(
                 db, cluster, run_id, incidents, now))
 
     @staticmethod

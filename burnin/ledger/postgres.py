@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from burnin.ledger.backends import (
@@ -22,7 +23,7 @@ from burnin.ledger.url import scrub, shown, tls_problem
 
 @dataclass(frozen=True)
 class _PgCursor:
-    cursor: object
+    cursor: Any  # psycopg's (no stubs in the environment)
 
     def fetchone(self):
         return self.cursor.fetchone()

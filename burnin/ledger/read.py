@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from burnin.ledger.runs import DAY, RUN_COLUMNS
+
+if TYPE_CHECKING:
+    from burnin.ledger.backends import Backend
+
+T = TypeVar("T")
 
 QUARANTINE_COLUMNS = ("node", "cluster", "checks", "reasons", "figures", "run_id", "since",
                       "updated", "set_by", "clean_runs", "drained_by_burnin", "by_hand")
@@ -34,6 +42,12 @@ class Entry:
 
 class LedgerReads:
     """The reads of burnin.ledger.api.Ledger."""
+
+    if TYPE_CHECKING:  # burnin.ledger.api.Ledger's, for the type checker only
+        _backend: Backend
+
+        def _read(self, work: Callable[[Any], T]) -> T: ...
+        def _guard(self) -> AbstractContextManager[None]: ...
 
     def repeat_offenders(self, times: int, days: float,
                          now: float | None = None) -> dict[str, int]:

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from burnin.ledger.runs import NodeRun, encode_runs
 from burnin.model.incident import Incident
@@ -55,8 +57,29 @@ class RunRecorded:
     not_counted: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
+T = TypeVar("T")
+
+
 class RunEndWrites:
     """Ledger methods for the end of a run."""
+
+    if TYPE_CHECKING:  # the other parts of burnin.ledger.api.Ledger, for the type checker
+        def _write(self, work: Callable[[Any], T]) -> T: ...
+        def _clean_in(self, db: Any, node: str, run_id: str, release_after: int,
+                      repeat: tuple[int, float] | None, now: float) -> tuple[int, bool]: ...
+        def _failures_in(self, db: Any, cluster: str, encoded: list[tuple], run_id: str,
+                         who: str, now: float) -> dict[str, bool]: ...
+
+        @staticmethod
+        def _log(db: Any, node: Any, event: Any, who: Any, why: Any, run_id: Any,
+                 now: Any) -> None: ...
+
+        @staticmethod
+        def _runs_in(db: Any, rows: list[tuple], keep_days: float, now: float) -> int: ...
+
+        @staticmethod
+        def _incidents_in(db: Any, cluster: str, run_id: str, incidents: Any,
+                          now: float) -> None: ...
 
     def record_run_end(self, v: RunVerdicts) -> RunRecorded:
         """The run's verdicts, releases and failures in one transaction (retried whole

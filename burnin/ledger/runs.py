@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from burnin.core.safetext import safe_text
 
@@ -15,6 +17,7 @@ DAY = 86400.0  # seconds
 RUN_COLUMNS = ("node", "cluster", "run_id", "time", "outcome", "checks", "reasons", "speed",
                "figures")
 REASON_CHARS = 1000  # of each reason a kept run holds: the evidence folder has the rest
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,10 @@ class NodeRun:
 
 class RunLog:
     """Ledger methods over `runs`."""
+
+    if TYPE_CHECKING:  # burnin.ledger.api.Ledger's, for the type checker only
+        def _write(self, work: Callable[[Any], T]) -> T: ...
+        def _read(self, work: Callable[[Any], T]) -> T: ...
 
     def record_runs(self, cluster: str, runs: list[NodeRun], keep_days: float,
                     now: float | None = None) -> int:

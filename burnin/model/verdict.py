@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from burnin.core.safetext import safe_text
+
+K = TypeVar("K")  # what majority's values are keyed by: node names, or ranks
 
 
 def clean(text: str) -> str:
@@ -41,7 +45,7 @@ class Verdict:
         return not self.failures and not self.skipped
 
 
-def majority(values: dict[str, object]) -> tuple[object | None, str]:
+def majority(values: Mapping[K, object]) -> tuple[object | None, str]:
     """The value most nodes share, and '' ; or (None, why) when no value leads outright.
 
     `values` maps node name to value; nodes without a value are left out by the caller.

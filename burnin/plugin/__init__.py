@@ -15,6 +15,7 @@ import json
 import signal
 import threading
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -32,7 +33,14 @@ from burnin.ledger.open import ledger_site, open_ledger
 from burnin.model.nodes import Node
 from burnin.model.outcome import CaseResult, Outcome
 from burnin.model.verdict import clean
-from burnin.plugin.collection import check_of, check_of_id, inapplicable, is_check, node_param
+from burnin.plugin.collection import (
+    check_of,
+    check_of_id,
+    inapplicable,
+    is_check,
+    node_of,
+    node_param,
+)
 from burnin.plugin.preflight import NotReady, check_controller, mark_running
 from burnin.plugin.run_end import RunEnd
 from burnin.report.junit import floors_of, verdicts_of
@@ -67,7 +75,7 @@ class BurninState(RunEnd):
     def __init__(self, config: pytest.Config):
         self.config = config
         self.worker = hasattr(config, "workerinput")
-        self.run_id = (config.workerinput["burnin_run_id"] if self.worker
+        self.run_id = (_workerinput(config)["burnin_run_id"] if self.worker
                        else new_run_id())
         self._run: Run | None = None
         self.error: str | None = None
@@ -86,7 +94,7 @@ class BurninState(RunEnd):
         # error of a check's test that is not its verdict): the run ends incomplete.
         self.fault: str | None = None
         self.session: pytest.Session | None = None
-        self._sigterm = None
+        self._sigterm: Any = None  # SIGTERM's handler before ours (signal.signal's answer)
 
     @property
     def reports_dir(self) -> Path:
@@ -116,7 +124,7 @@ class BurninState(RunEnd):
                 run = Run(inventory, nodes, self.config.getoption("profile"),
                           self.reports_dir, self.run_id, fanout=self.config.getoption("fanout"))
                 if self.worker:  # the controller holds the Slurm allocation for all
-                    run.launchers.attach(self.config.workerinput.get("burnin_launchers", {}))
+                    run.launchers.attach(_workerinput(self.config).get("burnin_launchers", {}))
                 else:
                     try:
                         self._prepare(run)
@@ -145,10 +153,10 @@ class BurninState(RunEnd):
     def _split(self, nodes: list[Node]) -> tuple[list[Node], list[Node]]:
         revalidate = self.config.getoption("revalidate")
         if self.worker:  # the controller decided; the ledger may have moved since
-            held = set(self.config.workerinput["burnin_held"])
+            held = set(_workerinput(self.config)["burnin_held"])
             return ([n for n in nodes if (n.name in held) == revalidate],
                     [] if revalidate else [n for n in nodes if n.name in held])
-        return split_by_quarantine(nodes, self.ledger, revalidate)
+        return split_by_quarantine(nodes, self._ledger(), revalidate)
 
     def _attach_progress(self) -> None:
         # The terminal reporter registers in its own pytest_configure, maybe after ours.
@@ -206,21 +214,23 @@ class BurninState(RunEnd):
         if call.when == "call" and is_check(item) and self._run is not None:
             # The floors its judge used travel with the report (from an xdist worker too)
             # to summary.html, which draws these and no others.
-            verdict = self._run.judged(check_of(item), item.callspec.params["node"].name)
+            verdict = self._run.judged(check_of(item), node_of(item).name)
             if verdict is not None and verdict.floors:
                 report.user_properties.append(("burnin_floors", json.dumps(verdict.floors)))
         if call.excinfo is None or not is_check(item) or call.excinfo.errisinstance(
                 (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception,
                  pytest.exit.Exception, KeyboardInterrupt)):
             return
-        node = item.callspec.params["node"].name
+        node = node_of(item).name
         what = clean(f"{check_of(item)} on {node}: {call.excinfo.typename}: "
                      f"{call.excinfo.value}".splitlines()[0])[:1000]
         report.user_properties.append(("burnin_fault", what))
         item.session.shouldstop = f"burnin: controller fault, the run ends incomplete: {what}"
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        props = dict(report.user_properties)
+        # burnin's own properties are strings (set in pytest_runtest_makereport and at
+        # collection); no other plugin's is read here.
+        props = cast(dict[str, str], dict(report.user_properties))
         if self.worker or "burnin_node" not in props:
             return
         if props.get("burnin_fault") and self.fault is None:
@@ -342,6 +352,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("node", nodes, ids=[n.name for n in nodes])
 
 
+def _workerinput(config: pytest.Config) -> dict[str, Any]:
+    """What pytest-xdist's controller gave this worker (pytest_configure_node)."""
+    return config.workerinput  # type: ignore[attr-defined]  # xdist sets it
+
+
 def _text(report: pytest.TestReport) -> str:
     """What a report says, as text: a skip's reason, not the (file, line, reason) tuple
     pytest keeps for it. A passed phase says nothing: asking pytest for its text anyway
@@ -384,7 +399,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     burnin = [i for i in items if "node" in getattr(i, "fixturenames", ())]
     state.requested |= {check_of(i) for i in burnin if check_of(i) in CHECKS}
     for item in burnin:
-        item.user_properties += [("burnin_node", item.callspec.params["node"].name),
+        item.user_properties += [("burnin_node", node_of(item).name),
                                  ("burnin_check", check_of(item))]
     if burnin:
         # Single-node checks first; the inter-node all-reduce takes only nodes that passed.

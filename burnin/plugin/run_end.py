@@ -19,9 +19,11 @@ from burnin.core.safefiles import write_atomically
 from burnin.engine.run import Run
 from burnin.figures import goodput
 from burnin.figures import track_record as track
+from burnin.figures.goodput import Speed
 from burnin.gate import incidents
-from burnin.gate.quarantine import settle
-from burnin.ledger.api import LedgerError
+from burnin.gate.quarantine import GateReport, settle
+from burnin.ledger.api import Ledger, LedgerError
+from burnin.model.incident import Incident
 from burnin.model.nodes import Node
 from burnin.model.outcome import CaseResult, Outcome
 from burnin.plugin.collection import is_check
@@ -35,6 +37,25 @@ class RunEnd:
     """BurninState's end of a run (the state's attributes: config, cases, requested,
     held, ledger, gate, speeds, job_nodes, tracked, fault, report_problems)."""
 
+    config: pytest.Config
+    cases: dict[tuple[str, str], CaseResult]
+    requested: set[str]
+    held: list[Node]
+    ledger: Ledger | None
+    gate: GateReport | None
+    incidents: list[Incident]
+    speeds: dict[str, Speed]
+    job_nodes: int
+    tracked: track.FleetTrack | None
+    fault: str | None
+    report_problems: list[str]
+
+    def _ledger(self) -> Ledger:
+        """The run's ledger: open whenever there is a run (BurninState.run opens it first)."""
+        if self.ledger is None:
+            raise AssertionError("burnin: the run's quarantine ledger was never opened")
+        return self.ledger
+
     def _finish(self, run: Run, session: pytest.Session, interrupted: bool) -> None:
         """The verdicts into the ledger and junit.xml. A complete run's report is written
         first under another name, so that a full disk is found before anyone is
@@ -43,7 +64,7 @@ class RunEnd:
         # Every check asked for, also where no node ran it (all of them in quarantine).
         checks = [c for c in CHECKS if c in (self.requested | {c for _, c in self.cases})]
         for node in self.held:
-            entry = self.ledger.get(node.name)
+            entry = self._ledger().get(node.name)
             why = (f"in quarantine since run {entry.run_id}: {'; '.join(entry.reasons)}; "
                    "--revalidate re-tests it") if entry else "in quarantine"
             for check in checks:
@@ -74,7 +95,7 @@ class RunEnd:
         pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
         write_atomically(pending, self._junit(run, self._report_properties(
             run, session.exitstatus)), durable=True)
-        self.gate = settle(run.inventory, self.ledger, run.run_id, self.cases,
+        self.gate = settle(run.inventory, self._ledger(), run.run_id, self.cases,
                            self.config.getoption("revalidate"),
                            act=not self.config.getoption("no_quarantine"), speeds=self.speeds,
                            incidents=self.incidents)
@@ -146,7 +167,7 @@ class RunEnd:
         """{node: in quarantine} at the end of the run, for metrics.prom; None when the
         ledger cannot be read now (the series is left out, the run goes on)."""
         try:
-            held = self.ledger.quarantined()
+            held = self._ledger().quarantined()
         except (OSError, LedgerError):
             return None
         return {n.name: n.name in held for n in run.nodes + self.held}

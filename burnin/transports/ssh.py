@@ -36,7 +36,7 @@ from burnin.transports.fanout import start_gate
 from burnin.transports.nodeside import HOLDER
 from burnin.transports.reading import POLL_S, read_bounded
 from burnin.transports.sshbounds import Bound, bounded, within
-from burnin.transports.sshconnect import connect, hang_up
+from burnin.transports.sshconnect import connect, hang_up, transport_of
 
 KILL_GRACE_S = 2
 # How often a running probe's read loop wakes up with nothing to read, when the run's
@@ -62,9 +62,10 @@ class SshTransport(Transport):
         return f"{self.node.address}:{self.node.ssh.port}"
 
     def _connect(self) -> paramiko.SSHClient:
-        t = self._client.get_transport() if self._client is not None else None
-        if t is not None and t.is_active():
-            return self._client
+        client = self._client
+        t = client.get_transport() if client is not None else None
+        if client is not None and t is not None and t.is_active():
+            return client
         if self._client is not None:
             self._client = None
             raise NodeUnreachable(f"connection to {self.where} lost")
@@ -87,7 +88,7 @@ class SshTransport(Transport):
         try:
             what = "the start of the command that holds the node"
             with self._bounded(wait) as bound:
-                chan = client.get_transport().open_session(timeout=wait)
+                chan = transport_of(client).open_session(timeout=wait)
                 chan.exec_command(line)
             what = "the command that holds the node (it never said ready)"
             with self._bounded(timeout) as bound:
@@ -172,7 +173,7 @@ class SshTransport(Transport):
         wait = self.node.ssh.connect_timeout_s
         try:
             with self._bounded(wait) as bound:
-                chan = client.get_transport().open_session(timeout=wait)
+                chan = transport_of(client).open_session(timeout=wait)
                 chan.exec_command(line)
         except Exception as e:
             raise NodeUnreachable(f"cannot start a command on {self.where}: "
@@ -323,7 +324,7 @@ class _Channel:
             return False  # what arrived is read first, also from a channel closed since
         if c.exit_status_ready() and c.eof_received:
             return True
-        return c.closed or not self.client.get_transport().is_active()
+        return c.closed or not transport_of(self.client).is_active()
 
     def read(self, timeout_s: float) -> tuple[bytes, bytes]:
         c = self.chan

@@ -20,6 +20,7 @@ import shlex
 import socket
 import threading
 from collections.abc import Callable
+from typing import TypeVar, cast
 
 import paramiko
 from paramiko.hostkeys import HostKeyEntry
@@ -59,7 +60,7 @@ def connect(node: Node) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
             _keep_alive(bastion)
             try:
                 with bounded(ssh.connect_timeout_s, lambda: hang_up(bastion)) as bound:
-                    sock = bastion.get_transport().open_channel(
+                    sock = transport_of(bastion).open_channel(
                         "direct-tcpip", (node.address, ssh.port), ("127.0.0.1", 0),
                         timeout=ssh.connect_timeout_s)
             except Exception as e:
@@ -130,7 +131,9 @@ class KnownHosts:
                     entry = HostKeyEntry.from_line(line, lineno)
                 except paramiko.SSHException:
                     continue
-                for h in entry.hostnames if entry is not None else ():
+                if entry is None:
+                    continue
+                for h in entry.hostnames:
                     if h.startswith("|1|"):
                         self.hashed.append((lineno, h, entry.key))
                     else:
@@ -147,11 +150,12 @@ class KnownHosts:
         return list(by_type.values())
 
 
-_files: dict[tuple[str, type], tuple[tuple, object]] = {}
+T = TypeVar("T")
+_files: dict[tuple[str, Callable[[str], object]], tuple[tuple[int, ...], object]] = {}
 _files_lock = threading.Lock()
 
 
-def _cached(path: str, read: Callable[[str], object]):
+def _cached(path: str, read: Callable[[str], T]) -> T:
     """read(path), again only when the file changed (size, time, inode), once per process
     whatever the number of threads asking."""
     with _files_lock:
@@ -160,7 +164,8 @@ def _cached(path: str, read: Callable[[str], object]):
         known = _files.get((path, read))
         if known is None or known[0] != stamp:
             known = _files[(path, read)] = (stamp, read(path))
-        return known[1]
+        # A T by construction: what is kept under (path, read) is what read returned.
+        return cast(T, known[1])
 
 
 def _private_key(path: str) -> paramiko.PKey:
@@ -208,8 +213,17 @@ def _before_connected(e: Exception) -> bool:
                           paramiko.ssh_exception.NoValidConnectionsError))
 
 
+def transport_of(client: paramiko.SSHClient) -> paramiko.Transport:
+    """The client's connection; a client closed meanwhile (hung up by a bound, from another
+    thread) has none, which says so rather than as an AttributeError on None."""
+    t = client.get_transport()
+    if t is None:
+        raise paramiko.SSHException("the connection is closed")
+    return t
+
+
 def _keep_alive(client: paramiko.SSHClient) -> None:
-    transport = client.get_transport()
+    transport = transport_of(client)
     transport.set_keepalive(KEEPALIVE_S)
     s = transport.sock
     if not isinstance(s, socket.socket):

@@ -208,3 +208,18 @@ def test_the_page_part_names_at_most_a_few_dozen_nodes_and_counts_the_rest():
     assert "<b>100.0 per 1,000 node-days</b> (600 quarantine(s) over 6,000 node-days" in html
     assert "pace of a 64-node job 0.936; break-even 0.984" in html
     assert ledger_part.render(PageRun("c", "r1", {}, {}, {}, {}, set())) == ""
+
+
+def test_a_kept_history_with_a_negative_job_size_costs_the_chart_not_the_part():
+    """pace() is None for a job of fewer than one node; a history.json that says -1
+    (0 falls back to the node count) drew a TypeError in place of the whole part, the
+    repeat offenders with it. Found by mypy (issue 42)."""
+    from burnin.report.summary.model import PageRun
+    report = PageRun("c", "r1", {}, {}, {}, {}, set(),
+                     speeds={"n1": (1.0, "burn"), "n2": (0.9, "burn")},
+                     history={"job_nodes": -1, "window_days": 30.0, "repeat_times": 3,
+                              "nodes": {"n2": {"quarantines": 3, "node_days": 30.0}},
+                              "repeat_offenders": {"n2": 3}})
+    html = ledger_part.render(report)
+    assert "Repeat offenders" in html and "n2</a> (3 times)" in html
+    assert "<svg" not in html  # no job, no pace to draw

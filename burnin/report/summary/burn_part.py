@@ -104,7 +104,8 @@ def event_runs(t, reasons) -> list[tuple[float, float, str, bool]]:
 
 def _step(t) -> float:
     xs = [num(x) for x in seq(t)[:3]]
-    return (xs[1] - xs[0]) if len(xs) > 1 and None not in xs[:2] and xs[1] > xs[0] else 1.0
+    a, b = (xs[0], xs[1]) if len(xs) > 1 else (None, None)
+    return (b - a) if a is not None and b is not None and b > a else 1.0
 
 
 def burn(view: NodeView, record: dict) -> list:

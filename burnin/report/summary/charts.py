@@ -234,9 +234,9 @@ class Chart:
         for a, b, title, colour in self.spans:
             out.append(("rect", px(a), top, max(round(px(b) - px(a), 1), 1.5), ph, colour, 0.18,
                         title))
-        for name, pts, colour in self.bands:
-            ring = [(px(x), py(hi_)) for x, _, hi_ in pts] + \
-                   [(px(x), py(lo_)) for x, lo_, _ in reversed(pts)]
+        for name, band, colour in self.bands:
+            ring = [(px(x), py(hi_)) for x, _, hi_ in band] + \
+                   [(px(x), py(lo_)) for x, lo_, _ in reversed(band)]
             out.append(("polygon", ring, colour, 0.2, name, top, ph))
         for name, pts, colour, width in self.lines:
             if log:
@@ -259,7 +259,8 @@ class Chart:
         return out
 
     def _refs(self, py, x0: float, x1: float) -> list[tuple]:
-        out, used = [], []
+        out: list[tuple] = []
+        used: list[float] = []
         for y, name, colour in sorted(self.refs, key=lambda r: -r[0]):
             ty = py(y) - 3
             while any(abs(ty - u) < 10 for u in used):
@@ -271,7 +272,8 @@ class Chart:
         return out
 
     def _labels(self, px, py, right: float) -> list[tuple]:
-        out, used = [], []
+        out: list[tuple] = []
+        used: list[tuple[float, float]] = []
         for x, y, text in self.labels:
             lx, ly, cls = px(x) + 5, py(y) + 3, "s b"
             while any(abs(ly - uy) < 10 and abs(lx - ux) < 120 for ux, uy in used):

@@ -107,8 +107,8 @@ def allreduce(view: NodeView, record: dict) -> list:
     fig = mapping(record["data"].get("figures"))
     world = int(num(fig.get("world")) or 0)
     sweep = [mapping(s) for s in seq(fig.get("sweep"))]
-    pts = [(num(s.get("bytes")), num(s.get("busbw_gbps"))) for s in sweep]
-    pts = [(b, v) for b, v in pts if b and v is not None]
+    read = [(num(s.get("bytes")), num(s.get("busbw_gbps"))) for s in sweep]
+    pts = [(b, v) for b, v in read if b and v is not None]
     chart = Chart(f"busbw against message size ({world} ranks)", Axis("message size", log2=True),
                   Axis("GB/s", "GB/s"), 440, 210)
     part = view.fleet.parts.get("allreduce")
@@ -138,12 +138,12 @@ def internode(view: NodeView, record: dict) -> list:
     pairs = [mapping(p) for p in seq(fig.get("pairs"))]
     gbps = num(group.get("busbw_gbps"))
     rows = [[" + ".join(str(x) for x in seq(p.get("nodes"))), p.get("busbw_gbps"),
-             f"{num(p.get('busbw_gbps')) / gbps:.0%}" if gbps and num(p.get("busbw_gbps"))
+             f"{share / gbps:.0%}" if gbps and (share := num(p.get("busbw_gbps")))
              is not None else ""] for p in pairs]
     return [facts([("excluded", fig.get("excluded")), ("group failure", fig.get("group_failure")),
                    ("group nodes", num(group.get("members"))),
                    ("group busbw GB/s", gbps),
-                   ("at size", fmt_bytes(num(group.get("bytes"))) if num(group.get("bytes"))
+                   ("at size", fmt_bytes(size) if (size := num(group.get("bytes")))
                     else None), ("wrong elements", fig.get("wrong_elements"))])] + \
         ([table(["pair", "busbw GB/s", "of the group's"], rows)] if rows else [])
 

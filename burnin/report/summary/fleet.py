@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from html import escape
 from string import Formatter
+from typing import Any
 
 from burnin.checks import CHECKS, Measure
 from burnin.model.outcome import Outcome
@@ -38,7 +39,7 @@ class FleetPart:
     key ({"temp": [(85.0, "slowdown", BAD)]}), and charts of its own, each
     (what, function, *args) as charts() returns them."""
 
-    data: object = None
+    data: Any = None  # of the check's own shape, which its node parts read
     refs: dict[str, list[tuple[float | None, str, str]]] = field(default_factory=dict)
     charts: list[tuple] = field(default_factory=list)
 
@@ -104,7 +105,9 @@ def _placed(check: str, f, fleet: FleetFigures) -> tuple | None:
     """(the list of its chart's devices, its device, whether charted per model) of a
     figure, its chart entered in `fleet`; None when it is not charted."""
     spec = CHECKS.get(check)
-    m = next((m for m in spec.measures if m.metric == f.metric), None) if spec else None
+    if spec is None:
+        return None
+    m = next((m for m in spec.measures if m.metric == f.metric), None)
     if m is None or not m.chart:
         return None
     used = {name for _, name, _, _ in Formatter().parse(m.key) if name}
@@ -228,12 +231,13 @@ def grid(report: PageRun) -> str:
 
 def _stops(pattern: tuple) -> str:
     n = len(pattern) or 1
-    return ",".join(f"{COLOUR.get(o, COLOUR[''])} {100 * i / n:.1f}% {100 * (i + 1) / n:.1f}%"
+    blank = COLOUR[Outcome.NOT_RUN]  # '' is NOT_RUN's value: the key COLOUR[''] found
+    return ",".join(f"{COLOUR.get(o, blank)} {100 * i / n:.1f}% {100 * (i + 1) / n:.1f}%"
                     for i, o in enumerate(pattern))
 
 
 # Fleet charts -----------------------------------------------------------------------------
-def charts(report: PageRun, fleet: FleetFigures) -> list[str]:
+def charts(report: PageRun, fleet: FleetFigures) -> list[tuple]:
     """A rank chart per figure a check's Measure gives one (per device model where it
     says so), in page order; then the charts of the checks' fleet parts."""
     out = []

@@ -40,9 +40,9 @@ def allreduce(report: PageRun) -> FleetPart:
     for node, recs in report.records.items():
         fig = mapping(data_of(recs.get("allreduce")).get("figures"))
         world = int(num(fig.get("world")) or 0)
-        pts = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
-               for s in seq(fig.get("sweep"))]
-        pts = [(b, v) for b, v in pts if b and v is not None]
+        read = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
+                for s in seq(fig.get("sweep"))]
+        pts = [(b, v) for b, v in read if b and v is not None]
         for b, v in pts:
             sweeps.setdefault(world, {}).setdefault(int(b), []).append(v)
         if pts:
@@ -88,9 +88,9 @@ def _internode_sweep(report: PageRun) -> list[tuple[float, float]]:
     for recs in report.records.values():
         group = mapping(mapping(data_of(recs.get("allreduce_internode")).get("figures"))
                         .get("group"))
-        pts = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
-               for s in seq(group.get("sweep"))]
-        pts = [(b, v) for b, v in pts if b and v is not None]
+        read = [(num(mapping(s).get("bytes")), num(mapping(s).get("busbw_gbps")))
+                for s in seq(group.get("sweep"))]
+        pts = [(b, v) for b, v in read if b and v is not None]
         if pts:
             return pts
     return []

@@ -32,6 +32,8 @@ def sorted_speeds_chart(speeds: dict[str, tuple[float, str]], job_nodes: int) ->
     if len(ranked) < 2:
         return ""
     at = pace([s for s, _ in ranked], job_nodes)
+    if at is None:  # a kept history's job of fewer than one node: no pace to draw
+        return ""
     even = break_even(job_nodes)
     lo = min(min(s for s, _ in ranked), even, at) - 0.02
     hi = max(max(s for s, _ in ranked), 1.0) + 0.02

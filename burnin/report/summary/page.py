@@ -15,6 +15,7 @@ import gzip
 import json
 import time
 from html import escape
+from typing import cast
 
 from burnin.model.outcome import Outcome
 from burnin.report import incidents as incidents_report
@@ -41,6 +42,8 @@ MARK = {Outcome.PASSED: ("", "✓"), Outcome.FAILED: (" class=fail", "✗"),
         Outcome.ERROR: (" class=fail", "!"),
         Outcome.SKIPPED: (" class=skip", "–")}  # a passed cell is green by default: 1,000s of rows
 NOT_RUN = (" class=skip", "")
+# MARK as the verdicts' plain strings look it up (Outcome is a str enum: the same entries)
+MARK_BY_WORD: dict[str, tuple[str, str]] = {o: mark for o, mark in MARK.items()}
 
 STYLE = """body{font:14px system-ui,sans-serif;margin:20px 24px;color:#1f2328}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:17px;margin:22px 0 8px}h3{font-size:15px;margin:0}
@@ -104,7 +107,7 @@ def render(report: PageRun) -> str:
     # One node has no fleet to compare with: its own charts, in its section, say it all.
     charts = "".join(guarded(what, fn, *args) for what, fn, *args in
                      fleet_mod.charts(report, fleet)) if len(nodes) > 1 else ""
-    moved = trend_mod.summary_line(report.trend, nodes)
+    moved = trend_mod.summary_line(_trend(report), nodes)
     later = len(lazy) - len(drawn_at_load)
     return "".join([
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
@@ -158,7 +161,10 @@ def _chunks(lazy: list[str], at_load: list[str], section) -> str:
     the frames their charts share (the script finds each by its id)."""
     if not lazy:
         return ""
-    out, names, frames, index = [], [], [], {}
+    out: list[str] = []
+    names: list[list[str]] = []
+    frames: list[object] = []
+    index: dict[int, int] = {}
     # gzip's 9 costs a fleet of 10,000 nodes a third of a second of publish over its 6,
     # for 4% of the page: a small fleet's page gets the 9, a big one's the 6.
     level = 9 if len(lazy) <= WHOLE_SECTIONS else 6
@@ -173,6 +179,12 @@ def _chunks(lazy: list[str], at_load: list[str], section) -> str:
                             separators=(",", ":")).replace("</", "<\\/")
     return "".join(out) + \
         f"<script type='application/json' id='sections-index'>{index_json}</script>"
+
+
+def _trend(report: PageRun) -> trend_mod.Trend | None:
+    # A trend.Trend or None by construction (summary.build): PageRun cannot say so, as
+    # trend.py imports the module PageRun is in.
+    return cast("trend_mod.Trend | None", report.trend)
 
 
 def _packed(element_id: str, value, level: int = 9) -> str:
@@ -195,7 +207,7 @@ def _table(report: PageRun, nodes: list[str]) -> str:
     rows = []
     for n in nodes:
         v = report.verdicts.get(n, {})
-        cells = "".join("<td{}>{}</td>".format(*MARK.get(v.get(c, ("", ""))[0], NOT_RUN))
+        cells = "".join("<td{}>{}</td>".format(*MARK_BY_WORD.get(v.get(c, ("", ""))[0], NOT_RUN))
                         for c in checks)
         bad = next(((c, v[c][1]) for c in checks if c in v and v[c][0] != "passed"), None)
         sid = escape(f"n-{n}")
@@ -206,7 +218,8 @@ def _table(report: PageRun, nodes: list[str]) -> str:
                    f"{escape(bad[1][:300])}</td>") if bad else "<td></td>"
         link = f"<a href='nodes/{escape(n)}/verdicts.txt'>evidence</a>" \
             if n in report.evidence else ""
-        moved = len(report.trend.moved(n)) if report.trend else 0
+        trend = _trend(report)
+        moved = len(trend.moved(n)) if trend else 0
         rows.append(f"<tr id='node-{escape(n)}'><td>{name}</td>"
                     + (f"<td class=dim>{escape(report.info(n).labels.get(key, ''))}</td>"
                        if key else "")

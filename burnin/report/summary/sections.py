@@ -267,15 +267,16 @@ def block_html(b: list) -> str:
         return "<table class='figs'><tbody>" + "".join(_spark(*row) for row in b[1]) + \
             "</tbody></table>"
     if kind == "figs":  # names and units, values: table() of them, then the note
-        rows = [[n, u, fmt(v)] for (n, u), v in zip(b[1], b[2], strict=False)]
-        return block_html(["table", ["figure", "unit", "value"], rows]) + \
+        cells = [[n, u, fmt(v)] for (n, u), v in zip(b[1], b[2], strict=False)]
+        return block_html(["table", ["figure", "unit", "value"], cells]) + \
             block_html(note(KEPT_NOTE))
     return ""
 
 
 def _spark(name: str, values: list, moved: int) -> str:
     text = " → ".join("–" if v is None else fmt(v) for v in values)
-    return (f"<tr><td>{escape(name)}</td><td>{sparkline(values, f'{name}: {text}', moved)}</td>"
+    line = sparkline(values, f"{name}: {text}", bool(moved))  # red when it moved at all
+    return (f"<tr><td>{escape(name)}</td><td>{line}</td>"
             f"<td class='dim'>{escape(text)}</td></tr>")
 
 

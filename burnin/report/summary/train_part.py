@@ -24,7 +24,7 @@ def train(view: NodeView, record: dict) -> list:
                    f"rate ({fig.get('gemm_tflops')} TFLOPS)"),
                   ("final digest", str(fig.get("digest") or "")[:16])])]
     losses = [(i + 1, num(x)) for i, x in enumerate(seq(fig.get("losses")))]
-    pts = [(i, x) for i, x in losses if x is not None]
+    pts: list[tuple[float, float]] = [(i, x) for i, x in losses if x is not None]
     colour = BAD if view.verdict("train")[0] not in ("passed", "") else PALETTE[5]
     chart = Chart("loss per step", Axis("step"), Axis("loss"), 440, 210)
     chart.line("loss", pts, colour, 2, legend=False)

@@ -12,6 +12,7 @@ import math
 import re
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -287,8 +288,11 @@ def families(values: dict[Key, list[float | None]]) -> dict[str, list[float | No
     return out
 
 
+Pick = Callable[[list[float]], float]  # how a family's worst value of a run is picked
+
+
 @functools.lru_cache(maxsize=256)  # every node of a fleet has the same figures, in order
-def _plan(keys: tuple[Key, ...]) -> tuple[tuple[str, object, tuple[int, ...]], ...]:
+def _plan(keys: tuple[Key, ...]) -> tuple[tuple[str, Pick, tuple[int, ...]], ...]:
     """(family, how its worst is picked, the places of its figures in `keys`), by name."""
     members: dict[str, list[int]] = {}
     worst: dict[str, str] = {}
@@ -296,7 +300,7 @@ def _plan(keys: tuple[Key, ...]) -> tuple[tuple[str, object, tuple[int, ...]], .
         name, end = family(key)
         worst[name] = end
         members.setdefault(name, []).append(i)
-    pick = {"high": max, "low": min}
+    pick: dict[str, Pick] = {"high": max, "low": min}
     return tuple((name, pick[worst[name]], tuple(members[name])) for name in sorted(members))
 
 
