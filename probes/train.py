@@ -13,8 +13,9 @@ one rank per device (`ranks_here`), as ranks rank_offset.., after meeting the ot
 reports its step time (median and spread), the step's compute (forward and backward) and
 communication (the gradients' all-reduce) time, its tokens/s, its model TFLOPS
 (PaLM's 6N + 12 L H Q T FLOPs per token) and its own dense GEMM rate; every rank the
-SHA-256 of its final parameters. The node figures: tokens/s, MFU over the measured GEMM rate (the controller divides by a GPU model's datasheet peak
-as well), the loss curve, and each step at which the replicas' parameters differed.
+SHA-256 of its final parameters. The node figures: tokens/s, MFU over the measured GEMM
+rate (the controller divides by a GPU model's datasheet peak as well), the loss curve,
+and each step at which the replicas' parameters differed.
 
     echo '{"gpus": 0, "settings": {"steps": 10}}' | python3 probes/train.py
 
