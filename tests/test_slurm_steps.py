@@ -26,7 +26,7 @@ from test_slurm import TINY, jobs_left, slurm_inventory
 # them all; `-m "not slow"` leaves them out of a developer's quick run.
 pytestmark = pytest.mark.slow
 
-SINGLE = GPU_CHECKS[:-1]  # every check of a GPU node but the inter-node all-reduce
+SINGLE = GPU_CHECKS[:-2]  # every check of a GPU node but the inter-node group checks
 
 
 def test_the_suite_runs_in_one_allocation_one_step_per_check_holding_every_gpu(
