@@ -76,7 +76,8 @@ def run_group(run: GroupRun, nodes: list[Node], settings: dict, facts: Facts,
               probe: Check = INTRA) -> dict[str, ProbeOutcome]:
     """One group over `nodes` (the all-reduce's, or `probe`'s: the train job's), all
     started at once: each with the group's `settings`, under its own timeout (default:
-    the settings' timeout_s). Only the all-reduce probe runs as one task per rank."""
+    the settings' timeout_s). Where the nodes' transport launches many tasks as one
+    (srun), the all-reduce runs as one task per rank, another probe as one per node."""
     port = random.randrange(30000, 60000)
     world, offsets = layout(nodes, facts)
     out: dict[str, ProbeOutcome] = {}
@@ -98,10 +99,13 @@ def run_group(run: GroupRun, nodes: list[Node], settings: dict, facts: Facts,
         return float((timeouts or {}).get(node.name, settings["timeout_s"]))
 
     launcher = run.launcher(nodes[0])
-    if probe is INTRA and launcher is not None and all(run.launcher(n) is launcher
-                                                       for n in nodes):
-        return _as_ranks(run, launcher, nodes, {n.name: payload(n) for n in nodes},
-                         {n.name: timeout(n) for n in nodes}, facts.ranks)
+    if launcher is not None and all(run.launcher(n) is launcher for n in nodes):
+        payloads, limits = {n.name: payload(n) for n in nodes}, {n.name: timeout(n) for n in nodes}
+        if probe is INTRA:
+            return _as_ranks(run, launcher, nodes, payloads, limits, facts.ranks)
+        # Another probe starts its node's ranks itself: one launch, one task per node.
+        return {name: outs[0] for name, outs in run.probe_tasks(
+            launcher, nodes, probe, payloads, limits).items()}
 
     def one(node: Node) -> None:
         out[node.name] = run.probe(node, probe, payload(node), timeout(node))
