@@ -6,12 +6,16 @@ Runs ON a node. Starts one rank process per GPU (NCCL, bf16 autocast), or one pe
 device on a CPU node of several, or `ranks` on a CPU node of one (gloo; fp32 unless
 `dtype: bf16`), and trains a small decoder-only transformer (traincore.py: built from
 torch alone, synthetic tokens from a fixed seed, determinism pinned) for warmup_steps
-plus steps timed steps. Each rank reports its step time (median and spread), the step's
-compute (forward and backward) and communication (the gradients' all-reduce) time, its
-tokens/s, its model TFLOPS (PaLM's 6N + 12 L H Q T FLOPs per token) and its own dense
-GEMM rate; every rank the SHA-256 of its final parameters. The node figures: tokens/s,
-MFU over the measured GEMM rate (the controller divides by a GPU model's datasheet peak
-as well), the loss curve, and each step at which the replicas' parameters differed.
+plus steps timed steps. In a group across nodes (`group`, from the controller: world
+size, this node's first rank, the rendezvous master's address and port) this node starts
+one rank per device (`ranks_here`), as ranks rank_offset.., after meeting the other nodes
+(allreduce.py's hello), and its ranks train one job with every other node's. Each rank
+reports its step time (median and spread), the step's compute (forward and backward) and
+communication (the gradients' all-reduce) time, its tokens/s, its model TFLOPS
+(PaLM's 6N + 12 L H Q T FLOPs per token) and its own dense GEMM rate; every rank the
+SHA-256 of its final parameters. The node figures: tokens/s, MFU over the measured GEMM
+rate (the controller divides by a GPU model's datasheet peak as well), the loss curve,
+and each step at which the replicas' parameters differed.
 
     echo '{"gpus": 0, "settings": {"steps": 10}}' | python3 probes/train.py
 
@@ -151,24 +155,44 @@ def main() -> int:
     settings = dict(payload.get("settings", {}))
     node = {"hostname": socket.gethostname()}
     devs, problem = probelib.node_devices(payload)
-    if problem:
+    group = payload.get("group") or {}
+    if problem and not group:
         log(problem)
         probelib.emit(PROBE, node, [], {}, [problem])
         return 0
-    ranks = rank_devices(payload, devs)
-    world = len(ranks)
+    ranks = list(devs) if group else rank_devices(payload, devs)
+    world, first = int(group.get("world", len(ranks))), int(group.get("rank_offset", 0))
+    if group and not problem and len(ranks) != group.get("ranks_here"):
+        problem = (f"the group gives this node {group.get('ranks_here')} ranks, one per "
+                   f"device, but it has {len(ranks)} devices")
+    if group:
+        # Meet the other nodes first (saying so when this one cannot take part), so that
+        # a group missing a node ends at once rather than at torch's timeout.
+        from allreduce import hello
+        problems = [problem] if problem else []
+        problems += hello(group, payload.get("node", ""),
+                          float(settings.get("rendezvous_timeout_s", 60)), ready=not problem)
+        if problems:
+            log("; ".join(problems))
+            probelib.emit(PROBE, node, [], {"world": world, "ranks_here": len(ranks),
+                                            "first_rank": first, "mode": "inter-node",
+                                            "joined": False, "unable": bool(problem)},
+                          problems)
+            return 0
     gpu = ranks[0].gpu
     dtype = settings.get("dtype") or ("bf16" if gpu else "fp32")
     on_cpu = sum(1 for d in ranks if d.kind != "cuda")
     cores = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
     env_common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
-                  "BURNIN_DTYPE": dtype, "MASTER_ADDR": "127.0.0.1",
-                  "MASTER_PORT": str(free_port()),
+                  "BURNIN_DTYPE": dtype,
+                  "MASTER_ADDR": str(group.get("master_addr", "127.0.0.1")),
+                  "MASTER_PORT": str(group.get("master_port") or free_port()),
                   "BURNIN_THREADS": str(max(1, cores // on_cpu) if on_cpu else 1)}
-    log(f"{world} ranks, {dtype}, master 127.0.0.1:{env_common['MASTER_PORT']}")
+    log(f"ranks {first}..{first + len(ranks) - 1} of {world}, {dtype}, master "
+        f"{env_common['MASTER_ADDR']}:{env_common['MASTER_PORT']}")
     procs = []
     for i, d in enumerate(ranks):
-        env = {**os.environ, **env_common, "RANK": str(i), "LOCAL_RANK": str(i)}
+        env = {**os.environ, **env_common, "RANK": str(first + i), "LOCAL_RANK": str(i)}
         if d.kind == "cuda":
             env["BURNIN_CUDA_ORDINAL"] = str(d.ordinal)
         procs.append(subprocess.Popen([sys.executable, __file__, "--worker"],
@@ -178,13 +202,15 @@ def main() -> int:
     for i, (code, out) in enumerate(wait_all(procs)):
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]
         if code != 0 or not lines:
-            errors.append(f"rank {i} ({ranks[i].label}) exited with status {code} without a "
-                          "result (see stderr)")
+            errors.append(f"rank {first + i} ({ranks[i].label}) exited with status {code} "
+                          "without a result (see stderr)")
             continue
         record = json.loads(lines[-1])
         records.append({**ranks[i].describe(), **record})
-    figures = {"world": world, "ranks_here": world, "backend": "nccl" if ranks[0].kind ==
+    figures = {"world": world, "ranks_here": len(ranks), "backend": "nccl" if ranks[0].kind ==
                "cuda" else "gloo"}
+    if group:
+        figures.update(first_rank=first, mode="inter-node")
     if records and not errors:
         figures.update(node_figures(records, ranks, world))
     for r in records:

@@ -177,6 +177,13 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
     gpu = dev.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
     shape = shape_for(dev, threads, settings)
+    if world > 1:
+        # Rank 0's shape for every rank: across nodes, a default sized from each node's
+        # own threads or memory could differ, and replicas of two shapes never agree.
+        keys = sorted(shape)
+        sizes = torch.tensor([shape[k] for k in keys], dtype=torch.int64, device=dev)
+        dist.broadcast(sizes, 0)
+        shape = dict(zip(keys, sizes.tolist(), strict=True))
     if shape["d_model"] % shape["heads"]:
         raise ValueError(f"d_model {shape['d_model']} is not a multiple of heads "
                          f"{shape['heads']}")

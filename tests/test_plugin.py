@@ -52,16 +52,17 @@ def replayed(pytester: pytest.Pytester, body: str = THREE) -> str:
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
-    # n1 runs every real probe; n2 and n3 replay theirs but the all-reduce (its group
-    # moves real data between all three): the real probes' cost once, not three times.
-    py = replay_python(pytester.path / "replay", real=("allreduce",))
+    # n1 runs every real probe; n2 and n3 replay theirs but the all-reduce and the train
+    # job (their groups move real data between all three): the real probes' cost once,
+    # not three times.
+    py = replay_python(pytester.path / "replay", real=("allreduce", "train"))
     body = THREE.replace("      - name: n[1-3]\n        address: 127.0.0.[1-3]\n",
                          "      - {name: n1, address: 127.0.0.1}\n"
                          f"      - {{name: n2, address: 127.0.0.2, python: {py}}}\n"
                          f"      - {{name: n3, address: 127.0.0.3, python: {py}}}\n")
     assert body != THREE
     result, reports = run_suite(pytester, inventory(pytester, body), "-v")
-    result.assert_outcomes(passed=27)
+    result.assert_outcomes(passed=30)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",

@@ -23,6 +23,7 @@ from burnin.checks import (
     sdc,
     storage,
     train,
+    train_internode,
 )
 from burnin.checks.base import (
     DEFAULT_PROFILE,
@@ -40,10 +41,12 @@ from burnin.checks.base import (
 # passed them. After health, the short hardware checks (as DCGM's diagnostic orders them:
 # PCIe, then memory) and DCGM's own diagnostic where it is installed, before the long
 # burn; train, a real job over the parts the checks before it measured one by one;
-# fabric after the load, judging its counters' growth since health read them.
+# fabric after the load, judging its counters' growth since health read them; the
+# train job across nodes after the inter-node all-reduce, as one over that fabric.
 CHECKS: dict[str, Check] = {c.name: c for c in (
     health.CHECK, pcie.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK, burn.CHECK,
     storage.CHECK, allreduce.CHECK, train.CHECK, fabric.CHECK, allreduce_internode.CHECK,
+    train_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
 SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)

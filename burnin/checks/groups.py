@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.allreduce import judged
+from burnin.checks.base import Check
 from burnin.checks.group_search import QUANTILE, quantile
 from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome
@@ -71,9 +72,12 @@ def layout(nodes: list[Node], facts: Facts) -> tuple[int, dict[str, int]]:
 
 
 def run_group(run: GroupRun, nodes: list[Node], settings: dict, facts: Facts,
-              timeouts: dict[str, float] | None = None) -> dict[str, ProbeOutcome]:
-    """One all-reduce group over `nodes`, all started at once: each with the group's
-    `settings`, under its own timeout (default: the settings' timeout_s)."""
+              timeouts: dict[str, float] | None = None,
+              probe: Check = INTRA) -> dict[str, ProbeOutcome]:
+    """One group over `nodes` (the all-reduce's, or `probe`'s: the train job's), all
+    started at once: each with the group's `settings`, under its own timeout (default:
+    the settings' timeout_s). Where the nodes' transport launches many tasks as one
+    (srun), the all-reduce runs as one task per rank, another probe as one per node."""
     port = random.randrange(30000, 60000)
     world, offsets = layout(nodes, facts)
     out: dict[str, ProbeOutcome] = {}
@@ -96,11 +100,15 @@ def run_group(run: GroupRun, nodes: list[Node], settings: dict, facts: Facts,
 
     launcher = run.launcher(nodes[0])
     if launcher is not None and all(run.launcher(n) is launcher for n in nodes):
-        return _as_ranks(run, launcher, nodes, {n.name: payload(n) for n in nodes},
-                         {n.name: timeout(n) for n in nodes}, facts.ranks)
+        payloads, limits = {n.name: payload(n) for n in nodes}, {n.name: timeout(n) for n in nodes}
+        if probe is INTRA:
+            return _as_ranks(run, launcher, nodes, payloads, limits, facts.ranks)
+        # Another probe starts its node's ranks itself: one launch, one task per node.
+        return {name: outs[0] for name, outs in run.probe_tasks(
+            launcher, nodes, probe, payloads, limits).items()}
 
     def one(node: Node) -> None:
-        out[node.name] = run.probe(node, INTRA, payload(node), timeout(node))
+        out[node.name] = run.probe(node, probe, payload(node), timeout(node))
 
     run.at_once(nodes, one)
     return out

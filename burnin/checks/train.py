@@ -45,7 +45,7 @@ from burnin.checks.base import (
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict, majority
 from burnin.probe.protocol import ProbeOutcome
-from burnin.probe.shapes import COUNT, Int, List, Num, Obj, Scalar, Str, document
+from burnin.probe.shapes import COUNT, Bool, Int, List, Num, Obj, Scalar, Str, document
 
 NAME = "train"
 # Shares a node may fall to before it fails, where the inventory gives none: GPU nodes of
@@ -270,7 +270,9 @@ FIGURES = Obj(world=Int(1, 1 << 20), ranks_here=Int(0, 1024), backend=Str(64),
               warmup_steps=Int(0, MAX_STEPS), steps=Int(0, MAX_STEPS), dtype=Str(16),
               tokens_per_s=Num(0, 1e12), model_tflops=Num(0, 1e7), gemm_tflops=Num(0, 1e7),
               mfu=Num(0, null=True), mfu_basis=Str(64), wall_s=Num(0), job=Str(128),
-              job_spec=Obj(values=Scalar(), shape=SHAPE, max_keys=32), digest=Str(128))
+              job_spec=Obj(values=Scalar(), shape=SHAPE, max_keys=32), digest=Str(128),
+              # in a group across nodes (train_internode): this node's place in it
+              first_rank=Int(0, 1 << 20), mode=Str(16), joined=Bool(), unable=Bool())
 SCHEMA = document(RANK, FIGURES)
 
 DTYPE = Kind(lambda v: v in ("bf16", "fp32"), "one of: bf16, fp32")

@@ -18,7 +18,8 @@ from burnin.inventory.schema import load_inventory
 from burnin.probe.protocol import ProbeOutcome
 
 REPO = Path(__file__).resolve().parents[2]
-GROUP_MODULES = ("burnin/checks/groups.py", "burnin/checks/allreduce_internode.py")
+GROUP_MODULES = ("burnin/checks/groups.py", "burnin/checks/allreduce_internode.py",
+                 "burnin/checks/train_internode.py")
 UPPER = ("burnin.engine.run", "burnin.engine.launch", "burnin.engine.outcome_store",
          "burnin.plugin")
 

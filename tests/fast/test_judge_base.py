@@ -103,7 +103,7 @@ def test_applicable_follows_the_table():
                                 "train", "fabric"]
     assert applicable(8, 2, frozenset()) == ["health", "pcie", "memory", "sdc", "burn",
                                              "storage", "allreduce", "train", "fabric",
-                                             "allreduce_internode"]
+                                             "allreduce_internode", "train_internode"]
     assert applicable(None, 2) == list(CHECKS)
 
 

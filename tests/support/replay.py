@@ -97,19 +97,27 @@ def document(probe: str, payload: dict) -> dict:
         doc["figures"].update(world=group["world"] if group else here, first_rank=first,
                               ranks_here=here, mode="inter-node" if group else "intra-node")
     elif probe == "train":
-        # As probes/train.py: one rank per GPU or CPU device, `ranks` (2) on a node of one.
-        ranks = devices if gpus or devices > 1 else int(settings.get("ranks", 2))
+        # As probes/train.py: one rank per GPU or CPU device, `ranks` (2) on a node of one;
+        # in a group (train_internode), what the controller gives the node, from its
+        # first rank on.
+        group = payload.get("group")
+        ranks = group["ranks_here"] if group else \
+            devices if gpus or devices > 1 else int(settings.get("ranks", 2))
+        first = group["rank_offset"] if group else 0
         label = (lambda i: f"cuda:{i}") if gpus else (
             (lambda i: "cpu") if devices == 1 else (lambda i: f"cpu:{i}"))
         # Every rank as the first: a recording's rank times on this loaded machine may
         # differ enough to make one a straggler.
-        doc["devices"] = [dict(copy.deepcopy(doc["devices"][0]), rank=i, device=label(i))
-                          for i in range(ranks)]
+        doc["devices"] = [dict(copy.deepcopy(doc["devices"][0]), rank=first + i,
+                               device=label(i)) for i in range(ranks)]
         for d in doc["devices"]:
             if gpus:
                 d["uuid"] = f"GPU-replay-{d['rank']}"
-        doc["figures"].update(world=ranks, ranks_here=ranks)
-        doc["figures"]["job_spec"]["world"] = ranks
+        world = group["world"] if group else ranks
+        doc["figures"].update(world=world, ranks_here=ranks)
+        doc["figures"]["job_spec"]["world"] = world
+        if group:
+            doc["figures"].update(first_rank=first, mode="inter-node")
     elif probe in ("health", "fabric", "pcie") and not gpus:
         pass  # a CPU node's facts, ports and PCIe say no GPU: as recorded
     else:

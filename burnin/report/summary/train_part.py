@@ -38,3 +38,17 @@ def train(view: NodeView, record: dict) -> list:
     out.append(note(f"Replicas differed after step {mapping(events[0]).get('step')}.", "fail")
                if events else note("Replicas bitwise identical after every step.", "pass"))
     return out
+
+
+def internode(view: NodeView, record: dict) -> list:
+    """train_internode's part: the job at its scale, and this node's ranks in it."""
+    fig = mapping(record["data"].get("figures"))
+    group = mapping(fig.get("group"))
+    rows = [[d.get("rank"), d.get("device"), d.get("step_s"), d.get("compute_s"),
+             d.get("comm_s")] for d in map(mapping, seq(record["data"].get("devices")))]
+    return [facts([("excluded", fig.get("excluded")), ("group failure", fig.get("group_failure")),
+                   ("group nodes", num(group.get("members"))), ("ranks", num(group.get("world"))),
+                   ("step s, slowest rank", num(group.get("step_s"))),
+                   ("tokens/s at this scale", num(group.get("tokens_per_s"))),
+                   ("straggler", fig.get("straggler"))])] + \
+        ([table(["rank", "device", "step s", "compute s", "comm s"], rows)] if rows else [])

@@ -1,0 +1,230 @@
+"""The train job across nodes, a group check the controller executes: one data-parallel
+job (probes/train.py in a group: one rank per device of every node that passed the
+single-node checks, gloo on CPU nodes, NCCL on GPUs) whose replicas must agree bit for
+bit after every step across nodes too, its step time and tokens/s at that scale, and a
+straggler named by node and device.
+
+Fails a node when: its probe did not run or finish, or it said it could not take part;
+one of its ranks held parameters other than most ranks' after a step, or a final digest
+other than theirs (every rank's fingerprint is taken from the document of the node that
+hosts it: a node's word about its own ranks only); one of its devices' forward and
+backward time stands out from the other nodes' devices' (in a synchronous step every rank
+waits for it). The group's own failures (it did not complete and no node could be singled
+out, the loss not finite or not falling) fail every member: fail closed.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from burnin.checks.base import Check, Judging, Setting, timeout
+from burnin.checks.groups import Facts, GroupRun, layout, observed, run_group
+from burnin.checks.train import CHECK as TRAIN
+from burnin.checks.train import RANK, STRAGGLER_FRACTION, _loss
+from burnin.model.nodes import Node
+from burnin.model.verdict import Verdict, majority
+from burnin.probe.protocol import ProbeOutcome
+from burnin.probe.shapes import COUNT, List, Num, Obj, Str, document
+
+NAME = "train_internode"
+
+
+def _outcome(name: str, devices: list | None = None, **figures) -> ProbeOutcome:
+    return ProbeOutcome(name, NAME, True, data={"probe": "train", "schema": 1, "node": {},
+                                                 "devices": devices or [], "errors": [],
+                                                 "figures": figures})
+
+
+def excluded(outcome: ProbeOutcome) -> str:
+    """Why a node took no part in the inter-node job ('' when it did)."""
+    return outcome.data.get("figures", {}).get("excluded", "") if outcome.ok else ""
+
+
+def complete(outcomes: dict[str, ProbeOutcome], nodes: list[Node], facts: Facts) -> bool:
+    """Every member ran, said no error, trained, and reported the layout it was given."""
+    world, offsets = layout(nodes, facts)
+    for n in nodes:
+        o = outcomes.get(n.name)
+        if o is None or not o.ok or o.data["errors"]:
+            return False
+        fig = o.data["figures"]
+        if (fig.get("world"), fig.get("first_rank", 0), fig.get("ranks_here")) != (
+                world, offsets[n.name], facts.ranks[n.name]) or "tokens_per_s" not in fig \
+                or len(o.data["devices"]) != facts.ranks[n.name]:
+            return False
+    return True
+
+
+def _where(node: str, dev: dict) -> str:
+    return f"rank {dev.get('rank')} on {node} ({dev.get('device')})"
+
+
+def replicas(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict[str, list[str]]:
+    """{node: why its replicas left the others'}: per step at which any node saw replicas
+    differ, each rank's fingerprint as its own node reported it; the ranks outside the
+    majority are named (with no majority, every rank: fail closed). Then the final digests."""
+    host: dict[int, tuple[str, dict]] = {}
+    for n in nodes:
+        for d in outcomes[n.name].data["devices"]:
+            host[d["rank"]] = (n.name, d)
+    out: dict[str, list[str]] = {}
+    steps = sorted({ev["step"] for n in nodes
+                    for ev in outcomes[n.name].data["figures"].get("diverged") or []})
+    for step in steps:
+        prints: dict[int, int] = {}
+        for n in nodes:
+            own = {d["rank"] for d in outcomes[n.name].data["devices"]}
+            ev = next((e for e in outcomes[n.name].data["figures"].get("diverged") or []
+                       if e["step"] == step), None)
+            for r in own:  # a node that saw no divergence at this step vouches the majority
+                prints[r] = ev["fingerprints"][r] if ev and r < len(ev["fingerprints"]) \
+                    else None
+        known = {r: p for r, p in prints.items() if p is not None}
+        common, _ = majority(known) if known else (None, "")
+        for r, p in sorted(prints.items()):
+            if p is not None and p != common:
+                name, d = host[r]
+                out.setdefault(name, []).append(
+                    f"replicas differ after step {step} across nodes: {_where(name, d)} holds "
+                    f"parameters other than {'most ranks' if common is not None else 'any'} "
+                    f"(fingerprint {p}, the others' {common}); expected bitwise identical")
+        if out:
+            return out  # the first step that differed says where
+    finals = {r: d.get("digest") for r, (_, d) in host.items()}
+    common, _ = majority(finals)
+    for r, v in sorted(finals.items()):
+        if v != common:
+            name, d = host[r]
+            out.setdefault(name, []).append(
+                f"final parameters of {_where(name, d)} differ from most ranks': digest "
+                f"{str(v)[:12]}, the others' {str(common)[:12]}")
+    return out
+
+
+def stragglers(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
+               fraction: float) -> dict[str, str]:
+    """{node: why}: a device (its ranks' median forward and backward time) slower than
+    the other nodes' devices' median divided by `fraction`."""
+    units: dict[tuple[str, str], list[float]] = {}
+    for n in nodes:
+        for d in outcomes[n.name].data["devices"]:
+            if d.get("compute_s"):
+                units.setdefault((n.name, d["device"]), []).append(d["compute_s"])
+    times = {u: statistics.median(v) for u, v in units.items()}
+    out: dict[str, str] = {}
+    for (name, device), t in times.items():
+        others = [x for (m, _), x in times.items() if m != name]
+        if not others or not fraction:
+            continue
+        bound = statistics.median(others) / fraction
+        if t > bound:
+            out.setdefault(name, f"straggler across nodes: {device} on {name} takes {t:.4g} s "
+                                 f"per step for forward and backward, above "
+                                 f"{statistics.median(others):.4g} s / {fraction:g}, the "
+                                 f"median of the other nodes' {len(others)} device(s)")
+    return out
+
+
+def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict:
+    """The job at its scale: the slowest rank's median step (every rank waits for it),
+    tokens/s over the slowest rank's wall, the loss curve (rank 0's node's)."""
+    ranks = [d for n in nodes for d in outcomes[n.name].data["devices"]]
+    wall = max(d["wall_s"] for d in ranks)
+    fig0 = outcomes[nodes[0].name].data["figures"]
+    return {"members": len(nodes), "rank0": nodes[0].name, "world": len(ranks),
+            "step_s": max(d["step_s"] for d in ranks),
+            "tokens_per_s": round(sum(d["tokens"] for d in ranks) / wall, 3) if wall else 0.0,
+            "losses": fig0.get("losses", []), "steps": fig0.get("steps", 0)}
+
+
+def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
+    """The train_internode outcome of every selected node."""
+    failed = run.failed()
+    result: dict[str, ProbeOutcome] = {}
+    for n in run.nodes:
+        if n.name in failed:
+            result[n.name] = _outcome(n.name, excluded="not in the inter-node job: failed "
+                                                       + ", ".join(failed[n.name]))
+        elif run.devices(n) is None:
+            result[n.name] = _outcome(n.name, excluded="not in the inter-node job: its device "
+                                                       "count is unknown (no health facts)")
+    members = [n for n in run.nodes if n.name not in result]
+    if len(members) < 2:
+        for n in members:
+            result[n.name] = _outcome(n.name, excluded="fewer than two nodes passed the "
+                                                       "single-node checks: no inter-node job")
+        return result
+    facts = Facts({n.name: run.devices(n) for n in members},
+                  {n.name: run.gpus(n) for n in members})
+    # The train check's settings (model, steps, floors) under this check's own; the job
+    # runs with its first member's (the rendezvous master's), each under its own timeout.
+    own = {n.name: {**run.settings(TRAIN.name, n),
+                    **{k: v for k, v in run.settings(NAME, n).items() if v is not None}}
+           for n in members}
+    settings = own[members[0].name]
+    timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
+    outcomes: dict[str, ProbeOutcome] = {}
+    done = False
+    while len(members) >= 2:
+        outcomes = run_group(run, members, settings, facts, timeouts, probe=TRAIN)
+        done = complete(outcomes, members, facts)
+        if done:
+            break
+        culprits = observed(outcomes)
+        for name, why in culprits.items():
+            result[name] = _outcome(name, group_failure=f"did not take part in the inter-node "
+                                                        f"train job: {why}")
+        if not culprits:
+            break
+        members = [n for n in members if n.name not in culprits]
+    if not done:
+        said = "; ".join(f"{n} said: {'; '.join(o.data['errors'])}" if o.ok else
+                         f"{n}: {o.reason}" for n, o in outcomes.items()
+                         if not o.ok or o.data["errors"])
+        for n in members:
+            result.setdefault(n.name, _outcome(
+                n.name, group_failure="the inter-node train job did not complete, and no "
+                                      f"node could be singled out ({said or 'no error'})"))
+        return result
+    group = group_figures(outcomes, members)
+    loss = _loss({"losses": group["losses"]}, settings)
+    named = replicas(outcomes, members)
+    strag = settings.get("straggler_fraction")
+    cpu = all(facts.gpus[m.name] == 0 for m in members)
+    slow = stragglers(outcomes, members,
+                      STRAGGLER_FRACTION["cpu" if cpu else "gpu"] if strag is None else strag)
+    for n in members:
+        fig: dict = {"group": group, "replicas": named.get(n.name, [])}
+        if n.name in slow:
+            fig["straggler"] = slow[n.name]
+        if loss:
+            fig["group_failure"] = f"the inter-node job's {loss[0]}"
+        result[n.name] = _outcome(n.name, outcomes[n.name].data["devices"], **fig)
+    return result
+
+
+def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
+    if not outcome.ok:
+        return Verdict(node.name, NAME, (outcome.reason,))
+    fig = outcome.data["figures"]
+    failures = [*outcome.data["errors"], *fig.get("replicas", [])]
+    failures += [fig[k] for k in ("straggler", "group_failure") if fig.get(k)]
+    return Verdict(node.name, NAME, tuple(failures))
+
+
+GROUP = Obj(members=COUNT, rank0=Str(256), world=COUNT, step_s=Num(0), tokens_per_s=Num(0),
+            losses=List(Num(finite=False), max=100_000), steps=COUNT)
+# The controller writes these records itself, from the members' validated documents.
+SCHEMA = document(RANK, Obj(group=GROUP, replicas=List(Str(2048), max=1024),
+                            straggler=Str(2048), group_failure=Str(1 << 16),
+                            excluded=Str(2048)))
+
+CHECK = Check(name=NAME, doc="the nodes train one job together, replicas alike across nodes",
+              judge=judge, schema=SCHEMA, execute=internode, probe="train",
+              page="burnin.report.summary.train_part:internode", page_order=71,
+              settings={"timeout_s": timeout(300, 600, 1800),
+                        "steps": Setting("int", None, "default the train check's"),
+                        "straggler_fraction": Setting("fraction", None, "a device slower "
+                                                      "than the other nodes' devices' "
+                                                      "median / this fails; default the "
+                                                      "train check's (0.8 GPU, 0.25 CPU)")})
