@@ -71,7 +71,7 @@ def replicas(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict[str, 
     steps = sorted({ev["step"] for n in nodes
                     for ev in outcomes[n.name].data["figures"].get("diverged") or []})
     for step in steps:
-        prints: dict[int, int] = {}
+        prints: dict[int, int | None] = {}
         for n in nodes:
             own = {d["rank"] for d in outcomes[n.name].data["devices"]}
             ev = next((e for e in outcomes[n.name].data["figures"].get("diverged") or []
@@ -154,7 +154,8 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
             result[n.name] = _outcome(n.name, excluded="fewer than two nodes passed the "
                                                        "single-node checks: no inter-node job")
         return result
-    facts = Facts({n.name: run.devices(n) for n in members},
+    # Every member's device count is known (those unknown are excluded above).
+    facts = Facts({n.name: d for n in members if (d := run.devices(n)) is not None},
                   {n.name: run.gpus(n) for n in members})
     # The train check's settings (model, steps, floors) under this check's own; the job
     # runs with its first member's (the rendezvous master's), each under its own timeout.
