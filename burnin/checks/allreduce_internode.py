@@ -15,9 +15,9 @@ from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.base import Check, Figure, Judging, Setting, timeout
 from burnin.checks.group_search import MAX_GROUP
 from burnin.checks.groups import (
-    Facts,
     GroupRun,
     group_figures,
+    group_members,
     localise,
     observed,
     run_group,
@@ -42,24 +42,9 @@ SEARCH_FROM = 4
 
 def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     """The allreduce_internode outcome of every selected node."""
-    failed = run.failed()
-    result: dict[str, ProbeOutcome] = {}
-    for n in run.nodes:
-        if n.name in failed:
-            result[n.name] = _outcome(n.name, excluded="not in the inter-node run: failed "
-                                                       + ", ".join(failed[n.name]))
-        elif run.devices(n) is None:
-            result[n.name] = _outcome(n.name, excluded="not in the inter-node run: its device "
-                                                       "count is unknown (no health facts)")
-    members = [n for n in run.nodes if n.name not in result]
-    if len(members) < 2:
-        for n in members:
-            result[n.name] = _outcome(n.name, excluded="fewer than two nodes passed the "
-                                                       "single-node checks: no inter-node run")
+    members, facts, result = group_members(run, _outcome, "run")
+    if facts is None:
         return result
-    # Every member's device count is known (those unknown are excluded above).
-    facts = Facts({n.name: d for n in members if (d := run.devices(n)) is not None},
-                  {n.name: run.gpus(n) for n in members})
     # Each member's settings are its node group's: the allreduce check's sizes, floors
     # and fractions, under this check's own (timeout_s). A group's members must agree on
     # what they measure: the group runs and is judged with its first member's (the

@@ -62,6 +62,34 @@ class Facts:
     gpus: dict[str, int | None]
 
 
+def group_members(run: GroupRun, exclude: Callable[..., ProbeOutcome], what: str
+                  ) -> tuple[list[Node], Facts | None, dict[str, ProbeOutcome]]:
+    """The nodes an inter-node `what` (a "run", a "job") takes: those that passed the
+    single-node checks and whose device count is known, with their Facts; the others'
+    outcomes (`exclude(name, excluded=why)`) say why not. Facts is None where fewer than
+    two are left, each of them then excluded too."""
+    failed = run.failed()
+    result: dict[str, ProbeOutcome] = {}
+    for n in run.nodes:
+        if n.name in failed:
+            result[n.name] = exclude(n.name, excluded=f"not in the inter-node {what}: failed "
+                                                      + ", ".join(failed[n.name]))
+        elif run.devices(n) is None:
+            result[n.name] = exclude(n.name, excluded=f"not in the inter-node {what}: its "
+                                                      "device count is unknown (no health "
+                                                      "facts)")
+    members = [n for n in run.nodes if n.name not in result]
+    if len(members) < 2:
+        for n in members:
+            result[n.name] = exclude(n.name, excluded="fewer than two nodes passed the "
+                                                      f"single-node checks: no inter-node {what}")
+        return members, None, result
+    # Every member's device count is known (those unknown are excluded above).
+    facts = Facts({n.name: d for n in members if (d := run.devices(n)) is not None},
+                  {n.name: run.gpus(n) for n in members})
+    return members, facts, result
+
+
 def layout(nodes: list[Node], facts: Facts) -> tuple[int, dict[str, int]]:
     """(world size, each node's first rank)."""
     offsets, first = {}, 0

@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 
 from burnin.checks.base import Check, Judging, Setting, timeout
-from burnin.checks.groups import Facts, GroupRun, layout, observed, run_group
+from burnin.checks.groups import Facts, GroupRun, group_members, layout, observed, run_group
 from burnin.checks.train import CHECK as TRAIN
 from burnin.checks.train import RANK, STRAGGLER_FRACTION, _loss
 from burnin.model.nodes import Node
@@ -139,24 +139,9 @@ def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict:
 
 def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     """The train_internode outcome of every selected node."""
-    failed = run.failed()
-    result: dict[str, ProbeOutcome] = {}
-    for n in run.nodes:
-        if n.name in failed:
-            result[n.name] = _outcome(n.name, excluded="not in the inter-node job: failed "
-                                                       + ", ".join(failed[n.name]))
-        elif run.devices(n) is None:
-            result[n.name] = _outcome(n.name, excluded="not in the inter-node job: its device "
-                                                       "count is unknown (no health facts)")
-    members = [n for n in run.nodes if n.name not in result]
-    if len(members) < 2:
-        for n in members:
-            result[n.name] = _outcome(n.name, excluded="fewer than two nodes passed the "
-                                                       "single-node checks: no inter-node job")
+    members, facts, result = group_members(run, _outcome, "job")
+    if facts is None:
         return result
-    # Every member's device count is known (those unknown are excluded above).
-    facts = Facts({n.name: d for n in members if (d := run.devices(n)) is not None},
-                  {n.name: run.gpus(n) for n in members})
     # The train check's settings (model, steps, floors) under this check's own; the job
     # runs with its first member's (the rendezvous master's), each under its own timeout.
     own = {n.name: {**run.settings(TRAIN.name, n),
