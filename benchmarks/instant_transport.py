@@ -51,8 +51,9 @@ def _instant(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=
              cancel=None):
     probe = os.path.basename(argv[-1]).removesuffix(".py")
     out = answer(probe, max_stdout)
-    if probe == "allreduce" and b'"group"' in stdin:
-        out = as_member(out, json.loads(stdin)["group"])
+    if probe in ("allreduce", "train") and b'"group"' in stdin:
+        group = json.loads(stdin)["group"]
+        out = as_member(out, group) if probe == "allreduce" else as_train_member(out, group)
     return CommandResult(0, out, b"", 0.0)
 
 
@@ -64,6 +65,20 @@ def as_member(out: bytes, group: dict) -> bytes:
                           ranks_here=group["ranks_here"], mode="inter-node")
     if group["rank_offset"] != 0:
         doc["figures"].pop("sweep", None)  # only rank 0 reports the sweep
+    return json.dumps(doc).encode()
+
+
+def as_train_member(out: bytes, group: dict) -> bytes:
+    """A train_internode member: its ranks numbered from the offset the controller gave
+    it, in the job's world, each with the captured rank's figures and digest (as
+    tests/support/replay.py answers for the same job)."""
+    doc = json.loads(out)
+    first, here = group["rank_offset"], group["ranks_here"]
+    doc["devices"] = [dict(doc["devices"][0], rank=first + i) for i in range(here)]
+    doc["figures"].update(world=group["world"], first_rank=first, ranks_here=here,
+                          mode="inter-node")
+    if isinstance(doc["figures"].get("job_spec"), dict):
+        doc["figures"]["job_spec"]["world"] = group["world"]
     return json.dumps(doc).encode()
 
 
