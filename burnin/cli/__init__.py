@@ -26,7 +26,7 @@ from burnin.core.shipped_files import shipped
 from burnin.gate.admit import ReportError, decide, read_junit, write_admitted
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import LedgerError, LedgerLost, LedgerUrlError
-from burnin.ledger.open import ledger_site, open_ledger
+from burnin.ledger.open import open_configured
 from burnin.model.verdict import clean
 from burnin.nodecheck import run as nodecheck_run
 from burnin.report.publish import publish
@@ -157,9 +157,8 @@ def _quarantined(args, junit: Path, inv) -> dict[str, str] | None:
     cannot look up is not vouched for."""
     if not args.ledger and inv is None:
         return None
-    site = ledger_site(inv.quarantine.ledger if inv else None, junit.resolve().parent.parent,
-                       given=args.ledger)
-    ledger = open_ledger(site, insecure=bool(inv and inv.quarantine.ledger_insecure))
+    ledger = open_configured(inv.quarantine if inv else None, junit.resolve().parent.parent,
+                             given=args.ledger)
     return {e.node: (f"since run {e.run_id}: " if e.run_id else "") + "; ".join(e.reasons)
             for e in ledger.entries()}
 

@@ -19,16 +19,15 @@ from pathlib import Path
 
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import LedgerError, LedgerLost, LedgerNotEmpty, LedgerUrlError
-from burnin.ledger.open import ledger_site, open_ledger
+from burnin.ledger.open import ledger_site, open_configured, open_ledger
 
 
 def init(args) -> int:
     """The `ledger init` command."""
     try:
         inventory = load_inventory(args.inventory) if args.inventory else None
-        site = ledger_site(inventory.quarantine.ledger if inventory else None,
-                           Path("reports"), given=args.location)
-        ledger = open_ledger(site, create=True, insecure=_insecure(inventory))
+        ledger = open_configured(inventory.quarantine if inventory else None,
+                                 Path("reports"), given=args.location, create=True)
     except InventoryError as e:
         print(f"burnin ledger init: invalid inventory:\n{e}", file=sys.stderr)
         return 2

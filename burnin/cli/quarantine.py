@@ -21,7 +21,7 @@ from burnin.gate import actions
 from burnin.gate.quarantine import quarantine_actions
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError
-from burnin.ledger.open import ledger_site, open_ledger
+from burnin.ledger.open import open_configured
 from burnin.model.nodes import QuarantineSettings
 
 
@@ -39,10 +39,8 @@ def _run(args) -> int:
         given = getattr(args, "inventory", None)  # `burnin history` may have neither
         inventory = load_inventory(given) if given else None
         # never created here: a missing ledger is said, not made (burnin/ledger/open.py)
-        ledger = open_ledger(
-            ledger_site(inventory.quarantine.ledger if inventory else None, Path("reports"),
-                        given=getattr(args, "ledger", None)),
-            insecure=bool(inventory and inventory.quarantine.ledger_insecure))
+        ledger = open_configured(inventory.quarantine if inventory else None, Path("reports"),
+                                 given=getattr(args, "ledger", None))
     except InventoryError as e:
         print(f"invalid inventory:\n{e}", file=sys.stderr)
         return 2

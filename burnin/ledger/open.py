@@ -26,6 +26,7 @@ from pathlib import Path
 from burnin.ledger.api import Ledger
 from burnin.ledger.backends import LedgerUrlError, parse_location, transport_problem
 from burnin.ledger.url import shown
+from burnin.model.nodes import QuarantineSettings
 
 DEFAULT_NAME = "quarantine.db"  # beside the run directories, where none is configured
 
@@ -66,3 +67,16 @@ def open_ledger(site: LedgerSite, *, create: bool = False, first_run: bool = Fal
     if problem and not insecure:
         raise LedgerUrlError(f"the quarantine ledger {site.shown}: {problem}")
     return Ledger(site.location, create=create or (first_run and site.default))
+
+
+def open_configured(quarantine: QuarantineSettings | None, reports_dir: Path,
+                    given: str | None = None, *, create: bool = False,
+                    first_run: bool = False) -> Ledger:
+    """The ledger an inventory's quarantine settings name (`given` first; with no
+    inventory, `quarantine` None: `given` or the default), opened as open_ledger does,
+    with that inventory's quarantine.ledger_insecure: what the run and every command that
+    takes --inventory open."""
+    site = ledger_site(quarantine.ledger if quarantine else None, reports_dir, given=given)
+    return open_ledger(site, create=create, first_run=first_run,
+                       insecure=bool(quarantine and quarantine.ledger_insecure))
+

@@ -29,7 +29,7 @@ from burnin.gate.incidents import Incident, summary_lines
 from burnin.gate.quarantine import GateReport, split_by_quarantine
 from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
 from burnin.ledger.api import Ledger, LedgerError, LedgerLost
-from burnin.ledger.open import ledger_site, open_ledger
+from burnin.ledger.open import open_configured
 from burnin.model.nodes import Node
 from burnin.model.outcome import CaseResult, Outcome
 from burnin.model.verdict import clean
@@ -110,9 +110,8 @@ class BurninState(RunEnd):
                 inventory = load_inventory(path)
                 nodes = select_nodes(inventory, self.config.getoption("nodes"))
                 # the default ledger is created by the first run, no other (ledger/open.py)
-                self.ledger = open_ledger(
-                    ledger_site(inventory.quarantine.ledger, self.reports_dir),
-                    first_run=not self.worker, insecure=inventory.quarantine.ledger_insecure)
+                self.ledger = open_configured(inventory.quarantine, self.reports_dir,
+                                              first_run=not self.worker)
                 nodes, self.held = self._split(nodes)
             except InventoryError as e:
                 self.error = f"invalid inventory:\n{e}"
