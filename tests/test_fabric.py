@@ -275,9 +275,11 @@ def test_counters_grown_since_health_fail_and_the_window_is_the_runs(pytester, t
         version: 1
         defaults: {transport: local, gpus: 0}
         checks:
-          fabric: {window_s: 600}
+          fabric: {window_s: 600, timeout_s: 60}
         nodes:
         """) + nodes)
+    # The 600 s window is a tripwire: a fabric probe that did not get its baseline waits
+    # it out, and its 60 s time-out fails every node at once, not three minutes later.
     stop = threading.Event()
     grower = threading.Thread(target=keep_growing, daemon=True, args=(
         trees["errs"] / "mlx5_0/ports/1/counters/port_rcv_errors", stop))
