@@ -3,11 +3,14 @@
     python tests/mutation.py                  # every module, one at a time, then the score
     python tests/mutation.py checks.sdc gate.quarantine  # these modules only (keeps other results)
     python tests/mutation.py --score [--survivors] [--markdown]   # the last results
+    python tests/mutation.py --slow checks.health   # its "no tests" mutants, by the slow tier
 
 mutmut (configured in pyproject.toml, [tool.mutmut]) copies the code to mutants/, makes
 each mutant, and runs against it the fast-tier tests that reach the mutated function. A
 mutant is killed when a test fails; a timeout (the mutant hung a test past its limit)
-counts as caught, shown apart. Every survivor is either killed by a new test or listed
+counts as caught, shown apart. A module's mutants that no fast-tier test reaches ("no tests")
+are run again, with --slow, against the slow-tier test files SLOW names for it; the score
+counts those results in their place. Every survivor is either killed by a new test or listed
 with its reason in tests/equivalent_mutants.txt.
 """
 
@@ -20,6 +23,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -31,12 +35,25 @@ MODULES = ("gate.admit", "gate.quarantine", "ledger.api", "ledger.read", "ledger
            "checks.sdc", "checks.burn", "checks.health", "checks.storage", "checks.allreduce",
            "checks.allreduce_internode",
            "checks.memory", "checks.pcie", "checks.fabric", "checks.dcgm", "checks.dcgm_codes",
-           "checks.gpu_fabric")
+           "checks.gpu_fabric", "checks.train", "checks.train_internode", "gate.incidents",
+           "ledger.open", "ledger.run_end")
 # Modules mutated in part: these functions only. allreduce_internode's inter-node run
 # (internode, _outcome: groups, pairs, retests over real nodes) is tested on real SSH hosts
 # (tests/test_allreduce.py), which the fast tier cannot reach: a first run over all of it
 # caught 12% (47 of 389), all of its judge's mutants among the missed ones.
 ONLY = {"checks.allreduce_internode": ("judge", "figures", "excluded")}
+# The slow tier, for what the fast tier cannot reach. checks.health's facts (facts_gpus,
+# facts_equipped, facts_baseline) are read by the run's engine alone, before the other
+# checks: only a suite run reaches them. These tests run suites in-process (pytester), so
+# mutmut sees which of them reach each function: an auto node's GPU count, dcgmi found or
+# absent, the fabric counters read before the load. Each runs again for every mutant it
+# reaches: the cheapest that prove these (not the plugin's [xdist] case, whose worker
+# processes mutmut's stats cannot follow).
+SLOW = {"checks.health": (
+    "tests/test_plugin.py::test_auto_nodes_are_probed_at_collection_only_for_a_gpu_only_check",
+    "tests/test_dcgm.py::test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent",
+    "tests/test_fabric.py::test_counters_grown_since_health_fail_and_the_window_is_the_runs")}
+SLOW_RESULTS = REPO / "mutants" / "slow-tier.json"
 # mutmut's exit codes (mutmut/stats.py), by what they mean here.
 KILLED = {1, 3}
 TIMEOUT = {36, -24, 24, 152, 255}
@@ -140,18 +157,24 @@ def score(argv: list[str]) -> int:
         print("no results under mutants/: run `python tests/mutation.py` first", file=sys.stderr)
         return 2
     known, cache = listed(), {}
-    rows, unexplained, used = [], [], set()
+    slow = json.loads(SLOW_RESULTS.read_text()) if SLOW_RESULTS.exists() else {}
+    rows, unexplained, used, scored = [], [], set(), set()
     total: Counter = Counter()
     for meta in metas:
         codes = json.loads(meta.read_text())["exit_code_by_key"]
         if all(c is None for c in codes.values()):
             continue  # a module no run has tested (not one of MODULES)
         module = str(meta.relative_to(root))[: -len(".meta")]
+        scored.add(module[: -len(".py")].replace("/", "."))
         only = ONLY.get(module[len("burnin/"):-len(".py")].replace("/", "."))
         if only:
             codes = {k: c for k, c in codes.items()
                      if k.rsplit(".", 1)[1].split("__mutmut_")[0] in {f"x_{f}" for f in only}}
             module += f" ({', '.join(only)})"
+        by_slow = {k: slow[k] for k, c in codes.items() if status(c) == "no tests" and k in slow}
+        if by_slow:
+            codes = {**codes, **by_slow}
+            module += f" ({len(by_slow)} by the slow tier)"
         counts: Counter = Counter()
         for key, code in codes.items():
             state = status(code)
@@ -189,7 +212,8 @@ def score(argv: list[str]) -> int:
     for name, counts, n in rows:
         print(line(name, counts, n))
     print(line("**all**" if md else "all", total, sum(n for *_, n in rows)))
-    stale = sorted(set(known) - used)
+    # Only the modules scored here: a run of some modules leaves the others' lines alone.
+    stale = sorted(k for k in set(known) - used if k.rsplit(".", 1)[0] in scored)
     if stale:
         print(f"\n{len(stale)} listed as equivalent but not a surviving mutant with that code "
               f"(killed now, or renumbered): edit {EQUIVALENT.name}:\n  " + "\n  ".join(stale))
@@ -211,11 +235,12 @@ def run(modules: list[str]) -> int:
     for module in modules:
         # mutmut keeps a module's results while its source is unchanged: a mutant that
         # survived yesterday's tests would still be listed after today's test kills it
-        stem = REPO / "mutants" / (module.replace(".", "/") + ".py")
+        stem = REPO / "mutants" / "burnin" / (module.replace(".", "/") + ".py")
         for path in (stem, stem.with_name(stem.name + ".meta"),
                      stem.with_name(stem.name + ".spans"),
                      REPO / "mutants" / "mutmut-stats.json"):
             path.unlink(missing_ok=True)
+        _drop_slow(module)
     children = os.environ.get("MUTMUT_CHILDREN", "2")
     for module in modules or MODULES:
         print(f"== burnin.{module}", flush=True)
@@ -231,9 +256,82 @@ def run(modules: list[str]) -> int:
     return score([])
 
 
+def _drop_slow(module: str) -> None:
+    """Forget the slow tier's results for `module`: they were for its last fast run."""
+    if SLOW_RESULTS.exists():
+        kept = {k: c for k, c in json.loads(SLOW_RESULTS.read_text()).items()
+                if not k.startswith(f"burnin.{module}.")}
+        SLOW_RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True))
+
+
+def _slow_config(module: str) -> str:
+    """pyproject.toml's text for a slow-tier run of `module`: the slow tier's tests as
+    mutmut's test selection, `module` alone mutated, and no fast-tier Hypothesis profile
+    (tests/fast/conftest.py registers it; the slow tests do not load that conftest)."""
+    text = (REPO / "pyproject.toml").read_text()
+    edits = ((r"(?m)^pytest_add_cli_args_test_selection = .*$",
+              "pytest_add_cli_args_test_selection = " + json.dumps(list(SLOW[module]))),
+             (r"(?ms)^only_mutate = \[.*?\]$",
+              "only_mutate = " + json.dumps([f"burnin/{module.replace('.', '/')}.py"])),
+             (r'"--hypothesis-profile=mutation",\s*', ""))
+    for pattern, replacement in edits:
+        text, n = re.subn(pattern, replacement, text, count=1)
+        if n != 1:
+            raise SystemExit(f"pyproject.toml: [tool.mutmut] has nothing matching {pattern!r} "
+                             "to replace for the slow tier")
+    return text
+
+
+def run_slow(modules: list[str]) -> int:
+    """Run each module's "no tests" mutants of its last fast run against SLOW's files.
+
+    mutmut reads its configuration from the working directory: it runs in a scratch
+    directory that links to this checkout, beside a pyproject.toml naming the slow files.
+    """
+    unknown = [m for m in modules if m not in SLOW]
+    if not modules or unknown:
+        print(f"--slow takes modules with slow-tier tests: {', '.join(SLOW)}", file=sys.stderr)
+        return 2
+    children = os.environ.get("MUTMUT_CHILDREN", "2")
+    for module in modules:
+        meta = REPO / "mutants" / "burnin" / (module.replace(".", "/") + ".py.meta")
+        if not meta.exists():
+            print(f"no fast-tier results for {module}: run `python tests/mutation.py {module}` "
+                  "first", file=sys.stderr)
+            return 2
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        names = sorted(k for k, c in codes.items() if status(c) == "no tests")
+        print(f"== burnin.{module}: {len(names)} mutants no fast-tier test reaches, against "
+              f"{' '.join(SLOW[module])}", flush=True)
+        _drop_slow(module)
+        if not names:
+            continue
+        with tempfile.TemporaryDirectory(prefix="burnin-mutation-slow-") as tmp:
+            scratch = Path(tmp)
+            for entry in REPO.iterdir():
+                if entry.name not in ("mutants", ".git", "pyproject.toml"):
+                    (scratch / entry.name).symlink_to(entry)
+            (scratch / "pyproject.toml").write_text(_slow_config(module))
+            res = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children",
+                                  children, *names], cwd=scratch, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+            if res.returncode != 0:
+                print(f"mutmut failed on the slow tier of burnin.{module} (status "
+                      f"{res.returncode}):\n{res.stdout[-3000:]}", file=sys.stderr)
+                return res.returncode
+            got = json.loads((scratch / "mutants" / meta.relative_to(REPO / "mutants"))
+                             .read_text())["exit_code_by_key"]
+        kept = json.loads(SLOW_RESULTS.read_text()) if SLOW_RESULTS.exists() else {}
+        kept.update({k: got.get(k) for k in names})
+        SLOW_RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True))
+    return score([])
+
+
 def main(argv: list[str]) -> int:
     if "--score" in argv:
         return score(argv)
+    if "--slow" in argv:
+        return run_slow([a for a in argv if not a.startswith("-")])
     return run([a for a in argv if not a.startswith("-")])
 
 

@@ -26,7 +26,7 @@ X ~ Binomial(N, p): at most 9.5e-5 at any fleet size (its worst, N = 14), 5.4e-6
 N = 6, 1.5e-25 at N = 100; even at ten times the rate (new hardware's infant
 mortality, p = 0.065) it is at most 0.058 (N = 14) and 1.6e-6 at N = 100.
 
-Plain code, no pytest, no ledger: the decision alone (tests/test_incidents.py holds it
+Plain code, no pytest, no ledger: the decision alone (tests/fast/test_incidents.py holds it
 with a Hypothesis property)."""
 
 from __future__ import annotations
