@@ -52,10 +52,10 @@ def replayed(pytester: pytest.Pytester, body: str = THREE) -> str:
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
-    # n1 runs every real probe; n2 and n3 replay theirs but the all-reduce and the train
-    # job (their groups move real data between all three): the real probes' cost once,
-    # not three times.
-    py = replay_python(pytester.path / "replay", real=("allreduce", "train"))
+    # n1 runs every real probe; n2 and n3 replay theirs but the inter-node all-reduce and
+    # train job (their groups move real data between all three): the real probes' cost
+    # once, not three times.
+    py = replay_python(pytester.path / "replay", real_in_groups=("allreduce", "train"))
     body = THREE.replace("      - name: n[1-3]\n        address: 127.0.0.[1-3]\n",
                          "      - {name: n1, address: 127.0.0.1}\n"
                          f"      - {{name: n2, address: 127.0.0.2, python: {py}}}\n"
