@@ -122,8 +122,10 @@ def test_ssh_fanout_vs_pdsh():
 def test_ssh_start_skew():
     need(os.geteuid() == 0, "test hosts need root")
     need(Path("/usr/sbin/sshd").exists(), "openssh-server is not installed")
+    # --threads-wait-s 0: no wait, after each phase, for the lifelines' threads to end at
+    # their next heartbeat (up to 10 s each)
     lines = run_benchmark("ssh_start_skew.py", "--hosts", "4", "--repeat", "1",
-                          "--hold-s", "1", "--settle-s", "0")
+                          "--hold-s", "1", "--settle-s", "0", "--threads-wait-s", "0")
     for kind in ("cold", "warm"):  # every phase measured, the skew as the hosts saw it
         assert any(re.match(rf"  {kind}: start skew \d+\.\d+ s", ln) for ln in lines), lines
         assert any(re.match(rf"  {kind}: controller CPU \d+\.\d+ ms per node: connect ", ln)
