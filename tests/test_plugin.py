@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
