@@ -184,11 +184,13 @@ def storage(path: str, gpus, size_gb: float) -> dict:
         "errors": doc["errors"]}
 
 
-def other_probes(gpus) -> dict:
+def other_probes(gpus, small: bool = False) -> dict:
     out = {}
+    # small: a MiB of host memory held a moment, not the probe's default 256 MiB for 30 s
+    tiny = {"memory": {"host_bytes": 1 << 20, "retention_s": 0.2}} if small else {}
     for name in ("memory", "pcie"):
         if (PROBES / f"{name}.py").exists() and (gpus or name == "memory"):
-            doc = run_probe(name, {"gpus": gpus, "settings": {}})
+            doc = run_probe(name, {"gpus": gpus, "settings": tiny.get(name, {})})
             out[name] = {"errors": doc["errors"], "figures": doc["figures"],
                          "devices": doc["devices"][:1]}
     return out
@@ -251,7 +253,7 @@ def main() -> int:
         ("allreduce_vs_nccl_tests", lambda: nccl_tests(gpus)),
         ("storage", lambda: storage(args.storage_path, gpus if gpu else 0,
                                     0.02 if small else 4)),
-        ("memory_pcie", lambda: other_probes(gpus if gpu else 0)),
+        ("memory_pcie", lambda: other_probes(gpus if gpu else 0, small)),
         ("judged_probes", lambda: judged_probes(gpus if gpu else 0)),
         ("train", lambda: train(gpus if gpu else 0, small)),
         ("issue25", lambda: issue25(gpu, gpus if gpu else 0)),

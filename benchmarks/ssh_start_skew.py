@@ -245,10 +245,10 @@ class Sampler:
         return (cb - ca) / (tb - ta)
 
 
-def settle(threads: int) -> None:
-    """Wait (bounded) for the threads the probes started to end (the lifeline's: after
-    its next beat), so that their CPU is counted."""
-    deadline = time.monotonic() + 2 * ssh.HEARTBEAT_S
+def settle(threads: int, limit_s: float) -> None:
+    """Wait (at most `limit_s`) for the threads the probes started to end (the
+    lifeline's: after its next beat), so that their CPU is counted."""
+    deadline = time.monotonic() + limit_s
     while threading.active_count() > threads and time.monotonic() < deadline:
         time.sleep(0.1)
 
@@ -272,6 +272,10 @@ def main() -> None:
                    "interpreter starts: N interpreters starting at once would take the "
                    "cores the later nodes' sshd need to start theirs (the hosts share "
                    "this machine's cores)")
+    p.add_argument("--threads-wait-s", type=float, default=2 * ssh.HEARTBEAT_S,
+                   help="after each phase, wait at most this long for the probes' threads to "
+                   "end (a lifeline's ends after its next heartbeat), so that their CPU is "
+                   "counted; 0 for a smoke run (their last beats left out)")
     args = p.parse_args()
     costs = Costs()
     costs.install()
@@ -301,7 +305,7 @@ def main() -> None:
                     cpu0, t0 = process_cpu(), time.time()
                     sampler = Sampler()
                     outcomes = run.execute("health")
-                    settle(threads)
+                    settle(threads, args.threads_wait_s)
                     cpu = process_cpu() - cpu0
                     bad = [f"{n}: {o.reason}" for n, o in outcomes.items() if not o.ok]
                     if bad:

@@ -75,9 +75,9 @@ def job_file(rw: str, files: list[Path], file_bytes: int, args, huge: bool) -> s
 def settle(counters, quiet_s: float = 1.0, limit_s: float = 20.0) -> None:
     """Wait until the device has had nothing to do for `quiet_s`: deleted files are
     discarded (ext4 -o discard) asynchronously after the journal commits, and 4 GB of
-    discards under the next timed phase slows it down by half."""
+    discards under the next timed phase slows it down by half. `quiet_s` 0: sync only."""
     os.sync()
-    if counters is None:
+    if counters is None or quiet_s <= 0:
         return
     deadline = time.monotonic() + limit_s
     last = counters()
@@ -173,32 +173,33 @@ def one_run(base: Path, args, fio_first: bool, huge: bool, counters) -> dict[str
         (work / "data").mkdir()
         fio_files = [work / "data" / f"fio-stream{i}.dat" for i in range(args.streams)]
         out = {}
-        settle(counters)  # the last run's files are discarded after their deletion
+        # the last run's files are discarded after their deletion
+        settle(counters, args.settle_s)
         if fio_first:
             out["fio write"] = fio("write", fio_files, file_bytes, args, huge, counters)
-            settle(counters)
+            settle(counters, args.settle_s)
         before = counters() if counters else None
         probe = ProbeRun(work / "data", work / "handshake", file_bytes, args)
         probe.reached("written")
         probe_w = request_kib(before, counters() if counters else None, "write")
         if not fio_first:
-            settle(counters)
+            settle(counters, args.settle_s)
             out["fio write"] = fio("write", fio_files, file_bytes, args, huge, counters)
         for f in fio_files:
             f.unlink()
-        settle(counters)
+        settle(counters, args.settle_s)
         files = sorted((work / "data").glob("burnin-*.dat"))
         assert len(files) == args.streams and all(f.stat().st_size == file_bytes
                                                   for f in files), "the probe's files"
         if fio_first:
             out["fio read"] = fio("read", files, file_bytes, args, huge, counters)
-            settle(counters)
+            settle(counters, args.settle_s)
         before = counters() if counters else None
         probe.release("go")
         probe.reached("read")
         probe_r = request_kib(before, counters() if counters else None, "read")
         if not fio_first:
-            settle(counters)
+            settle(counters, args.settle_s)
             out["fio read"] = fio("read", files, file_bytes, args, huge, counters)
         assert all(f.stat().st_size == file_bytes for f in files), "fio must not lay them out"
         probe.release("end")
@@ -238,6 +239,9 @@ def main() -> None:
     p.add_argument("--iodepth", type=int, default=4)
     p.add_argument("--block-mb", type=int, default=4)
     p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--settle-s", type=float, default=1.0,
+                   help="before each timed phase, wait until the device has been idle this "
+                        "long (at most 20 s); 0: sync only (a smoke run: figures unsettled)")
     p.add_argument("--verify", default="after", choices=("after", "inline"),
                    help="the probe's verify mode (fio runs without verify: after is like it)")
     args = p.parse_args()

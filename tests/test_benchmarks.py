@@ -102,8 +102,10 @@ def test_storage_vs_fio(tmp_path):
     need(shutil.which("fio") is not None, "fio is not installed")
     # /var/tmp: on the disk (O_DIRECT), where /tmp may be a tmpfs.
     base = Path("/var/tmp") if os.access("/var/tmp", os.W_OK) else tmp_path
+    # --settle-s 0: no wait for an idle device before each phase (on a machine shared
+    # with other tests it never idles, and each wait ran to its 20 s limit).
     lines = run_benchmark("storage_vs_fio.py", "--dir", str(base), "--size-gb", "0.02",
-                          "--streams", "2", "--repeat", "1")
+                          "--streams", "2", "--repeat", "1", "--settle-s", "0")
     got = ratios(lines[-1], "probe/fio")
     assert len(got) == 2, lines[-1]  # write and read
 
@@ -120,8 +122,10 @@ def test_ssh_fanout_vs_pdsh():
 def test_ssh_start_skew():
     need(os.geteuid() == 0, "test hosts need root")
     need(Path("/usr/sbin/sshd").exists(), "openssh-server is not installed")
+    # --threads-wait-s 0: no wait, after each phase, for the lifelines' threads to end at
+    # their next heartbeat (up to 10 s each)
     lines = run_benchmark("ssh_start_skew.py", "--hosts", "4", "--repeat", "1",
-                          "--hold-s", "1", "--settle-s", "0")
+                          "--hold-s", "1", "--settle-s", "0", "--threads-wait-s", "0")
     for kind in ("cold", "warm"):  # every phase measured, the skew as the hosts saw it
         assert any(re.match(rf"  {kind}: start skew \d+\.\d+ s", ln) for ln in lines), lines
         assert any(re.match(rf"  {kind}: controller CPU \d+\.\d+ ms per node: connect ", ln)
@@ -130,8 +134,10 @@ def test_ssh_start_skew():
 
 
 def test_verdict_calibration_captures_and_replays_every_rule():
-    lines = run_benchmark("verdict_calibration.py", "--runs", "1", "--node-runs", "30",
-                          "--trials", "5", "--sizes", "3")
+    # Two captured nodes (of 2 GPUs each): fleets of 3 are drawn from them node by node;
+    # every rule's figures are captured all the same, at two thirds of the probes' cost.
+    lines = run_benchmark("verdict_calibration.py", "--runs", "1", "--nodes", "2",
+                          "--node-runs", "30", "--trials", "5", "--sizes", "3")
     rows = [ln for ln in lines if ln.startswith("| ") and " | 3 | " in ln]
     rules = {row.split(" | ")[0].lstrip("| ") for row in rows}
     assert len(rules) == 6, lines  # burn, PCIe both ways, storage both phases, busbw

@@ -38,14 +38,16 @@ def installed(tmp_path_factory) -> dict:
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheel = next(dist.glob("burnin-*.whl"))
     env_dir = tmp / "venv"
-    venv.create(env_dir, with_pip=True)
+    # No pip of its own (ensurepip costs seconds): this environment's pip installs into
+    # it (`pip --python`), as it would with the venv's own.
+    venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     purelib = Path(subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True, text=True, check=True, timeout=120).stdout.strip())
-    install = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index",
-                              str(wheel)], capture_output=True, text=True, timeout=600,
-                             env=clean_env())
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install",
+                              "--no-deps", "--no-index", str(wheel)], capture_output=True,
+                             text=True, timeout=600, env=clean_env())
     assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
     # burnin's dependencies, torch among them, from the environment running these tests,
     # as --system-site-packages would give them: nothing is downloaded again. Added after

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
@@ -52,10 +51,10 @@ def replayed(pytester: pytest.Pytester, body: str = THREE) -> str:
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
-    # n1 runs every real probe; n2 and n3 replay theirs but the all-reduce and the train
-    # job (their groups move real data between all three): the real probes' cost once,
-    # not three times.
-    py = replay_python(pytester.path / "replay", real=("allreduce", "train"))
+    # n1 runs every real probe; n2 and n3 replay theirs but the inter-node all-reduce and
+    # train job (their groups move real data between all three): the real probes' cost
+    # once, not three times.
+    py = replay_python(pytester.path / "replay", real_in_groups=("allreduce", "train"))
     body = THREE.replace("      - name: n[1-3]\n        address: 127.0.0.[1-3]\n",
                          "      - {name: n1, address: 127.0.0.1}\n"
                          f"      - {{name: n2, address: 127.0.0.2, python: {py}}}\n"
@@ -197,7 +196,7 @@ def test_plugin_stays_dormant_without_burnin_tests(pytester):
 
 AUTO = """\
     version: 1
-    defaults: {transport: local, gpus: auto}
+    defaults: {transport: local, gpus: auto, python: {gpu}}
     checks:
       memory: {host_bytes: 1048576, retention_s: 0.2}
       pcie: {seconds: 0.3, block_mb: 4, peer_fraction: 0}
@@ -210,11 +209,14 @@ AUTO = """\
 
 def auto_nodes(pytester: pytest.Pytester, nvml) -> str:
     """Two `gpus: auto` nodes: 'gpu' has two (emulated) GPUs, 'cpu' has none (its python
-    sees neither the NVML emulator nor emulated CUDA)."""
+    sees neither the NVML emulator nor emulated CUDA). Their health probes are real (they
+    count the GPUs); the memory and pcie probes replay recorded documents shaped to the
+    count the controller learnt (tests/support/replay.py): what is collected is tested."""
     nvml(devices=[{"uuid": "GPU-a"}, {"uuid": "GPU-b"}])
+    gpu = replay_python(pytester.path / "replay", real=("health",))
     cpu = script(pytester.path / "python-cpu", "unset BURNIN_NVML_SCENARIO BURNIN_EMULATE_CUDA\n"
-                 f"exec {sys.executable} \"$@\"\n")
-    return inventory(pytester, AUTO.replace("{cpu}", cpu))
+                 f"exec {gpu} \"$@\"\n")
+    return inventory(pytester, AUTO.replace("{cpu}", cpu).replace("{gpu}", gpu))
 
 
 def health_runs(reports) -> list[str]:

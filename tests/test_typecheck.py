@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -19,23 +21,33 @@ def mypy(root: Path, cache: Path) -> subprocess.CompletedProcess:
                           cwd=root, capture_output=True, text=True, timeout=600)
 
 
-def test_burnin_type_checks(tmp_path):
-    res = mypy(REPO, tmp_path / "cache")
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """mypy over the checkout, from a cold cache: its result, and the cache it leaves."""
+    cache = tmp_path_factory.mktemp("mypy") / "cache"
+    return mypy(REPO, cache), cache
+
+
+def test_burnin_type_checks(checked):
+    res, _ = checked
     assert res.returncode == 0, res.stdout[-5000:] + res.stderr[-2000:]
     assert "Success: no issues found" in res.stdout
 
 
-def test_a_type_error_fails_it(tmp_path):
+def test_a_type_error_fails_it(tmp_path, checked):
     """The same configuration over a copy of burnin with one planted error, in a strict
-    module and in a module checked by default."""
+    module and in a module checked by default. Each is a new module, and the copy starts
+    from the checkout's cache (its files keep their contents and times, and mypy names
+    them relative to the root): only what was planted is checked again."""
     shutil.copytree(REPO / "burnin", tmp_path / "burnin",
                     ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pyproject.toml", tmp_path)
-    with open(tmp_path / "burnin" / "core" / "safefiles.py", "a") as f:
-        f.write("\n\ndef planted(x):\n    return x\n")  # strict: an unannotated def
-    with open(tmp_path / "burnin" / "engine" / "run.py", "a") as f:
-        f.write("\n\nPLANTED: int = 'a text'\n")
+    shutil.copytree(checked[1], tmp_path / "cache")
+    # strict (burnin.core.* has --strict's flags): an unannotated def
+    (tmp_path / "burnin" / "core" / "planted.py").write_text("def planted(x):\n    return x\n")
+    # checked by default: a wrong assignment
+    (tmp_path / "burnin" / "engine" / "planted.py").write_text("PLANTED: int = 'a text'\n")
     res = mypy(tmp_path, tmp_path / "cache")
     assert res.returncode == 1, res.stdout
-    assert "burnin/core/safefiles.py" in res.stdout and "no-untyped-def" in res.stdout
-    assert "burnin/engine/run.py" in res.stdout and "[assignment]" in res.stdout
+    assert "burnin/core/planted.py" in res.stdout and "no-untyped-def" in res.stdout
+    assert "burnin/engine/planted.py" in res.stdout and "[assignment]" in res.stdout

@@ -4,11 +4,14 @@ started on `probes/<check>.py` (directly, over SSH, or exec'd by srun's bootstra
 the recorded document and exits before the probe's first line runs.
 
 Test code only. A probe named in $BURNIN_REPLAY_REAL, or one without a recorded document,
-runs for real. Chains to the sitecustomize it shadows (the NVML emulator's, say).
+runs for real; one named in $BURNIN_REPLAY_REAL_IN_GROUPS runs for real when the controller
+made it a member of an inter-node group (its payload names a `group`), and replays on its
+own. Chains to the sitecustomize it shadows (the NVML emulator's, say).
 """
 
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
 
@@ -36,12 +39,58 @@ def _replay() -> None:
     if probe in os.environ.get("BURNIN_REPLAY_REAL", "").split(",") or not os.path.exists(
             os.path.join(tests, "corpus", f"{probe}.cpu.json")) or "--worker" in sys.argv:
         return
+    if probe in os.environ.get("BURNIN_REPLAY_REAL_IN_GROUPS", "").split(",") and _in_group():
+        return
     sys.path.insert(0, tests)
     from support import replay
     code = replay.main(sys.argv, float(os.environ.get("BURNIN_REPLAY_DELAY_S") or 0))
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+class _Pushback:
+    """stdin with its first line, already read, put back in front: for the probe (real or
+    replayed) reading its payload; everything else (the lifeline's fileno) is stdin's."""
+
+    def __init__(self, first: str, rest) -> None:
+        self._first, self._rest = first, rest
+
+    def readline(self, *args):
+        if self._first:
+            line, self._first = self._first, ""
+            return line
+        return self._rest.readline(*args)
+
+    def read(self, *args):
+        first, self._first = self._first, ""
+        return first + self._rest.read(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._rest, name)
+
+
+def _in_group() -> bool:
+    """Whether the controller's payload, the first line on stdin, names an inter-node
+    group. Read a byte at a time from the descriptor, so that nothing after the line (the
+    controller keeps stdin open: the lifeline) is taken; the line is put back."""
+    if sys.stdin is None or os.isatty(0):
+        return False
+    line = b""
+    while not line.endswith(b"\n"):
+        try:
+            byte = os.read(0, 1)
+        except OSError:
+            break
+        if not byte:
+            break
+        line += byte
+    sys.stdin = _Pushback(line.decode(errors="replace"), sys.stdin)
+    try:
+        payload = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(payload, dict) and bool(payload.get("group"))
 
 
 _chain()

@@ -35,18 +35,22 @@ SITE = Path(__file__).resolve().parent.parent / "replay_site"
 
 
 def replay_python(path: Path, delay_s: float = 0.0, real: tuple[str, ...] = (),
-                  python: str = sys.executable) -> str:
+                  python: str = sys.executable, real_in_groups: tuple[str, ...] = ()) -> str:
     """Write, at `path`, an executable to use as a node's `python:` whose probes replay
     (tests/replay_site): directly, over SSH, and under srun's bootstrap. `delay_s`: seconds
     each probe waits, lifeline held, before it answers (a probe that takes a while);
-    `real`: the probes that run for real; `python`: the interpreter it runs (another
-    wrapper, such as the NVML emulator's)."""
+    `real`: the probes that run for real; `real_in_groups`: those that run for real as
+    members of an inter-node group and replay on their own (a real group moves real data
+    between real members); `python`: the interpreter it runs (another wrapper, such as
+    the NVML emulator's)."""
     site = shlex.quote(str(SITE))
     path.write_text("#!/bin/sh\n"
                     f"PYTHONPATH={site}${{PYTHONPATH:+:$PYTHONPATH}}\n"
                     f"BURNIN_REPLAY=1 BURNIN_REPLAY_DELAY_S={delay_s!r} "
-                    f"BURNIN_REPLAY_REAL={shlex.quote(','.join(real))}\n"
-                    "export PYTHONPATH BURNIN_REPLAY BURNIN_REPLAY_DELAY_S BURNIN_REPLAY_REAL\n"
+                    f"BURNIN_REPLAY_REAL={shlex.quote(','.join(real))} "
+                    f"BURNIN_REPLAY_REAL_IN_GROUPS={shlex.quote(','.join(real_in_groups))}\n"
+                    "export PYTHONPATH BURNIN_REPLAY BURNIN_REPLAY_DELAY_S BURNIN_REPLAY_REAL "
+                    "BURNIN_REPLAY_REAL_IN_GROUPS\n"
                     f"exec {shlex.quote(python)} \"$@\"\n")
     path.chmod(0o755)
     return str(path)
