@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from support.replay import replay_python
@@ -74,6 +76,25 @@ def test_a_host_that_never_joins_is_named_and_the_rest_go_on(pytester, make_host
            "all-reduce with known-good" in message, message
     assert cases["h1"]["allreduce_internode"] == ("passed", "")
     assert cases["h2"]["allreduce_internode"] == ("passed", "")
+
+
+def test_a_member_whose_hello_hangs_gives_up_at_the_rendezvous_bound(monkeypatch):
+    """A member whose connection to the master hangs (its SYN dropped, as h3's above) ends
+    at its rendezvous bound: each attempt is cut to the time left, where a fixed 5 s one
+    kept its group (and the controller waiting on it) up to 5 s past the bound."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "probes"))
+    import allreduce as probe
+
+    def dropped(address, timeout):
+        time.sleep(timeout)
+        raise TimeoutError("timed out")
+
+    monkeypatch.setattr(probe.socket, "create_connection", dropped)
+    group = {"master_addr": "10.0.0.1", "master_port": 40000, "rank_offset": 1}
+    start = time.monotonic()
+    problems = probe.hello(group, "h3", timeout_s=1.0, master=False)
+    assert problems == ["cannot reach the rendezvous master at 10.0.0.1:40001"]
+    assert time.monotonic() - start < 3.0  # 1 s and the last attempt's 0.1 s; was 5 s
 
 
 LIAR = """#!{python}
