@@ -212,7 +212,10 @@ def hello(group: dict, me: str, timeout_s: float, ready: bool = True,
         return [f"did not join the rendezvous: {', '.join(missing)}"]
     while True:
         try:
-            with socket.create_connection((addr, port), timeout=5) as conn:
+            # A connection that hangs (its SYN dropped) ends with the rendezvous, not up to
+            # 5 s after it: the group lasts as long as its slowest member's hello.
+            wait = max(0.1, min(5.0, deadline - time.monotonic()))
+            with socket.create_connection((addr, port), timeout=wait) as conn:
                 conn.sendall(f"{me}{'' if ready else ' abort'}\n".encode())
                 conn.settimeout(max(1.0, deadline - time.monotonic() + 5))
                 answer = conn.makefile().readline().strip()

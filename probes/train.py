@@ -109,7 +109,10 @@ def wait_all(procs: list[subprocess.Popen]) -> list[tuple[int, str]]:
     for r in readers:
         r.start()
     failed_at = None
-    while any(p.poll() is None for p in procs):
+    # Every rank polled each turn: any() over a generator stopped at the first one still
+    # running, so a later rank's failure went unseen until the earlier ranks ended (rank 0
+    # blocked in a collective for a dead rank 1: the rendezvous timeout, not PEER_GRACE_S).
+    while any([p.poll() is None for p in procs]):
         if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:

@@ -10,14 +10,15 @@ import sys
 import pytest
 import yaml
 from support.suiterun import junit_cases, run_suite
+from test_allreduce import QUICK as ALLREDUCE_QUICK
 
 from burnin.ledger.api import Ledger
 
 pytestmark = pytest.mark.slow
 
-# As tests/test_allreduce.py: small sizes, short rounds, no intra-node relative floor.
-QUICK = {"max_bytes": 1 << 20, "warmup": 2, "seconds_per_size": 0.05,
-         "rendezvous_timeout_s": 10, "peer_fraction": 0}
+# tests/test_allreduce.py's QUICK (it says why those sizes and that pair_fraction), no
+# intra-node relative floor.
+QUICK = {**ALLREDUCE_QUICK, "rendezvous_timeout_s": 10, "peer_fraction": 0}
 
 
 def inventory(pytester, hosts, nodes: dict) -> str:

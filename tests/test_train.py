@@ -151,6 +151,24 @@ def test_a_rank_that_does_not_finish_fails_the_node(tmp_path):
     assert not judged(out, devices=1).passed
 
 
+def test_the_ranks_left_are_stopped_a_grace_after_a_later_rank_fails(monkeypatch):
+    """Rank 1 fails while rank 0 still runs (as rank 0 waits in a collective for it): rank
+    0 is stopped PEER_GRACE_S later, not left to its own end (the rendezvous timeout)."""
+    monkeypatch.syspath_prepend(str(REPO / "probes"))
+    import train as probe
+
+    monkeypatch.setattr(probe, "PEER_GRACE_S", 0.5)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+             for code in ("import time; time.sleep(60)", "import sys; sys.exit(3)")]
+    try:
+        (first, _), (second, _) = probe.wait_all(procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert (first, second) == (-9, 3)
+
+
 def test_slowed_wrong_and_straggling_nodes_fail_and_the_healthy_pass(pytester, finding):
     healthy = script(pytester.path / "python-healthy",
                      f"OMP_NUM_THREADS=1 exec {sys.executable} \"$@\"\n")
