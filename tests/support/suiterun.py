@@ -27,11 +27,19 @@ TINY_TRAIN = {"steps": 6, "warmup_steps": 2, "d_model": 32, "layers": 1, "heads"
               "peer_fraction": 0, "straggler_fraction": 0}
 
 
+# What an in-process run of suites/ leaves out: the suites use no Hypothesis, and its
+# plugin imports hypothesis at every session's end. pytester drops the modules a run
+# imported, and pytest rewrites the asserts of a plugin's whole distribution as it imports
+# them, so each run rewrote and compiled hypothesis's 80 modules again (1 to 5 s a run;
+# every run where Python writes no bytecode, as with PYTHONDONTWRITEBYTECODE=1).
+INNER = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+
+
 def run_suite(pytester: pytest.Pytester, inv, *args: str) -> tuple[pytest.RunResult, Path]:
     """Run suites/ against inventory `inv`; return the result and the reports directory."""
     reports = pytester.path / "reports"
     result = pytester.runpytest(SUITES, "--inventory", str(inv), "--reports", str(reports),
-                                "-p", "no:cacheprovider", *args)
+                                *INNER, *args)
     return result, reports
 
 
