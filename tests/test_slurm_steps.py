@@ -22,6 +22,8 @@ from test_health import gpu
 from test_interrupt import LONG, probes_on, quiet_python, wait_for
 from test_slurm import TINY, jobs_left, slurm_inventory
 
+from burnin.transports import srun_step
+
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
 # them all; `-m "not slow"` leaves them out of a developer's quick run.
 pytestmark = pytest.mark.slow
@@ -101,6 +103,10 @@ def test_a_node_whose_task_dies_or_hangs_fails_alone_in_the_one_step(pytester, m
     cluster = make_slurm(3)
     path, log = logged_commands(tmp_path / "bin")
     monkeypatch.setenv("PATH", path)
+    # h3's "interpreter" is a shell that never runs the bootstrap, so no word of the
+    # controller's reaches it: srun ends only when killed, once every task has settled
+    # and srun's grace for ending by itself is over (10 s; 3 s here, the run is in-process).
+    monkeypatch.setattr(srun_step, "STEP_GRACE_S", 3.0)
     dies = script(tmp_path / "py-dies", "echo 'GPU has fallen off the bus' >&2\nexit 3\n")
     hangs = script(tmp_path / "py-hangs", "exec sleep 3600\n")
     # h1's probe replays its recorded document (tests/support/replay.py): it answers at once, so
