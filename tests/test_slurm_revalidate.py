@@ -16,7 +16,7 @@ import pytest
 from support import docpages
 from support.replay import replay_python
 from support.slurmcluster import calls, logged_commands, option
-from support.suiterun import REPO, SUITES
+from support.suiterun import NO_HYPOTHESIS, REPO, SUITES
 from test_interrupt import LONG, admit, probes_on, wait_for
 from test_slurm import TINY, slurm_inventory
 
@@ -77,7 +77,8 @@ def test_the_documented_sbatch_revalidation_brings_a_repaired_node_back(make_slu
         job = job.replace(readme, here)
     (tmp_path / "revalidate.sh").write_text(job)
     res = subprocess.run(["sbatch", "--wait", str(tmp_path / "revalidate.sh")],
-                         capture_output=True, text=True, env=cluster.env(), timeout=900)
+                         capture_output=True, text=True, env={**cluster.env(), **NO_HYPOTHESIS},
+                         timeout=900)
     out = log.read_text() if log.exists() else ""
     assert res.returncode == 0, res.stdout + res.stderr + out[-4000:]
     assert "released from quarantine: h2" in out, out[-4000:]
@@ -101,7 +102,8 @@ def test_ctrl_c_leaves_slurm_as_it_was_before_the_run(make_slurm, tmp_path, find
     proc = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
                              "--reports", str(reports), "-k", "burn", "-p", "no:cacheprovider",
                              "-q"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**cluster.env(), "PATH": path})
+                            start_new_session=True,
+                            env={**cluster.env(), **NO_HYPOTHESIS, "PATH": path})
     try:
         wait_for(lambda: len(probes_on(cluster.hosts, "burn")) >= 3, 180,
                  "a burn probe on every node")
@@ -147,6 +149,7 @@ def test_a_retest_waits_until_slurm_says_the_nodes_last_job_has_completed(make_s
     res = subprocess.run([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
                           "--reports", str(tmp_path / "reports"), "-k", "health",
                           "--revalidate", "-p", "no:cacheprovider", "-q"], cwd=REPO,
-                         capture_output=True, text=True, env=cluster.env(), timeout=600)
+                         capture_output=True, text=True, env={**cluster.env(), **NO_HYPOTHESIS},
+                         timeout=600)
     assert res.returncode == 0, res.stdout[-3000:]
     assert slurm_state(cluster) == ("", ""), "no job or reservation left"

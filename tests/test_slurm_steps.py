@@ -17,7 +17,15 @@ import pytest
 from support import slurmcluster, testhosts
 from support.replay import replay_python
 from support.slurmcluster import calls, logged_commands, option
-from support.suiterun import GPU_CHECKS, REPO, SUITES, junit_cases, run_suite, script
+from support.suiterun import (
+    GPU_CHECKS,
+    NO_HYPOTHESIS,
+    REPO,
+    SUITES,
+    junit_cases,
+    run_suite,
+    script,
+)
 from test_health import gpu
 from test_interrupt import LONG, probes_on, quiet_python, wait_for
 from test_slurm import TINY, jobs_left, slurm_inventory
@@ -168,7 +176,7 @@ def test_a_killed_controller_leaves_no_probe_and_no_allocation(make_slurm, tmp_p
                              "--reports", str(tmp_path / "reports"), "-k", "sdc", "-p",
                              "no:cacheprovider", "-q"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
-                            env=cluster.env())
+                            env={**cluster.env(), **NO_HYPOTHESIS})
     wait_for(lambda: len(probes_on(cluster.hosts, "sdc")) >= 3, 180, "an sdc probe on each")
     os.killpg(proc.pid, signal.SIGKILL)  # no handler runs: the lifelines must do it
     proc.wait()
@@ -195,7 +203,7 @@ def test_a_run_inside_an_sbatch_job_uses_that_job_and_slurms_gpu_count(make_slur
          f"--chdir={REPO}", "--wrap", " ".join(
              [sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv), "--reports",
               str(tmp_path / "reports"), "-k", "health", "-p", "no:cacheprovider"])],
-        capture_output=True, text=True, env=cluster.env(), timeout=600)
+        capture_output=True, text=True, env={**cluster.env(), **NO_HYPOTHESIS}, timeout=600)
     text = out.read_text() if out.exists() else ""
     assert res.returncode == 0, res.stdout + res.stderr + text[-3000:]
     assert "3 passed" in text, text[-3000:]

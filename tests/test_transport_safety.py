@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.replay import replay_python
-from support.suiterun import SUITES, junit_cases, run_suite, script
+from support.suiterun import NO_HYPOTHESIS, SUITES, junit_cases, run_suite, script
 
 from burnin.engine.run import PROBES_DIR
 from burnin.inventory.schema import load_inventory
@@ -168,7 +168,8 @@ def test_a_second_run_skips_nodes_under_test_as_busy_and_blames_nobody(pytester,
     first = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory",
                               str(first_inv), "--reports", str(reports), "-k", "sdc",
                               "-p", "no:cacheprovider", "-q"], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env={**os.environ, **NO_HYPOTHESIS})
     try:
         remote = Path(hosts.inventory()["defaults"]["workdir"])
         deadline = time.monotonic() + 120

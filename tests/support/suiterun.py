@@ -27,19 +27,18 @@ TINY_TRAIN = {"steps": 6, "warmup_steps": 2, "d_model": 32, "layers": 1, "heads"
               "peer_fraction": 0, "straggler_fraction": 0}
 
 
-# What an in-process run of suites/ leaves out: the suites use no Hypothesis, and its
-# plugin imports hypothesis at every session's end. pytester drops the modules a run
-# imported, and pytest rewrites the asserts of a plugin's whole distribution as it imports
-# them, so each run rewrote and compiled hypothesis's 80 modules again (1 to 5 s a run;
-# every run where Python writes no bytecode, as with PYTHONDONTWRITEBYTECODE=1).
-INNER = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest")
+# A run of suites/ in a subprocess: without Hypothesis's plugin (the suites use none),
+# which imports hypothesis at every session's end, through pytest's assertion rewriting
+# (a plugin's whole distribution is rewritten): 1.2 s of CPU a run where Python writes no
+# bytecode, as with PYTHONDONTWRITEBYTECODE=1. In-process runs: tests/conftest.py.
+NO_HYPOTHESIS = {"PYTEST_ADDOPTS": "-p no:hypothesispytest"}
 
 
 def run_suite(pytester: pytest.Pytester, inv, *args: str) -> tuple[pytest.RunResult, Path]:
     """Run suites/ against inventory `inv`; return the result and the reports directory."""
     reports = pytester.path / "reports"
     result = pytester.runpytest(SUITES, "--inventory", str(inv), "--reports", str(reports),
-                                *INNER, *args)
+                                "-p", "no:cacheprovider", *args)
     return result, reports
 
 
