@@ -219,7 +219,10 @@ def test_xdist_workers_share_the_controllers_allocation(pytester, make_slurm, mo
     cluster = make_slurm(3)
     path, log = logged_commands(tmp_path / "bin")
     monkeypatch.setenv("PATH", path)
-    inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=TINY)
+    # The probes replay their recorded documents (tests/support/replay.py): what is tested
+    # is who allocates and which job each step runs in.
+    inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=TINY,
+                          defaults={"python": replay_python(tmp_path / "replay")})
     result, reports = run_suite(pytester, inv, "-k", "health or sdc", "-n", "2")
     result.assert_outcomes(passed=6)
     assert len(calls(log, "salloc")) == 1
