@@ -7,6 +7,7 @@ import tempfile
 import types
 from contextlib import ExitStack
 
+import hypothesis  # noqa: F401  (see below)
 import nvmlemu
 import paramiko  # noqa: F401  (see below)
 import psycopg  # noqa: F401  (see below)
@@ -20,7 +21,10 @@ from support.testhosts import TestHosts, missing_requirements
 # paramiko finds 'AES in CTR mode is not supported'. Importing it here, once for the
 # session, keeps it loaded across every inner run. So with psycopg: its compiled core,
 # loaded once, would raise the first import's errors, which a second import's
-# psycopg.Error no longer catches.
+# psycopg.Error no longer catches. And hypothesis: its pytest plugin imports it at the end
+# of every inner run, and pytest rewrites the asserts of a plugin's whole distribution as
+# it imports it, so each run rewrote and compiled its 80 modules again where no bytecode
+# is written (PYTHONDONTWRITEBYTECODE=1): 1.3 to 5 s a run_suite, 0.1 s once loaded here.
 
 
 def pytest_configure(config):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.replay import replay_python
-from support.suiterun import SUITES, run_suite, script
+from support.suiterun import NO_HYPOTHESIS, SUITES, run_suite, script
 
 from burnin.ledger.api import Ledger
 
@@ -82,7 +82,7 @@ def start(hosts, tmp_path: Path, check: str, **defaults) -> tuple[subprocess.Pop
     proc = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
                              "--reports", str(reports), "-k", check, "-p", "no:cacheprovider",
                              "-q"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, **NO_HYPOTHESIS})
     wait_for(lambda: len(probes_on(hosts, check)) >= len(hosts.hosts), 120,
              f"a {check} probe on every host")
     return proc, reports, tmp_path / "ledger.db"

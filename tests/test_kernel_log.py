@@ -19,6 +19,7 @@ from pathlib import Path
 
 import nvmlemu
 import pytest
+from support.suiterun import NO_HYPOTHESIS
 from test_host import judged, node, probe, tree
 
 REPO = Path(__file__).resolve().parent.parent
@@ -205,7 +206,7 @@ def test_an_ordinary_account_fails_health_naming_the_fix_or_passes_with_kernel_l
         uid, gid = pwd.getpwnam(name).pw_uid, grp.getgrnam(name).gr_gid
         os.chown(home, uid, gid)
         env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1",
+               "PYTHONDONTWRITEBYTECODE": "1", **NO_HYPOTHESIS,
                # The venv's packages and the checkout, for an interpreter outside the venv.
                "PYTHONPATH": os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"]])}
         python = _interpreter_for(uid, gid, env)

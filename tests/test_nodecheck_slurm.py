@@ -75,6 +75,29 @@ def wait_for(what: str, ready, cluster) -> None:
         time.sleep(1)
 
 
+def after_checks(workdir: Path, count: int, cluster) -> None:
+    """Wait until `count` more node-checks have kept their state in `workdir` (each one
+    replaces burnin/nodecheck/state.py's file before it acts on the drain; slurmd runs
+    them one after another): `count` - 1 of them have come and gone. Counted, not slept
+    for: a loaded machine runs fewer checks in a given time."""
+    def mark():
+        try:
+            st = (workdir / "node-check.json").stat()
+        except FileNotFoundError:
+            return None
+        return st.st_ino, st.st_mtime_ns
+    seen = [mark()]
+    deadline = time.monotonic() + WAIT_S
+    while len(seen) <= count:
+        if time.monotonic() > deadline:
+            pytest.fail(f"waiting for {count} node-checks in {workdir}: saw {len(seen) - 1}; "
+                        f"{ {h.name: cluster.state(h.name) for h in cluster.hosts.hosts} }")
+        time.sleep(0.1)
+        now = mark()
+        if now != seen[-1]:
+            seen.append(now)
+
+
 def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_drain(
         tmp_path, make_slurm, mnt, pg_url, pytester):
     names = ["h1", "h2", "h3"]
@@ -84,7 +107,7 @@ def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_dr
     inv = inventory(tmp_path, names, mnt, ledger=pg_url)
     program = tmp_path / "node-check-health"
     cluster = make_slurm(3, extra_conf=f"HealthCheckProgram={program}\n"
-                                       "HealthCheckInterval=5\nHealthCheckNodeState=ANY\n",
+                                       "HealthCheckInterval=3\nHealthCheckNodeState=ANY\n",
                          before_start=lambda c: wrapper(program, inv, c.conf, "health"))
     assert [h.name for h in cluster.hosts.hosts] == names
     cluster.scontrol("update", "nodename=h3", "state=drain", "reason=admin: fan replaced")
@@ -130,7 +153,7 @@ def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_dr
     assert f"(was: {reason})" in events[-1][2]
     assert not ledger.history("h2") and not ledger.history("h3")
     # Several more checks on h3, clean ones: an administrator's drain is never lifted.
-    time.sleep(12)
+    after_checks(tmp_path / "work" / "h3", 3, cluster)
     assert cluster.state("h3") == ("drained", "admin: fan replaced")
     assert cluster.state("h2") == ("idle", "")
 
@@ -176,7 +199,7 @@ def test_an_xid_drains_once_holds_the_drain_and_an_administrators_resume_stands(
     inv.write_text(yaml.safe_dump(doc))
     program = tmp_path / "node-check-health"
     cluster = make_slurm(1, extra_conf=f"HealthCheckProgram={program}\n"
-                                       "HealthCheckInterval=5\nHealthCheckNodeState=ANY\n",
+                                       "HealthCheckInterval=2\nHealthCheckNodeState=ANY\n",
                          before_start=lambda c: wrapper(program, inv, c.conf, "health"))
     with log.open("a") as f:
         f.write("[  100.000000] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen "
@@ -187,10 +210,10 @@ def test_an_xid_drains_once_holds_the_drain_and_an_administrators_resume_stands(
     assert "XID 79" in reason, reason
     # Clean checks follow (the XID was reported once), but an event holds the drain: only a
     # person (or a reboot) lets the node back.
-    time.sleep(15)
+    after_checks(tmp_path / "work", 3, cluster)
     assert cluster.state("h1") == ("drained", reason)
     cluster.scontrol("update", "nodename=h1", "state=resume")
-    time.sleep(15)
+    after_checks(tmp_path / "work", 3, cluster)
     assert cluster.state("h1") == ("idle", "")
 
 

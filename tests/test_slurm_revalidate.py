@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 from support import docpages
+from support.replay import replay_python
 from support.slurmcluster import calls, logged_commands, option
-from support.suiterun import REPO, SUITES
+from support.suiterun import NO_HYPOTHESIS, REPO, SUITES
 from test_interrupt import LONG, admit, probes_on, wait_for
 from test_slurm import TINY, slurm_inventory
 
@@ -57,7 +58,12 @@ def test_the_documented_sbatch_revalidation_brings_a_repaired_node_back(make_slu
     cluster = make_slurm(3)
     ledger = tmp_path / "ledger.db"
     quarantined_by_burnin(cluster, ledger, "h2")
+    # What is tested is the docs' job and the re-validation around the probes (Slurm's
+    # reservation, allocation, release, resume), not the probes: they replay recorded
+    # documents (tests/support/replay.py), but for health, which quarantined h2.
     inv = slurm_inventory(cluster, tmp_path / "inv.yaml", checks=TINY,
+                          defaults={"python": replay_python(tmp_path / "replay",
+                                                            real=("health",))},
                           quarantine={"ledger": str(ledger), "actions": ["slurm"],
                                       "release_after": 1})
     log = tmp_path / "revalidate.log"
@@ -71,7 +77,8 @@ def test_the_documented_sbatch_revalidation_brings_a_repaired_node_back(make_slu
         job = job.replace(readme, here)
     (tmp_path / "revalidate.sh").write_text(job)
     res = subprocess.run(["sbatch", "--wait", str(tmp_path / "revalidate.sh")],
-                         capture_output=True, text=True, env=cluster.env(), timeout=900)
+                         capture_output=True, text=True, env={**cluster.env(), **NO_HYPOTHESIS},
+                         timeout=900)
     out = log.read_text() if log.exists() else ""
     assert res.returncode == 0, res.stdout + res.stderr + out[-4000:]
     assert "released from quarantine: h2" in out, out[-4000:]
@@ -95,7 +102,8 @@ def test_ctrl_c_leaves_slurm_as_it_was_before_the_run(make_slurm, tmp_path, find
     proc = subprocess.Popen([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
                              "--reports", str(reports), "-k", "burn", "-p", "no:cacheprovider",
                              "-q"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**cluster.env(), "PATH": path})
+                            start_new_session=True,
+                            env={**cluster.env(), **NO_HYPOTHESIS, "PATH": path})
     try:
         wait_for(lambda: len(probes_on(cluster.hosts, "burn")) >= 3, 180,
                  "a burn probe on every node")
@@ -124,7 +132,8 @@ def test_ctrl_c_leaves_slurm_as_it_was_before_the_run(make_slurm, tmp_path, find
 def test_a_retest_waits_until_slurm_says_the_nodes_last_job_has_completed(make_slurm, tmp_path):
     """The job before the run (the previous run's, or anyone's) has ended but its epilog
     still runs past salloc's --immediate (10 s here): the node stays COMPLETING. The re-test
-    waits for Slurm to say the node is free instead of failing it as busy."""
+    waits for Slurm to say the node is free instead of failing it as busy, and its own job
+    (an epilog of a few seconds: that one is not the job before) is gone when it ends."""
     cluster = make_slurm(2, epilog_s=20)
     ledger = tmp_path / "ledger.db"
     subprocess.run(["salloc", "--exclusive", "--nodelist=h2", "--nodes=1", "--", "true"],
@@ -133,11 +142,14 @@ def test_a_retest_waits_until_slurm_says_the_nodes_last_job_has_completed(make_s
     assert "COMPLETING" in subprocess.run(
         ["scontrol", "show", "node", "h2", "--oneliner"], capture_output=True, text=True,
         env=cluster.env(), timeout=30).stdout, "the job before must still be completing"
+    cluster.set_epilog(3)  # the run's own job: still COMPLETING a moment after it ends
     inv = slurm_inventory(cluster, tmp_path / "inv.yaml",
+                          defaults={"python": replay_python(tmp_path / "replay")},
                           quarantine={"ledger": str(ledger), "actions": ["slurm"]})
     res = subprocess.run([sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv),
                           "--reports", str(tmp_path / "reports"), "-k", "health",
                           "--revalidate", "-p", "no:cacheprovider", "-q"], cwd=REPO,
-                         capture_output=True, text=True, env=cluster.env(), timeout=600)
+                         capture_output=True, text=True, env={**cluster.env(), **NO_HYPOTHESIS},
+                         timeout=600)
     assert res.returncode == 0, res.stdout[-3000:]
     assert slurm_state(cluster) == ("", ""), "no job or reservation left"

@@ -17,10 +17,20 @@ import pytest
 from support import slurmcluster, testhosts
 from support.replay import replay_python
 from support.slurmcluster import calls, logged_commands, option
-from support.suiterun import GPU_CHECKS, REPO, SUITES, junit_cases, run_suite, script
+from support.suiterun import (
+    GPU_CHECKS,
+    NO_HYPOTHESIS,
+    REPO,
+    SUITES,
+    junit_cases,
+    run_suite,
+    script,
+)
 from test_health import gpu
 from test_interrupt import LONG, probes_on, quiet_python, wait_for
 from test_slurm import TINY, jobs_left, slurm_inventory
+
+from burnin.transports import srun_step
 
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
 # them all; `-m "not slow"` leaves them out of a developer's quick run.
@@ -101,6 +111,10 @@ def test_a_node_whose_task_dies_or_hangs_fails_alone_in_the_one_step(pytester, m
     cluster = make_slurm(3)
     path, log = logged_commands(tmp_path / "bin")
     monkeypatch.setenv("PATH", path)
+    # h3's "interpreter" is a shell that never runs the bootstrap, so no word of the
+    # controller's reaches it: srun ends only when killed, once every task has settled
+    # and srun's grace for ending by itself is over (10 s; 3 s here, the run is in-process).
+    monkeypatch.setattr(srun_step, "STEP_GRACE_S", 3.0)
     dies = script(tmp_path / "py-dies", "echo 'GPU has fallen off the bus' >&2\nexit 3\n")
     hangs = script(tmp_path / "py-hangs", "exec sleep 3600\n")
     # h1's probe replays its recorded document (tests/support/replay.py): it answers at once, so
@@ -162,7 +176,7 @@ def test_a_killed_controller_leaves_no_probe_and_no_allocation(make_slurm, tmp_p
                              "--reports", str(tmp_path / "reports"), "-k", "sdc", "-p",
                              "no:cacheprovider", "-q"], cwd=REPO, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
-                            env=cluster.env())
+                            env={**cluster.env(), **NO_HYPOTHESIS})
     wait_for(lambda: len(probes_on(cluster.hosts, "sdc")) >= 3, 180, "an sdc probe on each")
     os.killpg(proc.pid, signal.SIGKILL)  # no handler runs: the lifelines must do it
     proc.wait()
@@ -189,7 +203,7 @@ def test_a_run_inside_an_sbatch_job_uses_that_job_and_slurms_gpu_count(make_slur
          f"--chdir={REPO}", "--wrap", " ".join(
              [sys.executable, "-m", "pytest", SUITES, "--inventory", str(inv), "--reports",
               str(tmp_path / "reports"), "-k", "health", "-p", "no:cacheprovider"])],
-        capture_output=True, text=True, env=cluster.env(), timeout=600)
+        capture_output=True, text=True, env={**cluster.env(), **NO_HYPOTHESIS}, timeout=600)
     text = out.read_text() if out.exists() else ""
     assert res.returncode == 0, res.stdout + res.stderr + text[-3000:]
     assert "3 passed" in text, text[-3000:]
@@ -205,7 +219,10 @@ def test_xdist_workers_share_the_controllers_allocation(pytester, make_slurm, mo
     cluster = make_slurm(3)
     path, log = logged_commands(tmp_path / "bin")
     monkeypatch.setenv("PATH", path)
-    inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=TINY)
+    # The probes replay their recorded documents (tests/support/replay.py): what is tested
+    # is who allocates and which job each step runs in.
+    inv = slurm_inventory(cluster, pytester.path / "inv.yaml", checks=TINY,
+                          defaults={"python": replay_python(tmp_path / "replay")})
     result, reports = run_suite(pytester, inv, "-k", "health or sdc", "-n", "2")
     result.assert_outcomes(passed=6)
     assert len(calls(log, "salloc")) == 1
@@ -222,7 +239,7 @@ def test_the_slurm_scale_benchmark_runs_at_tiny_scale():
         (pytest.fail if os.environ.get("CI") else pytest.skip)(problem)
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "slurm_scale.py"),
                           "--hosts", "3", "--repeat", "1"], capture_output=True, text=True,
-                         timeout=900)
+                         env={**os.environ, **NO_HYPOTHESIS}, timeout=900)
     assert res.returncode == 0, res.stdout + res.stderr[-3000:]
     lines = res.stdout.strip().splitlines()
     assert re.fullmatch(r"burnin / bare = \d+\.\d\d", lines[-1]), lines

@@ -77,7 +77,7 @@ act = payload.get("act", "echo")
 if act == "hang":
     time.sleep(600)
 if act == "slow":
-    time.sleep(24)
+    time.sleep(15)
 if act == "die":
     print("GPU has fallen off the bus", file=sys.stderr, flush=True)
     sys.exit(3)
@@ -147,19 +147,20 @@ def test_a_workdir_another_user_could_swap_is_refused_on_that_node_alone(tmp_pat
 
 def test_a_task_that_dies_or_hangs_fails_alone_and_the_step_ends(tmp_path):
     start = time.monotonic()
-    # Probes alive 16 s in: the hung one's timeout (5 s) and the kill's grace are long past,
-    # the slow one (24 s) still runs; a loaded machine gets seconds of slack either side.
+    # Probes alive 10 s in: the hung one's timeout (3 s) and the kill's grace are long past,
+    # the slow one (15 s from its start, after the test's) still runs; a loaded machine
+    # gets 5 s and more of slack either side.
     running = {}
-    threading.Timer(16, lambda: running.update(at_16s=hung_probes(tmp_path))).start()
+    threading.Timer(10, lambda: running.update(at_10s=hung_probes(tmp_path))).start()
     results, said = step(tmp_path, ["a", "b", "c"], {"a": "slow", "b": "die", "c": "hang"},
-                         timeouts={"c": 5})
+                         timeouts={"c": 3})
     assert time.monotonic() - start < 300, "the step waited for the hung probe (600 s)"
     a, b, c = results
     assert a.exit_code == 0 and json.loads(a.stdout)["payload"]["node"] == "a"
     assert b.exit_code == 3 and b"GPU has fallen off the bus" in b.stderr_tail
     assert c.timed_out and c.exit_code is None and not a.timed_out and not b.timed_out
     # Stopped by the controller's word while the step went on, not when it ended.
-    assert len(running["at_16s"]) == 1, "only a's slow probe may still run"
+    assert len(running["at_10s"]) == 1, "only a's slow probe may still run"
     assert not hung_probes(tmp_path)
 
 
@@ -177,7 +178,14 @@ def test_several_tasks_on_one_node_each_come_back_on_their_own(tmp_path):
 def test_stderr_reaches_each_nodes_own_callback(tmp_path):
     seen: dict[str, bytearray] = {"a": bytearray(), "b": bytearray()}
     cancel = threading.Event()
-    threading.Timer(6, cancel.set).start()
+
+    def cancel_once_both_spoke() -> None:  # the probes stay on until cancelled
+        deadline = time.monotonic() + 60
+        while not all(b"BURNIN_PROGRESS" in seen[n] for n in seen) and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        cancel.set()
+    threading.Thread(target=cancel_once_both_spoke, daemon=True).start()
     results, _ = step(tmp_path, ["a", "b"], {"a": "stay", "b": "stay"}, cancel=cancel,
                       on_stderr={n: seen[n].extend for n in seen})
     assert all(r.cancelled for r in results)

@@ -25,7 +25,9 @@ from burnin.transports.ssh import SshTransport
 def test_suite_passes_over_ssh_on_four_hosts(pytester, make_hosts):
     """Every check over SSH: staged probes (the recorded ones of tests/support/replay.py, which
     import the staged probelib and keep the real lifeline), on each host in its own
-    namespaces. The real probes over SSH: test_each_node_failure_..., the fan-out tests."""
+    namespaces. The real probes over SSH: test_one_connection_per_node_... (health, twice),
+    test_each_node_failure_... (h10's Debian Python, without torch), and the bastion's
+    (tests/test_transport_safety.py)."""
     hosts = make_hosts(4)
     inv = hosts.write_inventory(pytester.path / "inv.yaml",
                                 python=replay_python(pytester.path / "replay"))
@@ -63,13 +65,16 @@ def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_
         # so that a loaded machine cannot fail them.
         "h8": {"python": script(tmp_path / "hang.sh",
                                 f"sleep 600 & echo $! > {hang_pid}; wait\n"),
-               "checks": {"health": {"timeout_s": 8}}},
+               "checks": {"health": {"timeout_s": 5}}},
         "h9": {"python": "/nonexistent/python3"},
         "h10": {"python": "/usr/bin/python3"},  # Debian's Python: no torch
         "h11": {"python": script(tmp_path / "slow.sh",
                                  f"touch {started}; sleep 30; exec {sys.executable} \"$@\"\n")},
     }
-    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes)
+    # The healthy nodes' probes replay their recorded documents (tests/support/replay.py):
+    # what is tested is each failure's reason, and that it stays its node's.
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", nodes=nodes,
+                                python=replay_python(tmp_path / "replay"))
     hosts.stop_sshd(h["h3"])
     hosts.link_down(h["h4"])
     h["h5"].host_key_line = h["h5"].host_key_line.rsplit(" ", 1)[0] + " " + \
@@ -94,7 +99,7 @@ def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_
         "h5": "host key CHANGED for",
         "h6": "host key of",
         "h7": "authentication refused by",
-        "h8": "killed at its timeout of 8 s",
+        "h8": "killed at its timeout of 5 s",
         "h9": "could not start: interpreter or probe not found",
         "h10": "torch is not importable on the node",
         "h11": "lost after",
@@ -153,10 +158,12 @@ def test_fanout_runs_nodes_at_once_within_its_bound(make_hosts, tmp_path):
     hosts = make_hosts(4)
     log = tmp_path / "spans"
     log.mkdir()
+    # The spans are the wrapper's; the probe after them replays its recorded document
+    # (tests/support/replay.py): what is measured is the fan-out, not health's imports.
     wrapper = script(tmp_path / "timed.sh",
                      f"s=$(date +%s.%N); sleep 1.5; "
                      f"echo \"$s $(date +%s.%N)\" > {log}/$(hostname); "
-                     f"exec {sys.executable} \"$@\"\n")
+                     f"exec {replay_python(tmp_path / 'replay')} \"$@\"\n")
     inv = load_inventory(hosts.write_inventory(tmp_path / "inv.yaml", python=wrapper))
 
     def overlap(fanout: int) -> int:

@@ -125,9 +125,16 @@ class SlurmCluster:
         if not self.epilog_s:
             return ""
         script = self.dir / "epilog.sh"
-        script.write_text(f"#!/bin/sh\nsleep {self.epilog_s}\n")
+        self.set_epilog(self.epilog_s)
+        script.write_text(f"#!/bin/sh\nsleep \"$(cat {self.dir / 'epilog_s'})\"\n")
         script.chmod(0o755)
         return f"Epilog={script}\n"
+
+    def set_epilog(self, seconds: float) -> None:
+        """How long the Epilog of the jobs that end from now on takes (a cluster made with
+        an epilog_s): a test that needs one job COMPLETING for long need not wait that
+        long again for each job after it."""
+        (self.dir / "epilog_s").write_text(f"{seconds:g}\n")
 
     def _cpus(self, node: str) -> int:
         return max(self.cpus, self.gpus[node])

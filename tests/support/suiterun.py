@@ -27,6 +27,13 @@ TINY_TRAIN = {"steps": 6, "warmup_steps": 2, "d_model": 32, "layers": 1, "heads"
               "peer_fraction": 0, "straggler_fraction": 0}
 
 
+# A run of suites/ in a subprocess: without Hypothesis's plugin (the suites use none),
+# which imports hypothesis at every session's end, through pytest's assertion rewriting
+# (a plugin's whole distribution is rewritten): 1.2 s of CPU a run where Python writes no
+# bytecode, as with PYTHONDONTWRITEBYTECODE=1. In-process runs: tests/conftest.py.
+NO_HYPOTHESIS = {"PYTEST_ADDOPTS": "-p no:hypothesispytest"}
+
+
 def run_suite(pytester: pytest.Pytester, inv, *args: str) -> tuple[pytest.RunResult, Path]:
     """Run suites/ against inventory `inv`; return the result and the reports directory."""
     reports = pytester.path / "reports"
