@@ -56,10 +56,25 @@ def needs_of(item: pytest.Item) -> set[str]:
     return out
 
 
+# The order tests start in, by what they need: a real Slurm, then the SSH hosts, then the
+# rest, the fast tier last. pytest-xdist's workers take the collection in order and steal
+# from its end; the long tests started first leave the short ones to fill the last minutes
+# (in file order the slowest files, test_train* and test_transport_safety, came last and
+# ran alone at the end).
+START_ORDER = ("slurm", "ssh", "postgres", "", "fast")
+
+
+def _start_rank(item: pytest.Item) -> int:
+    marks = {m.name for m in item.iter_markers()}
+    return next((i for i, need in enumerate(START_ORDER) if need in marks),
+                START_ORDER.index(""))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         for mark in needs_of(item) - {m.name for m in item.iter_markers()}:
             item.add_marker(mark)
+    items.sort(key=_start_rank)  # stable: file order within each rank
 
 
 @pytest.hookimpl(hookwrapper=True)
