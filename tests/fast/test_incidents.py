@@ -265,14 +265,15 @@ def _nodes(n, switch=lambda i: "leafA"):
 
 def test_a_run_s_outcomes_become_incidents_over_the_nodes_judged():
     from burnin.gate.incidents import of_cases
-    # storage: 3 failed, 1 errored of 6 judged; 4 more skipped or not run count for nothing
+    # storage: 3 failed, 1 errored of 6 judged; 4 more skipped or not run count for nothing,
+    # and the nodes after them count still
     cases = {(f"n{i}", "storage"): _case(f"n{i}", "storage", o) for i, o in enumerate(
-        ["failed", "failed", "error", "failed", "passed", "passed",
-         "skipped", "", "skipped", ""])}
+        ["skipped", "failed", "failed", "error", "failed", "", "passed", "passed",
+         "skipped", ""])}
     cases[("n0", "health")] = _case("n0", "health", "passed")
     (i,) = of_cases(cases, _nodes(10), S)
     assert (i.check, i.rule, i.nodes, i.judged) == ("storage", FRACTION,
-                                                   ("n0", "n1", "n2", "n3"), 6)
+                                                   ("n1", "n2", "n3", "n4"), 6)
     assert i.figures == {"fraction": 0.2, "min_nodes": 3}
     assert of_cases(cases, _nodes(10), SharedCauseSettings(0.7, 3)) == []
     # labels come from the nodes: leafB failing whole, the rest passing
