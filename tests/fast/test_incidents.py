@@ -8,7 +8,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burnin.gate.incidents import FRACTION, TOPOLOGY, binomial_tail, detect
+from burnin.gate.incidents import FRACTION, TOPOLOGY, binomial_tail, detect, fraction_reached
 from burnin.model.nodes import SharedCauseSettings
 
 S = SharedCauseSettings()
@@ -158,3 +158,178 @@ def test_the_inventory_s_shared_cause_settings_are_read_and_checked(tmp_path):
                 "quarantine.shared_cause.labels", "quarantine.shared_cause.x"):
         assert key in text, text
     assert ":4:" in text or "line 4" in text or "inv.yaml:4" in text, text
+
+
+def test_the_binomial_tail_at_its_edges():
+    assert binomial_tail(5, 0.0, 0) == 1.0  # nothing to reach: certain, whatever p
+    assert binomial_tail(1, 0.5, 1) == 0.5
+    assert abs(binomial_tail(2, 0.5, 1) - 0.75) < 1e-12
+    assert abs(binomial_tail(2, 0.5, 2) - 0.25) < 1e-12  # k == n: one term, not none
+    assert binomial_tail(2, 0.5, 3) == 0.0
+    # a probability, never above 1, though the terms' rounding sums past it
+    assert all(binomial_tail(n, p, 1) <= 1.0 for n in range(1, 40) for p in (0.9, 0.99))
+
+
+def test_the_fraction_rule_itself_is_more_than_the_fraction():
+    assert not fraction_reached(4, 20, S)  # 20% exactly: not more
+    assert not fraction_reached(3, 20, S)
+    assert fraction_reached(5, 20, S)
+    assert not fraction_reached(2, 5, S)  # under min_nodes
+
+
+def test_a_fraction_incident_records_the_settings_that_raised_it():
+    nodes = [f"n{i}" for i in range(6)]
+    (i,) = detect({"storage": verdicts(nodes, nodes)}, {}, SharedCauseSettings(0.3, 4))
+    assert i.figures == {"fraction": 0.3, "min_nodes": 4}
+
+
+def test_a_topology_incident_counts_the_nodes_judged():
+    labels = {f"n{i}": {"switch": "leafA" if i < 3 else "leafB"} for i in range(6)}
+    (i,) = detect({"fabric": verdicts(labels, ["n0", "n1", "n2"])}, labels, S)
+    assert (i.judged, i.group, i.elsewhere) == (6, 3, 0)
+
+
+def test_nodes_without_labels_are_judged_but_in_no_component():
+    labels = {f"n{i}": {"switch": "leafA"} for i in range(3)}  # n3..n9: no inventory labels
+    nodes = [f"n{i}" for i in range(10)]
+    (i,) = detect({"fabric": verdicts(nodes, ["n0", "n1", "n2"])}, labels, S)
+    assert (i.component, i.judged) == ("switch=leafA", 10)
+
+
+def test_one_component_holding_every_judged_node_is_the_fraction_rule_s():
+    labels = {f"n{i}": {"switch": "leafA"} for i in range(6)}
+    (i,) = detect({"storage": verdicts(labels, labels)}, labels, S)
+    assert (i.rule, i.component, len(i.nodes)) == (FRACTION, "", 6)
+
+
+def test_components_of_one_size_are_named_by_label_then_value():
+    # the same three nodes are rack z and switch a: the label decides, rack before switch
+    labels = {f"n{i}": {"rack": "z" if i < 3 else f"r{i}", "switch": "a" if i < 3 else "b"}
+              for i in range(20)}
+    (i,) = detect({"fabric": verdicts(labels, ["n0", "n1", "n2"])}, labels, S)
+    assert i.component == "rack=z"
+    # two switches failing whole, named in order of their values, not of their nodes
+    labels = {f"n{i:02d}": {"switch": "leafZ" if i < 3 else "leafA" if i < 6 else "leafM"}
+              for i in range(40)}
+    failing = [f"n{i:02d}" for i in range(6)]
+    found = detect({"fabric": verdicts(labels, failing)}, labels, S)
+    assert [i.component for i in found] == ["switch=leafA", "switch=leafZ"]
+
+
+def test_a_smaller_component_is_still_named_after_one_inside_a_larger():
+    # leaf0 (racks r0, r1) fails whole, and rack r2 of leaf1: the racks of leaf0 are
+    # passed over, r2 is named
+    labels = {f"n{i:02d}": {"switch": f"leaf{i // 8}", "rack": f"r{i // 4}"} for i in range(40)}
+    failing = [f"n{i:02d}" for i in range(12)]
+    found = detect({"fabric": verdicts(labels, failing)}, labels, S)
+    assert [i.component for i in found] == ["switch=leaf0", "rack=r2"]
+
+
+def test_a_common_component_failing_among_others_does_not_hide_a_rare_one():
+    # 3 switches: sA failing whole is rare; pdu p0 failing whole, one pdu of 28, is not
+    labels = {f"n{i:02d}": {"switch": "sA" if i < 3 else "sB" if i < 15 else "sC",
+                            "pdu": "p0" if 15 <= i < 18 else f"p{i + 1}"} for i in range(30)}
+    failing = ["n00", "n01", "n02", "n15", "n16", "n17"]  # 20%: not the fraction rule
+    found = detect({"fabric": verdicts(labels, failing)}, labels, S)
+    assert [(i.component, i.elsewhere) for i in found] == [("switch=sA", 3)]
+
+
+def test_two_components_named_keep_their_parts_from_being_named_again():
+    labels = {f"n{i:02d}": {"switch": f"leaf{i // 8}", "rack": f"r{i // 4}"} for i in range(80)}
+    failing = [f"n{i:02d}" for i in range(16)]  # leaf0 and leaf1 whole, 20% of the fleet
+    found = detect({"fabric": verdicts(labels, failing)}, labels, S)
+    assert [i.component for i in found] == ["switch=leaf0", "switch=leaf1"]
+
+
+def test_the_failures_left_outside_a_component_must_be_more_than_the_fraction():
+    labels = {f"n{i}": {"switch": "leafA" if i < 5 else "leafB"} for i in range(10)}
+    # leafA whole and n5: 1 of the 5 left is 20%, not more: leafA alone is the incident
+    found = detect({"fabric": verdicts(labels, ["n0", "n1", "n2", "n3", "n4", "n5"])},
+                   labels, S)
+    assert [(i.rule, i.component) for i in found] == [(TOPOLOGY, "switch=leafA")]
+    found = detect({"fabric": verdicts(labels, ["n0", "n1", "n2", "n3", "n4", "n5", "n6"])},
+                   labels, S)
+    assert [(i.rule, len(i.nodes)) for i in found] == [(FRACTION, 7)]
+
+
+def _case(node, check, outcome, message="boom"):
+    from burnin.model.outcome import CaseResult, Outcome
+    return CaseResult(node, check, Outcome(outcome), message, output="trace")
+
+
+def _nodes(n, switch=lambda i: "leafA"):
+    from burnin.model.nodes import Node
+    return [Node(name=f"n{i}", address=f"n{i}", labels={"switch": switch(i)})
+            for i in range(n)]
+
+
+def test_a_run_s_outcomes_become_incidents_over_the_nodes_judged():
+    from burnin.gate.incidents import of_cases
+    # storage: 3 failed, 1 errored of 6 judged; 4 more skipped or not run count for nothing,
+    # and the nodes after them count still
+    cases = {(f"n{i}", "storage"): _case(f"n{i}", "storage", o) for i, o in enumerate(
+        ["skipped", "failed", "failed", "error", "failed", "", "passed", "passed",
+         "skipped", ""])}
+    cases[("n0", "health")] = _case("n0", "health", "passed")
+    (i,) = of_cases(cases, _nodes(10), S)
+    assert (i.check, i.rule, i.nodes, i.judged) == ("storage", FRACTION,
+                                                   ("n1", "n2", "n3", "n4"), 6)
+    assert i.figures == {"fraction": 0.2, "min_nodes": 3}
+    assert of_cases(cases, _nodes(10), SharedCauseSettings(0.7, 3)) == []
+    # labels come from the nodes: leafB failing whole, the rest passing
+    cases = {(f"n{i}", "fabric"): _case(f"n{i}", "fabric", "failed" if i >= 7 else "passed")
+             for i in range(10)}
+    (i,) = of_cases(cases, _nodes(10, lambda i: "leafB" if i >= 7 else "leafA"), S)
+    assert (i.component, i.judged) == ("switch=leafB", 10)
+
+
+def test_marking_starts_each_incident_node_s_failure_with_its_incident():
+    from burnin.gate.incidents import mark
+    nodes = [f"n{i}" for i in range(6)]
+    (inc,) = detect({"storage": verdicts(nodes, nodes[:4])}, {}, S)
+    cases = {(n, "storage"): _case(n, "storage", "failed" if n in nodes[:4] else "passed")
+             for n in nodes}
+    cases[("n0", "storage")].message = "x" * 5000
+    del cases[("n3", "storage")]  # an incident node with no case of its own: nothing to mark
+    mark(cases, [inc])
+    assert cases[("n1", "storage")].message == f"{inc.message}; boom"
+    assert cases[("n1", "storage")].output == f"{inc.message}\ntrace"
+    assert cases[("n0", "storage")].message.startswith(inc.message)
+    assert len(cases[("n0", "storage")].message) == 4000
+    assert cases[("n4", "storage")].message == "boom"
+    assert cases[("n4", "storage")].output == "trace"
+
+
+def test_paging_fills_the_command_s_placeholders_in_each_argument(monkeypatch):
+    import burnin.gate.incidents as incidents
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return ok, "exit status 3"
+
+    monkeypatch.setattr(incidents, "run_argv", run)
+    labels = {f"n{i}": {"switch": "leafA" if i < 3 else "leafB"} for i in range(6)}
+    (inc,) = detect({"fabric": verdicts(labels, ["n3", "n4", "n5"])}, labels, S)
+    ok = True
+    res = incidents.page(("/bin/page", "--run={run}", "{check}@{component}", "{nodes}",
+                          "{message}", "plain"), inc, "r42")
+    assert calls == [["/bin/page", "--run=r42", "fabric@switch=leafB", "n3,n4,n5",
+                      inc.message, "plain"]]
+    assert (res.action, res.node, res.ok, res.message) == \
+        ("incident_command", "switch=leafB", True, "paged")
+    ok = False
+    res = incidents.page(("/bin/page",), inc, "r42")
+    assert (res.action, res.node, res.ok, res.message) == \
+        ("incident_command", "switch=leafB", False, "page failed: exit status 3")
+
+
+def test_the_summary_names_each_incident_and_says_nobody_was_quarantined():
+    from burnin.gate.incidents import summary_lines
+    assert summary_lines([]) == []
+    nodes = [f"n{i}" for i in range(6)]
+    (inc,) = detect({"storage": verdicts(nodes, nodes[:4])}, {}, S)
+    assert summary_lines([inc]) == [
+        f"INCIDENT {inc.message}: n0, n1, n2, n3",
+        "  not quarantined, no action taken: a person decides (docs/operator/incidents.md); "
+        "burnin quarantine add --run RUN --check CHECK --reason WHY quarantines them by hand"]
