@@ -83,6 +83,7 @@ def outcomes_of(tmp_path, job: Job, nodes: int | list, failed: dict | None = Non
     assert set(out) == {n.name for n in run.nodes}
     for name, o in out.items():  # the controller's own record of each node, as stored
         assert (o.node, o.probe, o.ok) == (name, "train_internode", True)
+        assert o.data["probe"] == CHECKS["train_internode"].probe_name == "train"
         assert CHECKS["train_internode"].schema.problem(o.data, "") == "", o.data
     return out
 
