@@ -157,7 +157,7 @@ def score(argv: list[str]) -> int:
         print("no results under mutants/: run `python tests/mutation.py` first", file=sys.stderr)
         return 2
     known, cache = listed(), {}
-    slow = json.loads(SLOW_RESULTS.read_text()) if SLOW_RESULTS.exists() else {}
+    slow = _slow_results()
     rows, unexplained, used, scored = [], [], set(), set()
     total: Counter = Counter()
     for meta in metas:
@@ -256,12 +256,18 @@ def run(modules: list[str]) -> int:
     return score([])
 
 
+def _slow_results(keep: dict | None = None) -> dict:
+    """The slow tier's kept {mutant: exit code}; with `keep`, write that instead first."""
+    if keep is not None:
+        SLOW_RESULTS.write_text(json.dumps(keep, indent=1, sort_keys=True))
+    return json.loads(SLOW_RESULTS.read_text()) if SLOW_RESULTS.exists() else {}
+
+
 def _drop_slow(module: str) -> None:
     """Forget the slow tier's results for `module`: they were for its last fast run."""
     if SLOW_RESULTS.exists():
-        kept = {k: c for k, c in json.loads(SLOW_RESULTS.read_text()).items()
-                if not k.startswith(f"burnin.{module}.")}
-        SLOW_RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True))
+        _slow_results({k: c for k, c in _slow_results().items()
+                       if not k.startswith(f"burnin.{module}.")})
 
 
 def _slow_config(module: str) -> str:
@@ -321,9 +327,7 @@ def run_slow(modules: list[str]) -> int:
                 return res.returncode
             got = json.loads((scratch / "mutants" / meta.relative_to(REPO / "mutants"))
                              .read_text())["exit_code_by_key"]
-        kept = json.loads(SLOW_RESULTS.read_text()) if SLOW_RESULTS.exists() else {}
-        kept.update({k: got.get(k) for k in names})
-        SLOW_RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True))
+        _slow_results({**_slow_results(), **{k: got.get(k) for k in names}})
     return score([])
 
 
