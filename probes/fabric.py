@@ -28,7 +28,6 @@ two counter reads when there is no baseline; 5).
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import nvlink5
@@ -288,4 +287,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    probelib.finish(main())

@@ -30,7 +30,6 @@ pause the probe writes paused-<i> there and waits for 'resume' before reading ag
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 import zlib
@@ -202,4 +201,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    probelib.finish(main())

@@ -305,12 +305,7 @@ def main() -> int:
         print(__doc__)
         return 0
     if "--worker" in sys.argv:
-        code = worker(int(sys.argv[sys.argv.index("--worker") + 1]))
-        # The kernel frees what the worker holds; the interpreter's teardown of torch would
-        # only keep the probe waiting (seconds on a busy or slow node).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        return worker(int(sys.argv[sys.argv.index("--worker") + 1]))  # probelib.finish
     payload = probelib.read_payload()
     probelib.watch_controller(payload, PROBE)
     settings = payload.get("settings", {})
@@ -340,4 +335,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    probelib.finish(main())

@@ -388,4 +388,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    probelib.finish(main())
