@@ -15,6 +15,7 @@ the planted error, never "controller error").
     python benchmarks/controller_scale.py [--nodes 10000] [--repeat 3]
         [--checks health,all] [--fleets pass,fail] [--modes serial,-n2]
     python benchmarks/controller_scale.py --nodes 256 --fleets max --checks all
+    python benchmarks/controller_scale.py --nodes 20 --documents tests/corpus   # no capture
 
 First, the anchor: bare pytest running as many trivial tests (nodes x checks, shaped as
 the suites are), so that each row also says burnin's time as a ratio of pytest's own
@@ -81,6 +82,18 @@ def capture_documents(workdir: Path) -> Path:
         record = json.loads(line)
         if record["ok"] and record["data"].get("probe") == record["check"]:
             docs[record["check"]] = record["data"]
+    path = workdir / "documents.json"
+    path.write_text(json.dumps(docs))
+    return path
+
+
+def recorded_documents(folder: Path, workdir: Path) -> Path:
+    """The documents recorded on a CPU node (`<probe>.cpu.json`, as tests/corpus/ keeps
+    them, recorded with these TINY settings' shapes) as {probe: document}: no capture."""
+    docs = {f.name.split(".")[0]: json.loads(f.read_text())
+            for f in sorted(folder.glob("*.cpu.json"))}
+    if not docs:
+        raise SystemExit(f"--documents {folder}: no <probe>.cpu.json in it")
     path = workdir / "documents.json"
     path.write_text(json.dumps(docs))
     return path
@@ -181,11 +194,15 @@ def main() -> None:
     p.add_argument("--modes", default="serial,-n2", help="serial and/or -n2 (xdist)")
     p.add_argument("--no-anchor", action="store_true",
                    help="leave out bare pytest with as many trivial tests (the anchor)")
+    p.add_argument("--documents", type=Path, metavar="FOLDER",
+                   help="answer with the documents recorded in FOLDER (<probe>.cpu.json, "
+                        "as tests/corpus/ keeps them) instead of capturing them first")
     args = p.parse_args()
     walls: dict[tuple, float] = {}
     bare: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory() as d:
-        docs = capture_documents(Path(d))
+        docs = recorded_documents(args.documents, Path(d)) if args.documents else \
+            capture_documents(Path(d))
         for mode in [] if args.no_anchor else args.modes.split(","):
             runs = []
             for _ in range(args.repeat):
