@@ -47,7 +47,10 @@ def model_from(key: str, values: dict[str, Any]) -> GpuModel:
 
 def _builtin() -> dict[str, GpuModel]:
     text = resources.files("burnin").joinpath("data").joinpath("gpu_models.yaml").read_text("utf-8")
-    return {key: model_from(key, values) for key, values in yaml.safe_load(text).items()}
+    # libyaml's loader where PyYAML has it: every burnin process reads this file at import,
+    # 30 ms in pure Python (the package's own data: the same values either way).
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return {key: model_from(key, values) for key, values in yaml.load(text, loader).items()}
 
 
 GPU_MODELS: dict[str, GpuModel] = _builtin()
