@@ -7,7 +7,9 @@ prints one JSON document on stdout, logs to stderr, exits 0 whenever it measured
 
     echo '{}' | python3 probes/health.py
 
-It measures and never decides: the controller judges the figures.
+It measures and never decides: the controller judges the figures. A node that should have
+no GPU (`gpus: 0`) and where NVML sees none is spared importing torch (1 to 2 s of CPU):
+torch's version and CUDA build are read from its installed files.
 """
 
 from __future__ import annotations
@@ -75,6 +77,31 @@ def _meminfo_total() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def installed_torch() -> dict | None:
+    """torch's version and CUDA build read from its installed files, without importing it
+    (1 to 2 s of CPU): for a node that should have no GPU and where NVML sees none, torch's
+    view of devices has nothing to tell. Absent: as torch_facts says it. None where the
+    files do not say (torch_facts imports it then)."""
+    import importlib.util
+    try:
+        spec = importlib.util.find_spec("torch")
+        if spec is None:
+            return {"present": False, "error": "ModuleNotFoundError: No module named 'torch'"}
+        where = list(spec.submodule_search_locations or ())
+        path = os.path.join(where[0], "version.py")
+        names: dict = {}
+        with open(path, encoding="utf-8") as f:
+            exec(compile(f.read(), path, "exec"), names)  # torch's own version.py
+        version = names["__version__"]
+    except Exception:  # a broken or unusual install: importing it says what is wrong
+        return None
+    if not isinstance(version, str):
+        return None
+    cuda = names.get("cuda")
+    return {"present": True, "version": version, "cuda": cuda if isinstance(cuda, str) else None,
+            "device_count": 0, "cuda_available": False, "devices": [], "imported": False}
 
 
 def torch_facts() -> dict:
@@ -304,9 +331,15 @@ def main() -> int:
     probelib.watch_controller(settings, PROBE)
     log(f"starting with settings {settings}")
     started = time.time()
-    torch_info = torch_facts()
-    gpus = gpu_facts(torch_info, str((settings.get("settings") or {}).get("dev_root")
-                                     or "/dev"))
+    dev_root = str((settings.get("settings") or {}).get("dev_root") or "/dev")
+    # A node that should have no GPU (gpus: 0) is spared importing torch, unless NVML sees
+    # GPUs there after all: then torch's view is read as on any GPU node.
+    light = installed_torch() if settings.get("gpus") == 0 else None
+    torch_info = light or torch_facts()
+    gpus = gpu_facts(torch_info, dev_root)
+    if light and gpus.get("devices"):
+        torch_info = torch_facts()
+        gpus = gpu_facts(torch_info, dev_root)
     errors = list(gpus.pop("errors", []))
     devices = gpus.pop("devices", [])
     tools = {check: {"command": str(cmd), "path": shutil.which(str(cmd))}

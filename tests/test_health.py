@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import nvmlemu
@@ -261,3 +264,60 @@ def test_missing_torch_fails_the_node():
     o = outcome("a")
     o.data["figures"]["torch"] = {"present": False, "error": "ModuleNotFoundError: torch"}
     assert "torch is not importable" in judged(auto_node("a"), o, {"a": o}).failures[0]
+
+
+def health_direct(payload: dict, tmp_path: Path, pythonpath: str | None = None) -> tuple:
+    """The probe run by hand: (its document, the modules it imported), the latter from
+    Python's own -X importtime list on its stderr."""
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1"}
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, str(REPO / "probes" / "health.py")],
+                          input=json.dumps(payload), capture_output=True, text=True,
+                          env=env, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {ln.rsplit("|", 1)[1].strip() for ln in done.stderr.splitlines()
+                if ln.startswith("import time:") and "|" in ln}
+    return json.loads(done.stdout), imported
+
+
+def test_a_node_that_should_have_no_gpu_reads_torch_from_its_files_without_importing_it(
+        tmp_path):
+    import torch
+    doc, imported = health_direct({"gpus": 0}, tmp_path)
+    facts = doc["figures"]["torch"]
+    assert "torch" not in imported and "probelib" in imported  # the list is the probe's
+    assert facts == {"present": True, "version": torch.__version__, "cuda": torch.version.cuda,
+                     "device_count": 0, "cuda_available": False, "devices": [],
+                     "imported": False}
+    node = Node(name="cpu", address="cpu", transport="local", gpus=0)
+    out = ProbeOutcome("cpu", "health", True, data=doc)
+    assert judged(node, out, {"cpu": out}).passed
+    # gpus: auto, or any count: torch is imported for its view of the devices.
+    _, imported = health_direct({}, tmp_path)
+    assert "torch" in imported
+
+
+def test_gpus_nvml_sees_on_a_node_said_to_have_none_get_torchs_view(nvml, tmp_path):
+    nvml(devices=[gpu(0), gpu(1)])
+    doc, imported = health_direct({"gpus": 0}, tmp_path)
+    facts = doc["figures"]["torch"]
+    assert "torch" in imported and "imported" not in facts
+    assert facts["device_count"] == 2 and [d["uuid"] for d in facts["devices"]] == \
+        ["GPU-0", "GPU-1"]
+
+
+def test_a_torch_whose_files_do_not_say_its_version_is_imported_and_its_error_told(
+        tmp_path):
+    broken = tmp_path / "site" / "torch"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('libtorch_cpu.so: cannot open')\n")
+    (broken / "version.py").write_text("git_version = 'abc'\n")  # no __version__
+    doc, imported = health_direct({"gpus": 0}, tmp_path, str(tmp_path / "site"))
+    facts = doc["figures"]["torch"]
+    assert facts == {"present": False,
+                     "error": "ImportError: libtorch_cpu.so: cannot open"}, facts
+    node = Node(name="cpu", address="cpu", transport="local", gpus=0)
+    out = ProbeOutcome("cpu", "health", True, data=doc)
+    assert "torch is not importable on the node: ImportError: libtorch_cpu.so: cannot open" \
+        in judged(node, out, {"cpu": out}).failures
