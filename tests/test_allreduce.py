@@ -54,28 +54,11 @@ def internode_records(reports) -> dict[str, dict]:
     return out
 
 
-def test_the_rate_limited_host_and_only_it_is_named(pytester, make_hosts, finding):
-    hosts = make_hosts(4)
-    hosts.rate_limit(hosts[2], rate="40mbit")  # h3: 40 Mbit/s into it, for real
-    quick = {**SETTINGS, **QUICK}
-    inv = hosts.write_inventory(pytester.path / "inv.yaml", checks={"allreduce": quick})
-    # The inter-node groups alone: the rate limit is on the link, which only they cross.
-    result, reports = run_suite(pytester, inv, "-k", "allreduce_internode")
-    cases = junit_cases(reports)
-    for name in ("h1", "h2", "h4"):
-        assert cases[name] == {"allreduce_internode": ("passed", "")}, cases[name]
-    outcome, message = cases["h3"]["allreduce_internode"]
-    assert outcome == "failure" and "localised as the slow node" in message
-    # found by group testing, and named only after its confirmation round
-    assert "with known-good" in message and "confirmed" in message
-    records = internode_records(reports)
-    pairs = {tuple(p["nodes"]): p["busbw_gbps"] for r in records.values()
-             for p in r["data"]["figures"]["pairs"]}
-    slow = [v for k, v in pairs.items() if "h3" in k]
-    fast = [v for k, v in pairs.items() if "h3" not in k]
-    assert max(slow) < 0.2 * min(fast)
-    finding(f"allreduce: pair busbw GB/s with h3 rate-limited: {sorted(pairs.items())}")
-    result.assert_outcomes(passed=3, failed=1)
+# The rate-limited host, and only it, named by group testing after its confirmation round,
+# its pairs' figures a fraction of the healthy ones': tests/test_incidents_hosts.py's
+# test_a_single_slow_node_among_many_and_only_it_is_named_its_own_blame_after_confirmation
+# (six hosts, the same settings and search, with the ledger), which asserts it as this
+# file's four-host test did; two runs of the search were one too many.
 
 
 @pytest.mark.skipif(not shutil.which("nft") and not os.environ.get("CI"),
