@@ -1,5 +1,6 @@
-"""All-reduce on real SSH test hosts: gloo across namespaces, a rate-limited link named
-through pair figures, a host that never joins named within the rendezvous timeout."""
+"""All-reduce on real SSH test hosts: gloo across namespaces, a host that never joins named
+within the rendezvous timeout, a master that lies. A rate-limited link named through pair
+figures: tests/test_incidents_hosts.py, with this file's QUICK settings."""
 
 from __future__ import annotations
 
