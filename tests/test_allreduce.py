@@ -1,5 +1,6 @@
-"""All-reduce on real SSH test hosts: gloo across namespaces, a rate-limited link named
-through pair figures, a host that never joins named within the rendezvous timeout."""
+"""All-reduce on real SSH test hosts: gloo across namespaces, a host that never joins named
+within the rendezvous timeout, a master that lies. A rate-limited link named through pair
+figures: tests/test_incidents_hosts.py, with this file's QUICK settings."""
 
 from __future__ import annotations
 
@@ -35,7 +36,14 @@ SETTINGS = {"max_bytes": 4 << 20, "seconds_per_size": 0.1, "rendezvous_timeout_s
 # The yardstick: the fleet's fast groups (no floor on CPUs), below pair_fraction of which
 # a group is slow: the product's 0.5 sits inside the healthy spread (a healthy node was
 # once named at 0.44 against 0.51), 0.1 between the two.
-QUICK = {"max_bytes": 1 << 20, "warmup": 2, "seconds_per_size": 0.25, "pair_fraction": 0.1}
+# From 256 KiB: below it a healthy pair's window is start-up (0.02 to 0.06 GB/s at 64
+# KiB), never its best (26 healthy sweeps of these tests and tests/test_incidents_hosts.py:
+# the best at 512 KiB or 1 MiB, three times at 256 KiB; the lowest best 0.25 GB/s), while
+# a throttled group waits out each size's operations all the same: two sizes fewer, half
+# a second or so off each round.
+# The CPU is the ranks' start-up (import torch), which the search's launches set.
+QUICK = {"min_bytes": 256 << 10, "max_bytes": 1 << 20, "warmup": 2, "seconds_per_size": 0.25,
+         "pair_fraction": 0.1}
 
 
 def internode_records(reports) -> dict[str, dict]:
@@ -47,28 +55,11 @@ def internode_records(reports) -> dict[str, dict]:
     return out
 
 
-def test_the_rate_limited_host_and_only_it_is_named(pytester, make_hosts, finding):
-    hosts = make_hosts(4)
-    hosts.rate_limit(hosts[2], rate="40mbit")  # h3: 40 Mbit/s into it, for real
-    quick = {**SETTINGS, **QUICK}
-    inv = hosts.write_inventory(pytester.path / "inv.yaml", checks={"allreduce": quick})
-    # The inter-node groups alone: the rate limit is on the link, which only they cross.
-    result, reports = run_suite(pytester, inv, "-k", "allreduce_internode")
-    cases = junit_cases(reports)
-    for name in ("h1", "h2", "h4"):
-        assert cases[name] == {"allreduce_internode": ("passed", "")}, cases[name]
-    outcome, message = cases["h3"]["allreduce_internode"]
-    assert outcome == "failure" and "localised as the slow node" in message
-    # found by group testing, and named only after its confirmation round
-    assert "with known-good" in message and "confirmed" in message
-    records = internode_records(reports)
-    pairs = {tuple(p["nodes"]): p["busbw_gbps"] for r in records.values()
-             for p in r["data"]["figures"]["pairs"]}
-    slow = [v for k, v in pairs.items() if "h3" in k]
-    fast = [v for k, v in pairs.items() if "h3" not in k]
-    assert max(slow) < 0.2 * min(fast)
-    finding(f"allreduce: pair busbw GB/s with h3 rate-limited: {sorted(pairs.items())}")
-    result.assert_outcomes(passed=3, failed=1)
+# The rate-limited host, and only it, named by group testing after its confirmation round,
+# its pairs' figures a fraction of the healthy ones': tests/test_incidents_hosts.py's
+# test_a_single_slow_node_among_many_and_only_it_is_named_its_own_blame_after_confirmation
+# (six hosts, the same settings and search, with the ledger), which asserts it as this
+# file's four-host test did; two runs of the search were one too many.
 
 
 @pytest.mark.skipif(not shutil.which("nft") and not os.environ.get("CI"),

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from support.suiterun import junit_cases, run_suite
 from test_allreduce import QUICK as ALLREDUCE_QUICK
+from test_allreduce import internode_records
 
 from burnin.ledger.api import Ledger
 
@@ -61,12 +62,17 @@ def test_a_rate_limited_switch_is_one_incident_naming_it_and_the_others_pass(pyt
     result.stdout.fnmatch_lines(["INCIDENT switch=leafB: allreduce_internode failed on all 3*"])
 
 
-def test_a_single_slow_node_among_many_is_its_own_blame_after_confirmation(pytester,
-                                                                          make_hosts):
+def test_a_single_slow_node_among_many_and_only_it_is_named_its_own_blame_after_confirmation(
+        pytester, make_hosts, finding):
+    """A single rate-limited host among six: it alone is named, found by group testing and
+    named only after its confirmation round with a known-good partner, its pairs' figures
+    a fraction of the healthy ones'; its own blame (quarantined), not a shared cause.
+    (tests/test_allreduce.py's rate-limited test, merged here: the same search.)"""
     hosts = make_hosts(6)
     slow = list(hosts)[4]
-    hosts.rate_limit(slow, rate="40mbit")
+    hosts.rate_limit(slow, rate="40mbit")  # 40 Mbit/s into it, for real
     inv = inventory(pytester, hosts, {})
+    # The inter-node groups alone: the rate limit is on the link, which only they cross.
     result, reports = run_suite(pytester, inv, "-k", "allreduce_internode")
     cases = junit_cases(reports)
     for h in hosts:
@@ -74,5 +80,15 @@ def test_a_single_slow_node_among_many_is_its_own_blame_after_confirmation(pytes
             assert cases[h.name]["allreduce_internode"] == ("passed", ""), cases[h.name]
     outcome, message = cases[slow.name]["allreduce_internode"]
     assert outcome == "failure" and message.startswith("localised as the slow node: "), message
-    assert "confirmed" in message and "shared cause" not in message
+    # found by group testing, and named only after its confirmation round
+    assert "with known-good" in message and "confirmed" in message, message
+    assert "shared cause" not in message
+    pairs = {tuple(p["nodes"]): p["busbw_gbps"] for r in internode_records(reports).values()
+             for p in r["data"]["figures"]["pairs"]}
+    throttled = [v for k, v in pairs.items() if slow.name in k]
+    healthy = [v for k, v in pairs.items() if slow.name not in k]
+    assert throttled and healthy and max(throttled) < 0.2 * min(healthy), pairs
+    finding(f"allreduce: pair busbw GB/s with {slow.name} rate-limited: "
+            f"{sorted(pairs.items())}")
     assert Ledger(pytester.path / "ledger.db").quarantined() == {slow.name}
+    result.assert_outcomes(passed=5, failed=1)

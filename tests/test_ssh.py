@@ -134,7 +134,10 @@ def test_each_node_failure_fails_that_node_alone_with_its_reason(pytester, make_
 def test_one_connection_per_node_and_probes_staged_once_in_a_private_dir(make_hosts,
                                                                          tmp_path):
     hosts = make_hosts(1)
-    inv_path = hosts.write_inventory(tmp_path / "inv.yaml")
+    # The probe replays its recorded document (tests/support/replay.py): what is tested
+    # is the staging and the connection, not health's imports.
+    inv_path = hosts.write_inventory(tmp_path / "inv.yaml",
+                                     python=replay_python(tmp_path / "replay"))
     node = load_inventory(inv_path).nodes[0]
     t = SshTransport(node, PROBES_DIR)
     try:
@@ -213,7 +216,10 @@ def test_ssh_agent_is_used_when_no_identity_file_is_given(make_hosts, tmp_path,
         while not sock.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
-        inv = hosts.write_inventory(tmp_path / "inv.yaml")
+        # The probe replays its recorded document (tests/support/replay.py): what is
+        # tested is the login through the agent, not health's imports.
+        inv = hosts.write_inventory(tmp_path / "inv.yaml",
+                                    python=replay_python(tmp_path / "replay"))
         doc = yaml.safe_load(inv.read_text())
         del doc["defaults"]["ssh"]["identity_file"]
         inv.write_text(yaml.safe_dump(doc))

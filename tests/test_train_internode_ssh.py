@@ -10,8 +10,9 @@ import sys
 import textwrap
 
 import pytest
+from support.replay import replay_python
 from support.suiterun import TINY_TRAIN, junit_cases, run_suite, script
-from test_train import FLIP, python_with
+from test_train import FLIP, SITE
 
 # Real SSH hosts: minutes, not seconds. CI runs them; `-m "not slow"` leaves them out.
 pytestmark = pytest.mark.slow
@@ -19,6 +20,17 @@ pytestmark = pytest.mark.slow
 # The recorded model, and a rendezvous bound for a hang only: the hosts share this
 # machine's (loaded) cores.
 SETTINGS = {"train": {**TINY_TRAIN, "rendezvous_timeout_s": 60}}
+
+
+def admitted_by_replay(path, python: str) -> str:
+    """A node's `python:` whose health and single-node train probes print their recorded
+    honest documents (tests/support/replay.py) while its train_internode ranks run for
+    real on `python`. The single-node probes are not what these tests claim: they are run
+    only so that the node is admitted to the inter-node job, as an operator's run has
+    them (their own measurements and faults are tests/test_train.py's, on the real
+    probes); replayed, they cost no `import torch` (six of a test's twelve torch
+    processes)."""
+    return replay_python(path, real_in_groups=("train",), python=python)
 
 
 def records(reports) -> dict[str, dict]:
@@ -34,9 +46,10 @@ def test_three_ssh_hosts_train_one_job_and_pass(pytester, make_hosts, finding):
     healthy = script(pytester.path / "python", f"hostname >> {where}\n"
                                                f"OMP_NUM_THREADS=1 exec {sys.executable} "
                                                "\"$@\"\n")
-    inv = hosts.write_inventory(pytester.path / "inv.yaml", checks=SETTINGS, python=healthy)
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", checks=SETTINGS,
+                                python=admitted_by_replay(pytester.path / "replay", healthy))
     # The job and what admits a node to it: health (its device count) and the single-node
-    # train check, as an operator's run has them.
+    # train check, as an operator's run has them (replayed; the job itself is real).
     result, reports = run_suite(pytester, inv, "-k", "health or train")
     cases = junit_cases(reports)
     for name in ("h1", "h2", "h3"):
@@ -65,10 +78,20 @@ def test_an_ssh_host_whose_update_flips_a_bit_fails_alone(pytester, make_hosts):
     # the others' (a fault before the all-reduce would spread to every replica alike). It
     # fires in the three-rank job alone: the single-node train check (two ranks on the
     # host) would otherwise fail h2 and keep it out, and the inter-node job must be seen
-    # to name it on its own evidence.
+    # to name it on its own evidence. (The single-node probes replay here, so h2's pass
+    # there is its recorded healthy document; the guard keeps the planted fault to the
+    # job whichever way they run.)
     in_the_group = "    if os.environ.get('WORLD_SIZE') == '3':\n" + textwrap.indent(FLIP, "    ")
-    wrong = python_with(pytester.path, "flip", in_the_group, ranks=("1",))
-    inv = hosts.write_inventory(pytester.path / "inv.yaml", checks=SETTINGS, python=healthy,
+    site = pytester.path / "site-flip"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITE.format(ranks={"1"}, body=in_the_group))
+    # The flip's site under the replay's (which runs it: replay_site chains to the
+    # sitecustomize it shadows), so that h2's rank 1 in the job loads it.
+    wrong = script(pytester.path / "python-flip",
+                   f"PYTHONPATH={site} exec "
+                   f"{admitted_by_replay(pytester.path / 'replay-flip', healthy)} \"$@\"\n")
+    inv = hosts.write_inventory(pytester.path / "inv.yaml", checks=SETTINGS,
+                                python=admitted_by_replay(pytester.path / "replay", healthy),
                                 nodes={"h2": {"python": wrong}})
     result, reports = run_suite(pytester, inv, "-k", "health or train")
     every = junit_cases(reports)
