@@ -55,13 +55,6 @@ def internode_records(reports) -> dict[str, dict]:
     return out
 
 
-# The rate-limited host, and only it, named by group testing after its confirmation round,
-# its pairs' figures a fraction of the healthy ones': tests/test_incidents_hosts.py's
-# test_a_single_slow_node_among_many_and_only_it_is_named_its_own_blame_after_confirmation
-# (six hosts, the same settings and search, with the ledger), which asserts it as this
-# file's four-host test did; two runs of the search were one too many.
-
-
 @pytest.mark.skipif(not shutil.which("nft") and not os.environ.get("CI"),
                     reason="needs nftables (CI installs it)")
 def test_a_host_that_never_joins_is_named_and_the_rest_go_on(pytester, make_hosts):
