@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.replay import replay_python
 from support.suiterun import junit_cases, run_suite, script
 
 from burnin.checks import Fleet, Judging
@@ -173,10 +174,15 @@ def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester, verify_every):
     (faulty / "sitecustomize.py").write_text(FAULTY_TORCH)
     wrapper = script(pytester.path / "python-faulty",
                      f"PYTHONPATH={faulty} exec {sys.executable} \"$@\"\n")
+    # The good nodes are the innocent peers: they replay an honest document (no torch);
+    # that a real probe on a clean CPU raises no alarm is
+    # test_a_thousand_clean_products_raise_no_alarm's. The fault below the probe is found
+    # by the real probe.
+    replay = replay_python(pytester.path / "replay")
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent(f"""\
         version: 1
-        defaults: {{transport: local, gpus: 0}}
+        defaults: {{transport: local, gpus: 0, python: {replay}}}
         checks:
           sdc: {{n: 128, duration_s: 1, verify_every: {verify_every}, random_repeats: 2}}
         nodes:
