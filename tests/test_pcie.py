@@ -221,7 +221,7 @@ def _slowed_run(pytester, inv: Path, cgroup: Path) -> tuple[list[dict], Path]:
 
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = {"seconds": 0.2, "rounds": 1, "block_mb": 1, "min_copies": 1}
+TINY = {"seconds": 0.01, "rounds": 1, "block_mb": 1, "min_copies": 1}
 
 
 def pcie_probe(settings: dict, gpus: int) -> dict:
