@@ -91,13 +91,19 @@ def test_two_opposite_errors_in_one_row_are_caught_by_columns_and_weights(findin
     finding(f"sdc: opposite-sign pair in one row: detected by {event['counts']}")
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
-def test_nan_and_inf_are_caught(value, finding):
-    _, dev = sdc(inject=[{"product": 2, "element": [1, 1], "value": value}], max_products=8)
-    (event,) = dev["known"]["events"]
-    finding(f"sdc: {value} planted: detected, {event['nonfinite']} non-finite element")
-    assert event["nonfinite"] == 1 and event["wrong_elements"] == 1
-    assert event["examples"][0]["row"] == 1 and event["examples"][0]["col"] == 1
+def test_nan_inf_and_minus_inf_are_each_caught(finding):
+    """One run, each value planted in a product of its own (one probe's start-up, not
+    three): each caught in its product, at its place."""
+    values = {2: "nan", 4: "inf", 6: "-inf"}
+    _, dev = sdc(inject=[{"product": p, "element": [1, 1], "value": v}
+                         for p, v in values.items()], max_products=8)
+    events = dev["known"]["events"]
+    assert [e["product"] for e in events] == list(values), events
+    for event in events:
+        finding(f"sdc: {values[event['product']]} planted: detected, {event['nonfinite']} "
+                "non-finite element")
+        assert event["nonfinite"] == 1 and event["wrong_elements"] == 1
+        assert event["examples"][0]["row"] == 1 and event["examples"][0]["col"] == 1
 
 
 def test_input_corrupted_after_its_checksum_was_taken():
