@@ -173,8 +173,9 @@ FAULTY_TORCH = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.parametrize("verify_every", [1, "auto"])
-def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester, verify_every):
+def test_node_corrupted_below_the_probe_fails_sdc_alone_verifying_every_or_auto(pytester):
+    """Two corrupted nodes in one run, one verifying every product (verify_every 1), one on
+    the automatic schedule: each fails on its own wrong products, the good nodes pass."""
     faulty = pytester.path / "faulty"
     faulty.mkdir()
     (faulty / "sitecustomize.py").write_text(FAULTY_TORCH)
@@ -185,32 +186,39 @@ def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester, verify_every):
     # test_a_thousand_clean_products_raise_no_alarm's. The fault below the probe is found
     # by the real probe.
     replay = replay_python(pytester.path / "replay")
+    schedules = {"bad-every": 1, "bad-auto": "auto"}
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent(f"""\
         version: 1
         defaults: {{transport: local, gpus: 0, python: {replay}}}
         checks:
-          sdc: {{n: 128, duration_s: 1, verify_every: {verify_every}, random_repeats: 2}}
+          sdc: {{n: 128, duration_s: 1, random_repeats: 2}}
         nodes:
           - name: good[1-2]
-          - name: bad
-            python: {wrapper}
-        """))
+        """) + "".join(f"  - name: {n}\n    python: {wrapper}\n"
+                       f"    checks: {{sdc: {{verify_every: {v}}}}}\n"
+                       for n, v in schedules.items()))
     result, reports = run_suite(pytester, inv, "-k", "sdc")
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=2, failed=2)
     cases = junit_cases(reports)
     assert cases["good1"]["sdc"] == ("passed", "") and cases["good2"]["sdc"] == ("passed", "")
-    outcome_, message = cases["bad"]["sdc"]
-    assert outcome_ == "failure"
-    assert "known-answer fp32 n=128 product #1: 1 wrong elements in rows [17] cols [5]" in message
-    assert message.count("product #") == 1, "the first wrong product in full, once"
-    # Every product is wrong here; how many were verified is the schedule's (auto: as many
-    # as keep verifying near 3% of the time, on a loaded machine maybe only the first).
-    (bad,) = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
-              if '"node": "bad"' in ln]
-    verified = bad["data"]["devices"][0]["known"]["verified"]
-    assert bad["data"]["devices"][0]["known"]["bad_products"] == verified
-    assert ("more of" in message) == (verified > 1), (verified, message)
+    records = {r["node"]: r for r in map(json.loads,
+                                         (reports / "latest" / "results.jsonl").open())}
+    for node, schedule in schedules.items():
+        outcome_, message = cases[node]["sdc"]
+        assert outcome_ == "failure", node
+        assert "known-answer fp32 n=128 product #1: 1 wrong elements in rows [17] cols [5]" \
+            in message, (node, message)
+        assert message.count("product #") == 1, "the first wrong product in full, once"
+        # Every product is wrong here; how many were verified is the schedule's (auto: as
+        # many as keep verifying near 3% of the time, on a loaded machine maybe only the
+        # first).
+        known = records[node]["data"]["devices"][0]["known"]
+        if schedule == 1:  # the node's own setting, not the run's
+            assert known["verify_every"] == 1 and known["verified"] == known["products"], known
+        verified = known["verified"]
+        assert known["bad_products"] == verified
+        assert ("more of" in message) == (verified > 1), (node, verified, message)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
