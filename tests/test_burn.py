@@ -268,7 +268,7 @@ def test_a_node_made_slow_below_the_probe_fails_as_a_straggler(pytester):
         version: 1
         defaults: {{transport: local, gpus: 0, python: {fast}}}
         checks:
-          burn: {{duration_s: 4, n: 256, sample_s: 0.5}}
+          burn: {{duration_s: 2, n: 256, sample_s: 0.5}}
         nodes:
           - name: fast[1-2]
           - name: slow

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.replay import replay_python
 from support.suiterun import junit_cases, run_suite, script
 from test_dcgm_judge import HOT, judged
 
@@ -76,13 +77,16 @@ def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester,
     nvml(devices=[{}, {}])
     nodes = {"bad": "dcgm4-fail", "good": "dcgm4-pass", "warm": "dcgm4-warn",
              "old": "dcgm3-fail", "xid94": "dcgm4-contained"}
+    # health runs only to admit the nodes and to look for their dcgmi: it replays (no
+    # torch), the tools it reports found as the real probe finds them; dcgm runs for real.
+    replay = replay_python(pytester.path / "replay", real=("dcgm",))
     inv = pytester.path / "inv.yaml"
-    inv.write_text(textwrap.dedent("""\
+    inv.write_text(textwrap.dedent(f"""\
         version: 1
-        defaults: {transport: local, gpus: 2}
-        checks: {dcgm: {level: 2}}
+        defaults: {{transport: local, gpus: 2, python: {replay}}}
+        checks: {{dcgm: {{level: 2}}}}
         # each node's diag planted on its own: no shared cause (burnin/gate/incidents.py)
-        quarantine: {shared_cause: {min_nodes: 6}}
+        quarantine: {{shared_cause: {{min_nodes: 6}}}}
         nodes:
         """) + "".join(f"  - name: {n}\n    checks: {{dcgm: {{dcgmi: "
                        f"{from_fixture(tmp_path, f)}}}}}\n" for n, f in nodes.items())

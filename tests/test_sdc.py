@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.replay import replay_python
 from support.suiterun import junit_cases, run_suite, script
 
 from burnin.checks import Fleet, Judging
@@ -90,13 +91,19 @@ def test_two_opposite_errors_in_one_row_are_caught_by_columns_and_weights(findin
     finding(f"sdc: opposite-sign pair in one row: detected by {event['counts']}")
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
-def test_nan_and_inf_are_caught(value, finding):
-    _, dev = sdc(inject=[{"product": 2, "element": [1, 1], "value": value}], max_products=8)
-    (event,) = dev["known"]["events"]
-    finding(f"sdc: {value} planted: detected, {event['nonfinite']} non-finite element")
-    assert event["nonfinite"] == 1 and event["wrong_elements"] == 1
-    assert event["examples"][0]["row"] == 1 and event["examples"][0]["col"] == 1
+def test_nan_inf_and_minus_inf_are_each_caught(finding):
+    """One run, each value planted in a product of its own (one probe's start-up, not
+    three): each caught in its product, at its place."""
+    values = {2: "nan", 4: "inf", 6: "-inf"}
+    _, dev = sdc(inject=[{"product": p, "element": [1, 1], "value": v}
+                         for p, v in values.items()], max_products=8)
+    events = dev["known"]["events"]
+    assert [e["product"] for e in events] == list(values), events
+    for event in events:
+        finding(f"sdc: {values[event['product']]} planted: detected, {event['nonfinite']} "
+                "non-finite element")
+        assert event["nonfinite"] == 1 and event["wrong_elements"] == 1
+        assert event["examples"][0]["row"] == 1 and event["examples"][0]["col"] == 1
 
 
 def test_input_corrupted_after_its_checksum_was_taken():
@@ -166,39 +173,52 @@ FAULTY_TORCH = textwrap.dedent("""\
     """)
 
 
-@pytest.mark.parametrize("verify_every", [1, "auto"])
-def test_node_corrupted_below_the_probe_fails_sdc_alone(pytester, verify_every):
+def test_node_corrupted_below_the_probe_fails_sdc_alone_verifying_every_or_auto(pytester):
+    """Two corrupted nodes in one run, one verifying every product (verify_every 1), one on
+    the automatic schedule: each fails on its own wrong products, the good nodes pass."""
     faulty = pytester.path / "faulty"
     faulty.mkdir()
     (faulty / "sitecustomize.py").write_text(FAULTY_TORCH)
     wrapper = script(pytester.path / "python-faulty",
                      f"PYTHONPATH={faulty} exec {sys.executable} \"$@\"\n")
+    # The good nodes are the innocent peers: they replay an honest document (no torch);
+    # that a real probe on a clean CPU raises no alarm is
+    # test_a_thousand_clean_products_raise_no_alarm's. The fault below the probe is found
+    # by the real probe.
+    replay = replay_python(pytester.path / "replay")
+    schedules = {"bad-every": 1, "bad-auto": "auto"}
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent(f"""\
         version: 1
-        defaults: {{transport: local, gpus: 0}}
+        defaults: {{transport: local, gpus: 0, python: {replay}}}
         checks:
-          sdc: {{n: 128, duration_s: 1, verify_every: {verify_every}, random_repeats: 2}}
+          sdc: {{n: 128, duration_s: 1, random_repeats: 2}}
         nodes:
           - name: good[1-2]
-          - name: bad
-            python: {wrapper}
-        """))
+        """) + "".join(f"  - name: {n}\n    python: {wrapper}\n"
+                       f"    checks: {{sdc: {{verify_every: {v}}}}}\n"
+                       for n, v in schedules.items()))
     result, reports = run_suite(pytester, inv, "-k", "sdc")
-    result.assert_outcomes(passed=2, failed=1)
+    result.assert_outcomes(passed=2, failed=2)
     cases = junit_cases(reports)
     assert cases["good1"]["sdc"] == ("passed", "") and cases["good2"]["sdc"] == ("passed", "")
-    outcome_, message = cases["bad"]["sdc"]
-    assert outcome_ == "failure"
-    assert "known-answer fp32 n=128 product #1: 1 wrong elements in rows [17] cols [5]" in message
-    assert message.count("product #") == 1, "the first wrong product in full, once"
-    # Every product is wrong here; how many were verified is the schedule's (auto: as many
-    # as keep verifying near 3% of the time, on a loaded machine maybe only the first).
-    (bad,) = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
-              if '"node": "bad"' in ln]
-    verified = bad["data"]["devices"][0]["known"]["verified"]
-    assert bad["data"]["devices"][0]["known"]["bad_products"] == verified
-    assert ("more of" in message) == (verified > 1), (verified, message)
+    records = {r["node"]: r for r in map(json.loads,
+                                         (reports / "latest" / "results.jsonl").open())}
+    for node, schedule in schedules.items():
+        outcome_, message = cases[node]["sdc"]
+        assert outcome_ == "failure", node
+        assert "known-answer fp32 n=128 product #1: 1 wrong elements in rows [17] cols [5]" \
+            in message, (node, message)
+        assert message.count("product #") == 1, "the first wrong product in full, once"
+        # Every product is wrong here; how many were verified is the schedule's (auto: as
+        # many as keep verifying near 3% of the time, on a loaded machine maybe only the
+        # first).
+        known = records[node]["data"]["devices"][0]["known"]
+        if schedule == 1:  # the node's own setting, not the run's
+            assert known["verify_every"] == 1 and known["verified"] == known["products"], known
+        verified = known["verified"]
+        assert known["bad_products"] == verified
+        assert ("more of" in message) == (verified > 1), (node, verified, message)
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])

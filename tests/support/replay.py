@@ -25,6 +25,7 @@ import copy
 import json
 import os
 import shlex
+import shutil
 import socket
 import sys
 import time
@@ -131,6 +132,9 @@ def document(probe: str, payload: dict) -> dict:
         torch["device_count"] = gpus
         torch["devices"] = [dict(torch["devices"][i % len(torch["devices"])], ordinal=i,
                                  uuid=f"GPU-replay-{i}") for i in range(gpus)]
+    if probe == "health":  # as probes/health.py: the commands the controller asked about
+        doc["figures"]["tools"] = {check: {"command": str(cmd), "path": shutil.which(str(cmd))}
+                                   for check, cmd in (payload.get("tools") or {}).items()}
     doc["node"]["hostname"] = socket.gethostname()  # as the real probes: where it ran
     return doc
 
