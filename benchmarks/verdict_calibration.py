@@ -4,11 +4,15 @@ slowdown each such rule catches (issue 26).
     python benchmarks/verdict_calibration.py capture --runs 20 --out cal.json
     python benchmarks/verdict_calibration.py replay cal.json [--node-runs 100000]
     python benchmarks/verdict_calibration.py --runs 2 --node-runs 300   # both, small
+    python benchmarks/verdict_calibration.py --settings '{"burn": {"duration_s": 1}}'
 
 capture: repeated real runs of a healthy fleet (`--nodes` local nodes, each with `--gpus`
 GPUs emulated below NVML by tests/nvmlemu, whose work the real probes do on this
 machine's CPU), keeping every figure a relative rule judges: burn TFLOPS per device, PCIe
 GB/s per GPU and direction, storage GB/s per stream and phase, intra-node busbw per node.
+The checks run with SETTINGS below; `--settings JSON` ({check: {key: value}}) overrides
+keys of them check by check (a shorter burn for a smoke run, say); the capture records
+the settings it ran with.
 
 replay: the measured spread fed through the real judges (burnin.checks' summarize and
 judge, the settings' defaults, no model floors: the peer rules alone). A fleet of n nodes
@@ -107,9 +111,21 @@ RULES = (Rule("burn TFLOPS per device", "burn", ("tflops",)),
 
 # -- capture ----------------------------------------------------------------------------
 
-def capture(runs: int, nodes: int, gpus: int) -> dict:
+def merged(overrides: dict) -> dict:
+    """SETTINGS with `overrides` ({check: {key: value}}) laid over it check by check."""
+    if not isinstance(overrides, dict) or not all(isinstance(v, dict)
+                                                  for v in overrides.values()):
+        raise SystemExit("--settings: a JSON object of checks, each an object of settings")
+    unknown = sorted(set(overrides) - set(SETTINGS))
+    if unknown:
+        raise SystemExit(f"--settings: no such check captured: {', '.join(unknown)} "
+                         f"(captured: {', '.join(SETTINGS)})")
+    return {check: {**keys, **overrides.get(check, {})} for check, keys in SETTINGS.items()}
+
+
+def capture(runs: int, nodes: int, gpus: int, settings: dict = SETTINGS) -> dict:
     """Figures of `runs` real runs of a healthy fleet: {rule: [[[value per device] per
-    node] per run]}."""
+    node] per run]}, the checks run with `settings`."""
     import nvmlemu
     out: dict[str, list] = {r.name: [] for r in RULES}
     with tempfile.TemporaryDirectory(prefix="burnin-calibration-") as tmp:
@@ -123,7 +139,7 @@ def capture(runs: int, nodes: int, gpus: int) -> dict:
             (t / f"storage{i}").mkdir()
             members.append({"name": f"n{i}", "storage": {"path": str(t / f"storage{i}")}})
         (t / "inv.yaml").write_text(json.dumps({
-            "version": 1, "cluster": "calibration", "checks": SETTINGS,
+            "version": 1, "cluster": "calibration", "checks": settings,
             "defaults": {"transport": "local", "gpus": gpus, "python": wrapper},
             "quarantine": {"ledger": str(t / "ledger.db")}, "nodes": members}))
         # made on purpose, as an operator does: a run never creates a configured ledger
@@ -149,7 +165,7 @@ def capture(runs: int, nodes: int, gpus: int) -> dict:
                 if len(per_node) == nodes:  # a node that did not measure is not noise
                     out[rule.name].append(per_node)
             print(f"run {i + 1}/{runs}: {time.monotonic() - started:.0f} s", file=sys.stderr)
-    return {"runs": out, "nodes": nodes, "gpus": gpus, "settings": SETTINGS}
+    return {"runs": out, "nodes": nodes, "gpus": gpus, "settings": settings}
 
 
 # -- replay -----------------------------------------------------------------------------
@@ -264,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=3)
     p.add_argument("--gpus", type=int, default=2)
     p.add_argument("--out", help="capture: write the capture here")
+    p.add_argument("--settings", type=json.loads, default={},
+                   help="capture: JSON {check: {key: value}} laid over SETTINGS")
     p.add_argument("--node-runs", type=int, default=100_000,
                    help="healthy node-runs per rule and fleet size")
     p.add_argument("--trials", type=int, default=1000, help="slowed fleets per slowdown")
@@ -276,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error("replay needs the capture file")
         cap = json.loads(Path(args.capture_file).read_text())
     else:
-        cap = capture(args.runs, args.nodes, args.gpus)
+        cap = capture(args.runs, args.nodes, args.gpus, merged(args.settings))
         if args.out:
             Path(args.out).write_text(json.dumps(cap) + "\n")
         if args.mode == "capture":

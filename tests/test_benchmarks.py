@@ -14,6 +14,7 @@ smoke mode (tests/test_first_run.py), which asserts its ratio the same way.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -136,8 +137,12 @@ def test_ssh_start_skew():
 def test_verdict_calibration_captures_and_replays_every_rule():
     # Two captured nodes (of 2 GPUs each): fleets of 3 are drawn from them node by node;
     # every rule's figures are captured all the same, at two thirds of the probes' cost.
+    # A 1 s burn and 0.2 s PCIe copies (not 4 s and 0.5 s): each still yields its figures
+    # per device (a burn's TFLOPS, a direction's GB/s), which is all a rule replays.
     lines = run_benchmark("verdict_calibration.py", "--runs", "1", "--nodes", "2",
-                          "--node-runs", "30", "--trials", "5", "--sizes", "3")
+                          "--node-runs", "30", "--trials", "5", "--sizes", "3",
+                          "--settings", json.dumps({"burn": {"duration_s": 1},
+                                                    "pcie": {"seconds": 0.2}}))
     rows = [ln for ln in lines if ln.startswith("| ") and " | 3 | " in ln]
     rules = {row.split(" | ")[0].lstrip("| ") for row in rows}
     assert len(rules) == 6, lines  # burn, PCIe both ways, storage both phases, busbw

@@ -16,12 +16,14 @@ HOSTILE = """a b;c|d&e $(touch {canary}) `touch {canary}` '"' \\ * ~ > {canary} 
 
 
 def inventory(pytester, env: dict[str, str]) -> str:
+    """One node of one gloo rank: a rank is its own process all the same, where gloo
+    starts and reads GLOO_SOCKET_IFNAME (a second rank would only cost another torch)."""
     path = pytester.path / "inv.yaml"
     body = textwrap.dedent("""\
         version: 1
         defaults: {transport: local, gpus: 0}
         checks:
-          allreduce: {max_bytes: 65536, seconds_per_size: 0.02, rendezvous_timeout_s: 20}
+          allreduce: {ranks: 1, max_bytes: 65536, seconds_per_size: 0.02, rendezvous_timeout_s: 20}
         nodes:
           - name: n1
             address: 127.0.0.1

@@ -48,8 +48,8 @@ def test_burn_probe_reports_progress_while_it_runs():
     got: list[dict] = []
     node = Node(name="n1", address="n1", transport="local", gpus=0)
     out = run_probe(LocalTransport(node, REPO / "probes"), "burn",
-                    {"gpus": 0, "settings": {"duration_s": 2, "n": 128, "sample_s": 0.5}},
+                    {"gpus": 0, "settings": {"duration_s": 1, "n": 128, "sample_s": 0.1}},
                     timeout_s=120, on_progress=got.append)
     assert out.ok, out.reason
     assert len(got) >= 3 and all(g["device"] == "cpu" and g["tflops"] > 0 for g in got[1:])
-    assert got[-1]["elapsed_s"] >= 1.9
+    assert got[-1]["elapsed_s"] >= 0.95  # reported up to the burn's end

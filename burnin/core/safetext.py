@@ -31,11 +31,14 @@ MAX_DEPTH = 32
 
 
 # A document's JSON text that json.loads turns into safe values as they are: no escape (a
-# string is then a slice of the text), no control or bidi character (newline and tab too:
-# they may only be whitespace then), no non-finite word, no number json.loads would make
-# an infinity (100 digits, or an exponent of 3 digits: with fewer, at most 1e198); the
-# text of a str decoded from UTF-8 holds no lone surrogate.
-_NOT_PLAIN = re.compile("[\\\\\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# string is then a slice of the text), no control or bidi character but tab, newline and
+# carriage return (json.loads refuses any control character inside a string, so these
+# three can only be whitespace between values: the newline every probe document ends
+# with), no non-finite word, no number json.loads would make an infinity (100 digits, or
+# an exponent of 3 digits: with fewer, at most 1e198); the text of a str decoded from
+# UTF-8 holds no lone surrogate.
+_NOT_PLAIN = re.compile("[\\\\\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+                        "\u2066-\u2069]")
 _DIGITS = bytes.maketrans(b"123456789E-", b"000000000e+")  # every exponent 'e' or 'e+'
 _NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
 _STRING = re.compile(b'"[^"]*"')  # in a text without escapes

@@ -41,7 +41,8 @@ HOSTILE = [
     '{"k\\u202e": 1}',                          # a bidi override in a key, escaped
     '{"a": "raw \u202e bidi"}',                 # and written as itself
     '{"a": "raw \x85 C1"}',
-    '{"a":\n1}',                                # newline as whitespace: safe, slow way
+    '{"a":\n1}',                                # newline as whitespace: safe as it is
+    '{"a": [1,\t2],\r\n"b": "x"}\n',              # tab, CR, LF between values
     '{"a": NaN}', '{"a": [Infinity]}', '{"a": -Infinity}',
     '{"a": 1e999}', '{"a": 1E+400}', '{"a": -2e308}', '{"a": 1e0400}',
     '{"a": ' + "9" * 400 + '.5}',               # a float of 400 digits: an infinity
@@ -68,6 +69,25 @@ def test_depth_past_the_bound_is_refused_on_the_fast_way_too():
     with pytest.raises(UnsafeDocument, match=f"nested deeper than {MAX_DEPTH} levels"):
         parse_document(raw)
     assert parse_document(nest(MAX_DEPTH, '"x"').encode()) == json.loads(nest(MAX_DEPTH, '"x"'))
+
+
+def test_a_probe_document_ending_in_its_newline_takes_the_fast_way(monkeypatch):
+    """probelib.emit ends every document with a newline, which json.loads allows only as
+    whitespace: it must not send every real document to the full walk."""
+    import burnin.core.safetext as safetext
+
+    def walked(*args):
+        raise AssertionError("walked value by value")
+
+    monkeypatch.setattr(safetext, "safe_document", walked)
+    doc = {"probe": "burn", "devices": [{"t": [0.5, 1.0], "name": "GPU 0"}], "errors": []}
+    assert parse_document((json.dumps(doc) + "\n").encode()) == doc
+
+
+def test_a_raw_control_character_in_a_string_is_a_json_error():
+    for c in "\t\n\r\x1b":
+        with pytest.raises(json.JSONDecodeError):
+            parse_document(f'{{"a": "x{c}y"}}\n'.encode())
 
 
 def test_json_errors_are_json_errors():
