@@ -12,7 +12,7 @@ import textwrap
 import pytest
 from support.replay import replay_python
 from support.suiterun import TINY_TRAIN, junit_cases, run_suite, script
-from test_train import FLIP, SITE
+from test_train import FLIP, SITE, TORCH
 
 # Real SSH hosts: minutes, not seconds. CI runs them; `-m "not slow"` leaves them out.
 pytestmark = pytest.mark.slow
@@ -84,7 +84,8 @@ def test_an_ssh_host_whose_update_flips_a_bit_fails_alone(pytester, make_hosts):
     in_the_group = "    if os.environ.get('WORLD_SIZE') == '3':\n" + textwrap.indent(FLIP, "    ")
     site = pytester.path / "site-flip"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(SITE.format(ranks={"1"}, body=in_the_group))
+    (site / "sitecustomize.py").write_text(SITE.format(ranks={"1"}, imports=TORCH,
+                                                       body=in_the_group))
     # The flip's site under the replay's (which runs it: replay_site chains to the
     # sitecustomize it shadows), so that h2's rank 1 in the job loads it.
     wrong = script(pytester.path / "python-flip",
