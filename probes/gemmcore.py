@@ -77,7 +77,15 @@ def pin_determinism() -> None:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
-    torch.use_deterministic_algorithms(True)
+    # torch.use_deterministic_algorithms(True) sets this same flag of ATen, and also
+    # torch.compile's (inductor's), importing torch._dynamo to do so: about 1.2 s of CPU
+    # in every probe process, for a compiler no probe uses. The public call where a torch
+    # lacks the flag's own setter.
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:
+        torch.use_deterministic_algorithms(True)
+    else:
+        setter(True)
 
 
 def sync(dev: torch.device) -> None:

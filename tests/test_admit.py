@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from support.incli import burnin
 from support.replay import replay_python
 from support.suiterun import junit_cases, run_suite, script, trio_inventory
 
@@ -110,6 +111,7 @@ DOCTORED = [
 
 
 def admit(report: Path, *args: str) -> subprocess.CompletedProcess:
+    """`burnin admit` as the gate runs it: the real entry point, in its own process."""
     return subprocess.run([sys.executable, "-m", "burnin.cli", "admit", str(report), *args],
                           capture_output=True, text=True, timeout=60)
 
@@ -128,7 +130,9 @@ def test_doctored_reports(tmp_path, text, args, code, rejected):
                            f"admission: {{require: [health]}}\nquarantine: {{ledger: {ledger}}}\n")
     args = [a.replace("{inv}", str(inv)).replace("{inv_require}", str(inv_require))
             for a in args]
-    res = admit(report, *args, "--json")
+    # In this process (tests/support/incli.py): the verdict is the claim; a traceback
+    # would fail the test as it is raised. test_plain_output_... runs the entry point.
+    res = burnin("admit", str(report), *args, "--json")
     assert res.returncode == code, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
     if code == 2:
@@ -232,10 +236,11 @@ def test_quarantine_cli_list_show_release(pytester):
     assert 'burnin_node_quarantined{cluster="inv",node="n3"} 1' in metrics
     assert 'burnin_node_quarantined{cluster="inv",node="n1"} 0' in metrics
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "burnin.cli", "quarantine", "--inventory",
-                               str(inv), *args], capture_output=True, text=True, timeout=60)
-    listed = cli("list")
+    def cli(*args):  # in this process (tests/support/incli.py) but the first: what it says
+        return burnin("quarantine", "--inventory", str(inv), *args)
+    # The entry point, in its own process, once.
+    listed = subprocess.run([sys.executable, "-m", "burnin.cli", "quarantine", "--inventory",
+                             str(inv), "list"], capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0 and listed.stdout.startswith("n3  since ")
     assert "1 node(s) in quarantine" in listed.stdout
     shown = cli("show", "n3")
@@ -285,9 +290,7 @@ def test_a_node_failed_in_three_real_runs_is_a_repeat_offender_held_for_a_person
     kept = [ln.split()[2] for ln in shown.stdout.splitlines()
             if ln.startswith("  ") and " run " in ln and "speed" in ln]
     assert kept == ["failed", "passed"] * 3, shown.stdout
-    as_json = subprocess.run([sys.executable, "-m", "burnin.cli", "history", "n3", "--json",
-                              "--inventory", str(inv)], capture_output=True, text=True,
-                             timeout=120)
+    as_json = burnin("history", "n3", "--json", "--inventory", str(inv))  # in this process
     (node,) = json.loads(as_json.stdout)["nodes"]
     assert [r["outcome"] for r in node["runs"]] == ["failed", "passed"] * 3
     assert node["runs"][0]["reasons"][0].startswith("health: probe health exited")

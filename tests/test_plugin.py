@@ -25,9 +25,9 @@ THREE = """\
     defaults: {transport: local, gpus: 0}
     checks:
       sdc: {duration_s: 0.2, n: 64, random_repeats: 2}
-      memory: {host_bytes: 1048576, retention_s: 0.2}
+      memory: {host_bytes: 65536, retention_s: 0.2}
       # Three 'nodes' share this machine's cores: peers are not independent here.
-      burn: {duration_s: 1, n: 128, sample_s: 0.25, peer_fraction: 0}
+      burn: {duration_s: 0.5, n: 128, sample_s: 0.25, peer_fraction: 0}
       storage: {size_gb: 0.02, streams: 2, stream_fraction: 0}
       allreduce: {max_bytes: 262144, seconds_per_size: 0.02, peer_fraction: 0,
                   pair_fraction: 0}
