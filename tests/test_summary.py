@@ -199,6 +199,11 @@ def _places(value, path=()):
             yield from _places(v, (*path, i))
 
 
+def table_rows(page) -> list[str]:
+    """The verdict table's rows of summary.html, sorted, as Summary reads them."""
+    return sorted(re.findall(r"<tr id=['\"]node-([^'\"]*)", page.read_text()))
+
+
 def test_malformed_records_never_stop_the_page(tmp_path):
     """A string where a number belongs, a number where a list belongs, one place at a
     time in every record: the page is written, with every node in it."""
@@ -209,8 +214,7 @@ def test_malformed_records_never_stop_the_page(tmp_path):
     page = run / "summary.html"
     # The verdict table's rows, as Summary reads them (checked once below), without
     # parsing the whole page 300 times (10 of this test's 27 s).
-    assert sorted(re.findall(r"<tr id=['\"]node-([^'\"]*)", page.read_text())) == \
-        sorted(Summary(page).rows) == sorted(verdicts)
+    assert table_rows(page) == sorted(Summary(page).rows) == sorted(verdicts)
     for i, path in rng.sample(places, min(60, len(places))):
         for junk in ("fast", 7, None, [], {"x": 1}):
             records = list(good)
@@ -222,8 +226,7 @@ def test_malformed_records_never_stop_the_page(tmp_path):
             (run / "results.jsonl").write_text("\n".join(map(json.dumps, records)) + "\n")
             page.unlink()  # the page read below is this publish's, never an earlier one's
             publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts))
-            assert sorted(re.findall(r"<tr id=['\"]node-([^'\"]*)", page.read_text())) == \
-                sorted(verdicts), path
+            assert table_rows(page) == sorted(verdicts), path
 
 
 @needs_chromium
