@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.optim.adamw import adamw
 
 SEED = 1234
 # torch 2.13 renamed it; older torch (the fleet's) has only the old name.
@@ -149,6 +150,33 @@ def fingerprint(flat: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.int32).sum(dtype=torch.int64).reshape(1)
 
 
+class FlatAdamW:
+    """torch's AdamW over the one flat tensor, through torch's own functional form: the
+    kernels, arguments and state that `torch.optim.AdamW(weight_decay=0.0)` gives it (on a
+    GPU fused: one kernel over the tensor, elementwise and deterministic; on a CPU one
+    tensor at a time). Not `torch.optim.AdamW` itself: constructing an Optimizer imports
+    torch._dynamo (its `add_param_group` is wrapped to keep the compiler out), about 1.6 s
+    of CPU in every rank for a compiler the probe never uses. tests/test_train.py holds
+    the two to the same bits, step after step."""
+
+    def __init__(self, param: nn.Parameter, lr: float, fused: bool) -> None:
+        self.param, self.lr, self.fused = param, lr, fused
+        self.exp_avg = torch.zeros_like(param, memory_format=torch.preserve_format)
+        self.exp_avg_sq = torch.zeros_like(param, memory_format=torch.preserve_format)
+        # The step count as torch.optim keeps it: on the device for a fused step, on the
+        # CPU otherwise; float32 (float64 only under a float64 default dtype).
+        scalar = torch.float32 if fused or torch.get_default_dtype() != torch.float64 \
+            else torch.float64
+        self.count = torch.zeros((), dtype=scalar, device=param.device if fused else "cpu")
+
+    @torch.no_grad()
+    def step(self) -> None:
+        assert self.param.grad is not None
+        adamw([self.param], [self.param.grad], [self.exp_avg], [self.exp_avg_sq], [],
+              [self.count], foreach=False, fused=self.fused, amsgrad=False, beta1=0.9,
+              beta2=0.999, lr=self.lr, weight_decay=0.0, eps=1e-8, maximize=False)
+
+
 def gemm_tflops(dev, dtype, n: int, seconds: float, sync) -> float:
     """This device's own dense GEMM rate in the training's compute type, best of a few
     timed runs: the yardstick of a CPU's MFU, where no datasheet peak applies."""
@@ -192,9 +220,7 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
     flat, grad = flatten(model, dev)
     master = nn.Parameter(flat)
     master.grad = grad
-    # One tensor: a GPU's fused AdamW is one kernel over it, elementwise and deterministic.
-    opt = torch.optim.AdamW([master], lr=float(settings.get("lr", 3e-3)), weight_decay=0.0,
-                            **({"fused": True} if gpu else {"foreach": False}))
+    opt = FlatAdamW(master, float(settings.get("lr", 3e-3)), fused=gpu)
     perm = torch.randperm(shape["vocab"], generator=torch.Generator().manual_seed(SEED))
     compute_type = torch.bfloat16 if autocast == "bf16" else torch.float32
     ref_n = int(settings.get("gemm_n") or (8192 if gpu else 512))

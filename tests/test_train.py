@@ -59,17 +59,19 @@ WRONG = """\
     F.linear = linear
 """
 # The optimizer's update flips one bit of one parameter at the third step on this rank
-# (a fault in the update, after the all-reduce: the replica leaves the others).
+# (a fault in the update, after the all-reduce: the replica leaves the others). Planted in
+# torch's functional AdamW, the update the probe calls (traincore.FlatAdamW).
 FLIP = """\
-    _step, _calls = torch.optim.AdamW.step, [0]
-    def step(self, *args, **kwargs):
-        out = _step(self, *args, **kwargs)
+    import torch.optim.adamw as _adamw
+    _update, _calls = _adamw.adamw, [0]
+    def adamw(params, *args, **kwargs):
+        out = _update(params, *args, **kwargs)
         _calls[0] += 1
         if _calls[0] == 3:
             with torch.no_grad():
-                self.param_groups[0]["params"][0].view(torch.int32)[11] ^= 1 << 4
+                params[0].view(torch.int32)[11] ^= 1 << 4
         return out
-    torch.optim.AdamW.step = step
+    _adamw.adamw = adamw
 """
 
 
@@ -218,3 +220,40 @@ def test_a_healthy_node_trains_its_replicas_agree_and_slowed_wrong_and_stragglin
     assert outcome == "failure" and "final parameter digest" in message, message
     outcome, message = cases["lame"]
     assert outcome == "failure" and "straggler: rank 1 (cpu" in message, message
+
+
+def test_the_flat_adamw_is_torch_optims_adamw_to_the_bit_without_importing_the_compiler():
+    """traincore.FlatAdamW against torch.optim.AdamW as the probe built it before (CPU, one
+    tensor at a time, weight decay 0), over the same gradients: the same parameters and
+    moments to the bit after every step, and torch._dynamo not imported until
+    torch.optim.AdamW itself is constructed. In a fresh interpreter: an import is global."""
+    code = textwrap.dedent("""\
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        import torch, traincore
+        from torch import nn
+        g = torch.Generator().manual_seed(7)
+        ours = nn.Parameter(torch.randn(1000, generator=g))
+        theirs = nn.Parameter(ours.detach().clone())
+        start = ours.detach().clone()
+        opt = traincore.FlatAdamW(ours, 0.01, fused=False)
+        print("dynamo", "torch._dynamo" in sys.modules)
+        ref = torch.optim.AdamW([theirs], lr=0.01, weight_decay=0.0, foreach=False)
+        same = []
+        for _ in range(5):
+            grad = torch.randn(1000, generator=g)
+            ours.grad, theirs.grad = grad.clone(), grad.clone()
+            opt.step()
+            ref.step()
+            st = ref.state[theirs]
+            same.append(torch.equal(ours.detach().view(torch.int32),
+                                    theirs.detach().view(torch.int32))
+                        and torch.equal(opt.exp_avg_sq.view(torch.int32),
+                                        st["exp_avg_sq"].view(torch.int32))
+                        and torch.equal(opt.count, st["step"]))
+        print("same", all(same), "moved", not torch.equal(ours.detach(), start))
+        """)
+    done = subprocess.run([sys.executable, "-c", code, str(REPO / "probes")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["dynamo", "False", "same", "True", "moved", "True"]
