@@ -68,10 +68,10 @@ def needs_of(item: pytest.Item) -> set[str]:
 
 
 # The order tests start in, by what they need: a real Slurm, then the SSH hosts, then the
-# rest, the fast tier last. pytest-xdist's workers take the collection in order and steal
-# from its end; the long tests started first leave the short ones to fill the last minutes
-# (in file order the slowest files, test_train* and test_transport_safety, came last and
-# ran alone at the end).
+# rest, the fast tier last; the long tests (marked `long`) first of all in each xdist
+# worker's share (long_first). The long tests started first leave the short ones to fill
+# the last minutes (in file order the slowest files, test_train* and
+# test_transport_safety, came last and ran alone at the end).
 START_ORDER = ("slurm", "ssh", "postgres", "", "fast")
 
 
@@ -86,6 +86,28 @@ def pytest_collection_modifyitems(config, items):
         for mark in needs_of(item) - {m.name for m in item.iter_markers()}:
             item.add_marker(mark)
     items.sort(key=_start_rank)  # stable: file order within each rank
+    workers = getattr(config, "workerinput", {}).get("workercount")  # set on a worker
+    if workers and config.getoption("dist", None) == "worksteal":
+        items[:] = long_first(items, workers)
+
+
+def long_first(items: list, shares: int) -> list:
+    """`items` rearranged so that each of the `shares` contiguous shares pytest-xdist's
+    worksteal hands its workers (the first len // shares items to one, half of the rest to
+    the next, ...: xdist/scheduler/worksteal.py) starts with its part of the long tests,
+    dealt round in order; every other test keeps its order. Idle workers steal from the
+    end of a share, never its long tests; in collection order a long test near the end of
+    a share started minutes into the run and ran alone at its end (test_train's, 25 s)."""
+    long = [it for it in items if it.get_closest_marker("long")]
+    rest = [it for it in items if not it.get_closest_marker("long")]
+    out: list = []
+    for i in range(shares):
+        size = (len(items) - len(out)) // (shares - i)
+        mine = long[i::shares]
+        take = max(0, size - len(mine))
+        out += mine + rest[:take]
+        rest = rest[take:]
+    return out + rest
 
 
 @pytest.hookimpl(hookwrapper=True)
