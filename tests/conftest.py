@@ -15,6 +15,7 @@ import psycopg  # noqa: F401  (see below)
 import pytest
 from support import pgserver, slurmcluster
 from support.requires import need
+from support.startorder import long_first
 from support.testhosts import TestHosts, missing_requirements
 
 # pytester's in-process runs unload the modules they imported first. cryptography's
@@ -86,28 +87,16 @@ def pytest_collection_modifyitems(config, items):
         for mark in needs_of(item) - {m.name for m in item.iter_markers()}:
             item.add_marker(mark)
     items.sort(key=_start_rank)  # stable: file order within each rank
-    workers = getattr(config, "workerinput", {}).get("workercount")  # set on a worker
-    if workers and config.getoption("dist", None) == "worksteal":
-        items[:] = long_first(items, workers)
+    workerinput = getattr(config, "workerinput", {})  # set on an xdist worker
+    if workerinput.get("dist") == "worksteal":
+        items[:] = long_first(items, workerinput["workercount"])
 
 
-def long_first(items: list, shares: int) -> list:
-    """`items` rearranged so that each of the `shares` contiguous shares pytest-xdist's
-    worksteal hands its workers (the first len // shares items to one, half of the rest to
-    the next, ...: xdist/scheduler/worksteal.py) starts with its part of the long tests,
-    dealt round in order; every other test keeps its order. Idle workers steal from the
-    end of a share, never its long tests; in collection order a long test near the end of
-    a share started minutes into the run and ran alone at its end (test_train's, 25 s)."""
-    long = [it for it in items if it.get_closest_marker("long")]
-    rest = [it for it in items if not it.get_closest_marker("long")]
-    out: list = []
-    for i in range(shares):
-        size = (len(items) - len(out)) // (shares - i)
-        mine = long[i::shares]
-        take = max(0, size - len(mine))
-        out += mine + rest[:take]
-        rest = rest[take:]
-    return out + rest
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, on the controller, for each worker it starts: how the controller hands
+    out the tests (a worker's own `--dist` reads "no")."""
+    node.workerinput["dist"] = node.config.getoption("dist")
 
 
 @pytest.hookimpl(hookwrapper=True)

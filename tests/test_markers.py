@@ -10,7 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from support.startorder import long_first
 from support.suiterun import REPO
+from xdist.scheduler.worksteal import WorkStealingScheduling
 
 # Loaded with -p into one collection of the whole suite: every item's file and markers.
 LIST_MARKS = """
@@ -100,12 +102,9 @@ class _Worker:
 
 @pytest.mark.parametrize("workers", [2, 3, 4])
 def test_each_worksteal_worker_starts_its_share_with_long_tests(workers):
-    """tests/conftest.py's long_first against pytest-xdist's own worksteal scheduler: each
-    worker's first tests are long ones, every long test is among the first of some
-    worker's, and every test is sent once."""
-    from conftest import long_first
-    from xdist.scheduler.worksteal import WorkStealingScheduling
-
+    """support/startorder.py's long_first (tests/conftest.py applies it) against
+    pytest-xdist's own worksteal scheduler: each worker's first tests are long ones, every
+    long test is among the first of some worker's, and every test is sent once."""
     # 100 tests, the long ones bunched as the file order bunches them (far into a share).
     items = [_Item(f"t{i}", long=i in (40, 41, 42, 90, 95, 99)) for i in range(100)]
     order = long_first(items, workers)
@@ -129,3 +128,22 @@ def test_each_worksteal_worker_starts_its_share_with_long_tests(workers):
     # the others keep their order
     rest = [it.nodeid for it in order if not it.long]
     assert rest == [it.nodeid for it in items if not it.long]
+
+
+def test_a_worksteal_worker_collects_each_share_long_tests_first(request):
+    """The wiring: under README's command (-n 3 --dist worksteal) each worker learns the
+    controller's --dist (its own reads "no") and orders its collection by long_first, so
+    that each share the scheduler cuts from it starts with a long test."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None:
+        pytest.skip("runs on a pytest-xdist worker (README's command)")
+    assert workerinput.get("dist") in ("load", "loadscope", "loadfile", "loadgroup",
+                                       "worksteal", "each"), workerinput.get("dist")
+    items = request.session.items
+    if workerinput["dist"] != "worksteal" or len(items) < 1000:
+        return  # another scheduler, or a part of the suite: nothing to order
+    shares, start = workerinput["workercount"], 0
+    for i in range(shares):
+        size = (len(items) - start) // (shares - i)
+        assert items[start].get_closest_marker("long"), (i, items[start].nodeid)
+        start += size

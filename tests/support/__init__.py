@@ -2,5 +2,6 @@
 network namespaces; slurmcluster: a real Slurm; pgserver: a real PostgreSQL; testdisks:
 loop disks), a suite run in a subprocess (suiterun), probes that replay recorded documents
 (replay, ledger_replay), judging helpers for the fast tier (judging), summary.html read
-back (summarypage), and what a test requires of the machine (requires).
+back (summarypage), what a test requires of the machine (requires), and the order the
+suite's tests start in (startorder).
 """
