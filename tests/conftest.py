@@ -15,7 +15,6 @@ import psycopg  # noqa: F401  (see below)
 import pytest
 from support import pgserver, slurmcluster
 from support.requires import need
-from support.startorder import long_first
 from support.testhosts import TestHosts, missing_requirements
 
 # pytester's in-process runs unload the modules they imported first. cryptography's
@@ -69,10 +68,10 @@ def needs_of(item: pytest.Item) -> set[str]:
 
 
 # The order tests start in, by what they need: a real Slurm, then the SSH hosts, then the
-# rest, the fast tier last; the long tests (marked `long`) first of all in each xdist
-# worker's share (long_first). The long tests started first leave the short ones to fill
-# the last minutes (in file order the slowest files, test_train* and
-# test_transport_safety, came last and ran alone at the end).
+# rest, the fast tier last. pytest-xdist's workers take the collection in order and steal
+# from its end; the long tests started first leave the short ones to fill the last minutes
+# (in file order the slowest files, test_train* and test_transport_safety, came last and
+# ran alone at the end).
 START_ORDER = ("slurm", "ssh", "postgres", "", "fast")
 
 
@@ -87,16 +86,6 @@ def pytest_collection_modifyitems(config, items):
         for mark in needs_of(item) - {m.name for m in item.iter_markers()}:
             item.add_marker(mark)
     items.sort(key=_start_rank)  # stable: file order within each rank
-    workerinput = getattr(config, "workerinput", {})  # set on an xdist worker
-    if workerinput.get("dist") == "worksteal":
-        items[:] = long_first(items, workerinput["workercount"])
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node):
-    """pytest-xdist, on the controller, for each worker it starts: how the controller hands
-    out the tests (a worker's own `--dist` reads "no")."""
-    node.workerinput["dist"] = node.config.getoption("dist")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -57,7 +57,6 @@ def internode_records(reports) -> dict[str, dict]:
 
 @pytest.mark.skipif(not shutil.which("nft") and not os.environ.get("CI"),
                     reason="needs nftables (CI installs it)")
-@pytest.mark.long
 def test_a_host_that_never_joins_is_named_and_the_rest_go_on(pytester, make_hosts):
     # The real probes: a blocked host can still take a pair's rendezvous as its master;
     # only the all-reduce's own connections, back out of it, show it cannot take part.

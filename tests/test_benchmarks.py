@@ -134,7 +134,6 @@ def test_ssh_start_skew():
     assert ratios(lines[-1], "skew/burn"), lines
 
 
-@pytest.mark.long
 def test_verdict_calibration_captures_and_replays_every_rule():
     # Two captured nodes (of 2 GPUs each): fleets of 3 are drawn from them node by node;
     # every rule's figures are captured all the same, at two thirds of the probes' cost.

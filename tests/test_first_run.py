@@ -29,7 +29,6 @@ def load(name: str):
     return module
 
 
-@pytest.mark.long
 def test_the_first_gpu_run_script_measures_every_step_in_smoke_mode(tmp_path):
     done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_first_run.py"),
                            "--smoke", "--out", str(tmp_path)], capture_output=True, text=True,

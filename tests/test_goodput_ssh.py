@@ -16,7 +16,6 @@ import sys
 import xml.etree.ElementTree as ET
 from contextlib import ExitStack
 
-import pytest
 from support import testdisks
 from support.requires import need
 from support.suiterun import junit_cases, run_suite
@@ -33,7 +32,6 @@ def properties(run_dir) -> dict[str, dict[str, str]]:
             for s in ET.parse(run_dir / "junit.xml").getroot().iter("testsuite")}
 
 
-@pytest.mark.long
 def test_a_disk_ten_percent_slow_is_priced_every_run_and_healthy_hosts_always_pass(
         pytester, make_hosts, tmp_path):
     need(testdisks.missing_requirements())

@@ -79,7 +79,6 @@ def test_gpus_auto_internode_ranks_come_from_each_nodes_real_count(pytester, mak
     result.assert_outcomes(passed=7, failed=1, skipped=1)  # h3 all-reduces its own 3
 
 
-@pytest.mark.long
 def test_a_gpu_node_whose_gpus_torch_cannot_see_fails_instead_of_using_its_cpu(pytester,
                                                                                 tmp_path):
     hidden = nvmlemu.write_scenario(tmp_path / "hidden.json", {"devices": gpus(2, "h")})

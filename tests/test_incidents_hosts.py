@@ -32,7 +32,6 @@ def inventory(pytester, hosts, nodes: dict) -> str:
     return str(inv)
 
 
-@pytest.mark.long
 def test_a_rate_limited_switch_is_one_incident_naming_it_and_the_others_pass(pytester,
                                                                             make_hosts):
     hosts = make_hosts(6)
@@ -63,7 +62,6 @@ def test_a_rate_limited_switch_is_one_incident_naming_it_and_the_others_pass(pyt
     result.stdout.fnmatch_lines(["INCIDENT switch=leafB: allreduce_internode failed on all 3*"])
 
 
-@pytest.mark.long
 def test_a_single_slow_node_among_many_and_only_it_is_named_its_own_blame_after_confirmation(
         pytester, make_hosts, finding):
     """A single rate-limited host among six: it alone is named, found by group testing and

@@ -75,7 +75,6 @@ def reported_by_run(stdout: str) -> tuple[str, list[tuple[str, str]]]:
     return run_id.group(1), events
 
 
-@pytest.mark.long
 def test_two_controllers_and_a_hand_over_tls_lose_nothing(make_hosts, tmp_path, finding):
     need(pgserver.missing_requirements())
     hosts = make_hosts(6)

@@ -10,9 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from support.startorder import long_first
 from support.suiterun import REPO
-from xdist.scheduler.worksteal import WorkStealingScheduling
 
 # Loaded with -p into one collection of the whole suite: every item's file and markers.
 LIST_MARKS = """
@@ -60,7 +58,7 @@ def test_markers_are_registered(pytestconfig):
     # What `pytest --markers` lists beside pytest's own: pyproject.toml's and conftest's.
     registered = {line.split(":")[0].split("(")[0].strip()
                   for line in pytestconfig.getini("markers")}
-    for marker in ("fast", "ssh", "slurm", "postgres", "slow", "long"):
+    for marker in ("fast", "ssh", "slurm", "postgres", "slow"):
         assert marker in registered, marker
 
 
@@ -75,75 +73,3 @@ def test_the_tests_that_need_a_harness_are_marked_with_it(marks):
 def test_the_fast_tier_is_marked_fast_and_nothing_else_is(marks):
     fast = marked(marks, "fast")
     assert fast == {p for p in marks if p.startswith("tests/fast/")}
-
-
-class _Item:
-    """A collected test as long_first sees it: its id and whether it is marked long."""
-
-    def __init__(self, nodeid: str, long: bool) -> None:
-        self.nodeid, self.long = nodeid, long
-
-    def get_closest_marker(self, name: str):
-        return name if name == "long" and self.long else None
-
-
-class _Worker:
-    """A worker as xdist's scheduler drives it: the tests it is sent, in order."""
-
-    shutting_down = False
-
-    def __init__(self, name: str) -> None:
-        self.gateway = type("Gateway", (), {"id": name})()
-        self.sent: list[int] = []
-
-    def send_runtest_some(self, indices: list[int]) -> None:
-        self.sent += indices
-
-
-@pytest.mark.parametrize("workers", [2, 3, 4])
-def test_each_worksteal_worker_starts_its_share_with_long_tests(workers):
-    """support/startorder.py's long_first (tests/conftest.py applies it) against
-    pytest-xdist's own worksteal scheduler: each worker's first tests are long ones, every
-    long test is among the first of some worker's, and every test is sent once."""
-    # 100 tests, the long ones bunched as the file order bunches them (far into a share).
-    items = [_Item(f"t{i}", long=i in (40, 41, 42, 90, 95, 99)) for i in range(100)]
-    order = long_first(items, workers)
-    config = type("Config", (), {"getvalue": lambda self, name: [f"{workers}*popen"]})()
-    sched = WorkStealingScheduling(config)
-    nodes = [_Worker(f"gw{i}") for i in range(workers)]
-    for node in nodes:
-        sched.add_node(node)
-    for node in nodes:
-        sched.add_node_collection(node, [it.nodeid for it in order])
-    sched.schedule()
-    shares = [[order[i] for i in node.sent] for node in nodes]
-    assert sorted(it.nodeid for share in shares for it in share) == sorted(
-        it.nodeid for it in items)
-    firsts = []
-    for share in shares:
-        n = next((k for k, it in enumerate(share) if not it.long), len(share))
-        assert not any(it.long for it in share[n:]), [it.nodeid for it in share]
-        firsts.append(n)
-    assert sum(firsts) == 6 and max(firsts) - min(firsts) <= 1, firsts
-    # the others keep their order
-    rest = [it.nodeid for it in order if not it.long]
-    assert rest == [it.nodeid for it in items if not it.long]
-
-
-def test_a_worksteal_worker_collects_each_share_long_tests_first(request):
-    """The wiring: under README's command (-n 3 --dist worksteal) each worker learns the
-    controller's --dist (its own reads "no") and orders its collection by long_first, so
-    that each share the scheduler cuts from it starts with a long test."""
-    workerinput = getattr(request.config, "workerinput", None)
-    if workerinput is None:
-        pytest.skip("runs on a pytest-xdist worker (README's command)")
-    assert workerinput.get("dist") in ("load", "loadscope", "loadfile", "loadgroup",
-                                       "worksteal", "each"), workerinput.get("dist")
-    items = request.session.items
-    if workerinput["dist"] != "worksteal" or len(items) < 1000:
-        return  # another scheduler, or a part of the suite: nothing to order
-    shares, start = workerinput["workercount"], 0
-    for i in range(shares):
-        size = (len(items) - start) // (shares - i)
-        assert items[start].get_closest_marker("long"), (i, items[start].nodeid)
-        start += size

@@ -98,7 +98,6 @@ def after_checks(workdir: Path, count: int, cluster) -> None:
             seen.append(now)
 
 
-@pytest.mark.long
 def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_drain(
         tmp_path, make_slurm, mnt, pg_url, pytester):
     names = ["h1", "h2", "h3"]
@@ -186,7 +185,6 @@ def test_prolog_keeps_a_job_off_a_broken_node(tmp_path, make_slurm, mnt):
     assert os.environ.get("SLURM_SCRIPT_CONTEXT") is None  # the test's own env is untouched
 
 
-@pytest.mark.long
 def test_an_xid_drains_once_holds_the_drain_and_an_administrators_resume_stands(
         tmp_path, make_slurm):
     log = tmp_path / "kern.log"

@@ -146,7 +146,6 @@ def remove_cgroup(path: Path) -> None:
             time.sleep(0.1)
 
 
-@pytest.mark.long
 def test_a_gpu_slowed_below_the_probe_fails_alone_by_index_and_uuid(pytester, nvml):
     # Three GPUs: the slowed one and two healthy ones, whose median it is judged against.
     uuids = [f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd" for i in range(3)]

@@ -50,7 +50,6 @@ def replayed(pytester: pytest.Pytester, body: str = THREE) -> str:
     return inventory(pytester, body.replace("defaults: {transport: local, gpus: 0}", ours))
 
 
-@pytest.mark.long
 def test_three_local_nodes_give_three_testsuites(pytester):
     # n1 runs every real probe; n2 and n3 replay theirs but the inter-node all-reduce and
     # train job (their groups move real data between all three): the real probes' cost

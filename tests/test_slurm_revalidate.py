@@ -129,7 +129,6 @@ def test_ctrl_c_leaves_slurm_as_it_was_before_the_run(make_slurm, tmp_path, find
     assert res.returncode == 2 and "did not complete" in res.stderr, res.stderr
 
 
-@pytest.mark.long
 def test_a_retest_waits_until_slurm_says_the_nodes_last_job_has_completed(make_slurm, tmp_path):
     """The job before the run (the previous run's, or anyone's) has ended but its epilog
     still runs past salloc's --immediate (10 s here): the node stays COMPLETING. The re-test

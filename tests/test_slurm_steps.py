@@ -106,7 +106,6 @@ def test_the_suite_runs_in_one_allocation_one_step_per_check_holding_every_gpu(
     assert jobs_left(cluster) == "", "the allocation outlived the run"
 
 
-@pytest.mark.long
 def test_a_node_whose_task_dies_or_hangs_fails_alone_in_the_one_step(pytester, make_slurm,
                                                                      monkeypatch, tmp_path):
     cluster = make_slurm(3)

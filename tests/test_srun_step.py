@@ -145,7 +145,6 @@ def test_a_workdir_another_user_could_swap_is_refused_on_that_node_alone(tmp_pat
         assert list((tmp_path / refused).iterdir()) == [], "nothing may be staged there"
 
 
-@pytest.mark.long
 def test_a_task_that_dies_or_hangs_fails_alone_and_the_step_ends(tmp_path):
     start = time.monotonic()
     # Probes alive 10 s in: the hung one's timeout (3 s) and the kill's grace are long past,

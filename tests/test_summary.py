@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 from support.replay import replay_python
 from support.suiterun import run_suite
 from support.summarypage import (
@@ -269,7 +268,6 @@ def test_eleven_nodes_with_failures_show_charts_with_labels(tmp_path):
     assert count_colour(rows, (9, 105, 218)) > 1000, "no chart dots on the screen"
 
 
-@pytest.mark.long
 @needs_chromium
 def test_a_thousand_nodes_open_a_compressed_section_on_a_click(tmp_path, finding):
     run, verdicts = fleet(tmp_path, nodes=1000, samples=60, failing=None, kinds=bench.KINDS)

@@ -13,7 +13,6 @@ import sys
 import textwrap
 
 import nvmlemu
-import pytest
 from support.suiterun import REPO, junit_cases, run_suite, script
 
 from burnin.checks import CHECKS, Fleet, Judging
@@ -158,7 +157,6 @@ def test_the_ranks_left_are_stopped_a_grace_after_a_later_rank_fails(monkeypatch
     assert (first, second) == (-9, 3)
 
 
-@pytest.mark.long
 def test_a_healthy_node_trains_its_replicas_agree_and_slowed_wrong_and_straggling_fail(
         pytester, finding):
     """One run of the suite: the healthy node (its figures as the probe reports them) beside

@@ -2,6 +2,5 @@
 network namespaces; slurmcluster: a real Slurm; pgserver: a real PostgreSQL; testdisks:
 loop disks), a suite run in a subprocess (suiterun), probes that replay recorded documents
 (replay, ledger_replay), judging helpers for the fast tier (judging), summary.html read
-back (summarypage), what a test requires of the machine (requires), and the order the
-suite's tests start in (startorder).
+back (summarypage), and what a test requires of the machine (requires).
 """
