@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from support import incli
 
 from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
 
@@ -241,8 +241,9 @@ def test_select_nodes_subset_and_unknown(tmp_path):
 
 
 def burnin_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
-                          text=True, timeout=60)
+    # In the test's process (tests/support/incli.py): an exception out of the command fails
+    # the test as a traceback would. tests/test_cli.py runs `inventory check` as a process.
+    return incli.burnin(*args)
 
 
 def test_cli_inventory_check_prints_expanded_nodes(tmp_path):
