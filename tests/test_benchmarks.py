@@ -92,7 +92,9 @@ def test_allreduce_vs_bare():
 
 
 def test_train_vs_bare():
-    lines = run_benchmark("train_vs_bare.py", "--steps", "3", "--repeat", "1", "--shape",
+    # One rank each side: three torch processes, not five (each about 1.5 s of CPU to start).
+    lines = run_benchmark("train_vs_bare.py", "--ranks", "1", "--steps", "3", "--repeat", "1",
+                          "--shape",
                           '{"d_model": 32, "layers": 1, "heads": 2, "seq_len": 16, '
                           '"vocab": 64, "batch": 2}')
     assert ratios(lines[-1], "probe/bare:"), lines
