@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.replay import replay_python
+from support.requires import need, sigint_ignored
 from support.suiterun import NO_HYPOTHESIS, SUITES, run_suite, script
 
 from burnin.ledger.api import Ledger
@@ -91,6 +92,8 @@ def start(hosts, tmp_path: Path, check: str, **defaults) -> tuple[subprocess.Pop
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_an_interrupted_run_stops_within_seconds_and_admits_nobody(make_hosts, tmp_path, how,
                                                                    finding):
+    if how == signal.SIGINT:
+        need(sigint_ignored())
     hosts = make_hosts(3)
     proc, reports, ledger = start(hosts, tmp_path, "burn")
     time.sleep(2)  # well into the burn

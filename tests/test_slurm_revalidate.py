@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from support import docpages
 from support.replay import replay_python
+from support.requires import need, sigint_ignored
 from support.slurmcluster import calls, logged_commands, option
 from support.suiterun import NO_HYPOTHESIS, REPO, SUITES
 from test_interrupt import LONG, admit, probes_on, wait_for
@@ -90,6 +91,7 @@ def test_the_documented_sbatch_revalidation_brings_a_repaired_node_back(make_slu
 def test_ctrl_c_leaves_slurm_as_it_was_before_the_run(make_slurm, tmp_path, finding):
     """Two allocations at once: h1 and h3 as they are, h2 (drained by burnin, released by
     hand from the ledger) from a reservation of the run's own."""
+    need(sigint_ignored())
     cluster = make_slurm(3)
     path, log = logged_commands(tmp_path / "bin")
     cluster.scontrol("update", "nodename=h2", "state=drain", f"reason={REASON}")

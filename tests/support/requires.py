@@ -17,3 +17,15 @@ def need(problem: str) -> None:
         if os.environ.get("CI"):
             pytest.fail(f"cannot be built in CI: {problem}")
         pytest.skip(problem)
+
+
+def sigint_ignored() -> str:
+    """Why a Ctrl-C test cannot work here, or '': a process that ignores SIGINT hands that
+    to every process it starts (a shell's background job `cmd &` starts so), and a run
+    started from it then never sees the Ctrl-C the test sends."""
+    import signal
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        return ("SIGINT is ignored in this process (started as a shell's background job?): "
+                "a run it starts cannot be stopped by Ctrl-C; run the tests in the "
+                "foreground")
+    return ""
