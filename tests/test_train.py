@@ -223,37 +223,54 @@ def test_a_healthy_node_trains_its_replicas_agree_and_slowed_wrong_and_stragglin
 
 
 def test_the_flat_adamw_is_torch_optims_adamw_to_the_bit_without_importing_the_compiler():
-    """traincore.FlatAdamW against torch.optim.AdamW as the probe built it before (CPU, one
-    tensor at a time, weight decay 0), over the same gradients: the same parameters and
-    moments to the bit after every step, and torch._dynamo not imported until
-    torch.optim.AdamW itself is constructed. In a fresh interpreter: an import is global."""
+    """traincore.FlatAdamW against torch.optim.AdamW as the probe built it before (weight
+    decay 0; one tensor at a time as on a CPU, and fused as on a GPU: torch has a fused
+    CPU kernel too), over the same gradients: the same parameters, moments and step count
+    to the bit after every step, and torch._dynamo not imported until torch.optim.AdamW
+    itself is constructed. In a fresh interpreter: an import is global."""
     code = textwrap.dedent("""\
         import sys
         sys.path.insert(0, sys.argv[1])
         import torch, traincore
         from torch import nn
-        g = torch.Generator().manual_seed(7)
-        ours = nn.Parameter(torch.randn(1000, generator=g))
-        theirs = nn.Parameter(ours.detach().clone())
-        start = ours.detach().clone()
-        opt = traincore.FlatAdamW(ours, 0.01, fused=False)
-        print("dynamo", "torch._dynamo" in sys.modules)
-        ref = torch.optim.AdamW([theirs], lr=0.01, weight_decay=0.0, foreach=False)
-        same = []
-        for _ in range(5):
-            grad = torch.randn(1000, generator=g)
-            ours.grad, theirs.grad = grad.clone(), grad.clone()
-            opt.step()
-            ref.step()
-            st = ref.state[theirs]
-            same.append(torch.equal(ours.detach().view(torch.int32),
-                                    theirs.detach().view(torch.int32))
-                        and torch.equal(opt.exp_avg_sq.view(torch.int32),
-                                        st["exp_avg_sq"].view(torch.int32))
-                        and torch.equal(opt.count, st["step"]))
-        print("same", all(same), "moved", not torch.equal(ours.detach(), start))
+        kernel, calls = torch._fused_adamw_, []
+        def spy(*args, **kwargs):  # torch's fused AdamW kernel, counted
+            calls.append(1)
+            return kernel(*args, **kwargs)
+        torch._fused_adamw_ = spy
+        for fused in (False, True):
+            g = torch.Generator().manual_seed(7)
+            ours = nn.Parameter(torch.randn(1000, generator=g))
+            theirs = nn.Parameter(ours.detach().clone())
+            start = ours.detach().clone()
+            opt = traincore.FlatAdamW(ours, 0.01, fused=fused)
+            print("dynamo", "torch._dynamo" in sys.modules)
+            ref = torch.optim.AdamW([theirs], lr=0.01, weight_decay=0.0,
+                                    **({"fused": True} if fused else {"foreach": False}))
+            same, kernel_calls = [], 0
+            for _ in range(5):
+                grad = torch.randn(1000, generator=g)
+                ours.grad, theirs.grad = grad.clone(), grad.clone()
+                calls.clear()
+                opt.step()
+                kernel_calls += len(calls)
+                ref.step()
+                st = ref.state[theirs]
+                same.append(torch.equal(ours.detach().view(torch.int32),
+                                        theirs.detach().view(torch.int32))
+                            and torch.equal(opt.exp_avg.view(torch.int32),
+                                            st["exp_avg"].view(torch.int32))
+                            and torch.equal(opt.exp_avg_sq.view(torch.int32),
+                                            st["exp_avg_sq"].view(torch.int32))
+                            and torch.equal(opt.count, st["step"])
+                            and (opt.count.dtype, opt.count.device)
+                            == (st["step"].dtype, st["step"].device))
+            print("same", all(same), "moved", not torch.equal(ours.detach(), start),
+                  "fused", kernel_calls)
         """)
     done = subprocess.run([sys.executable, "-c", code, str(REPO / "probes")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["dynamo", "False", "same", "True", "moved", "True"]
+    assert done.stdout.split() == [
+        "dynamo", "False", "same", "True", "moved", "True", "fused", "0",
+        "dynamo", "True", "same", "True", "moved", "True", "fused", "5"]

@@ -6,6 +6,7 @@ also has: `from conftest import ...` finds whichever was imported first)."""
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -23,7 +24,6 @@ def sigint_ignored() -> str:
     """Why a Ctrl-C test cannot work here, or '': a process that ignores SIGINT hands that
     to every process it starts (a shell's background job `cmd &` starts so), and a run
     started from it then never sees the Ctrl-C the test sends."""
-    import signal
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         return ("SIGINT is ignored in this process (started as a shell's background job?): "
                 "a run it starts cannot be stopped by Ctrl-C; run the tests in the "
