@@ -52,4 +52,9 @@ def test_burn_probe_reports_progress_while_it_runs():
                     timeout_s=120, on_progress=got.append)
     assert out.ok, out.reason
     assert len(got) >= 3 and all(g["device"] == "cpu" and g["tflops"] > 0 for g in got[1:])
-    assert got[-1]["elapsed_s"] >= 0.95  # reported up to the burn's end
+    # Reported up to the burn's end: its last line is the document's last sample (the
+    # burn's timed wall, which starts after the load's warm-up, so under 1 s on a busy
+    # machine: 0.9 s was seen in CI, where a bound of 0.95 s failed).
+    (dev,) = out.data["devices"]
+    assert got[-1]["elapsed_s"] == round(dev["wall_s"], 1) and dev["wall_s"] > 0.5, (
+        got[-1], dev["wall_s"])
