@@ -5,18 +5,20 @@
     python tests/mutation.py --score [--survivors] [--markdown]   # the last results
     python tests/mutation.py --slow checks.health   # its "no tests" mutants, by the slow tier
 
-mutmut (configured in pyproject.toml, [tool.mutmut]) copies the code to mutants/, makes
-each mutant, and runs against it the fast-tier tests that reach the mutated function. A
-mutant is killed when a test fails; a timeout (the mutant hung a test past its limit)
-counts as caught, shown apart. A module's mutants that no fast-tier test reaches ("no tests")
-are run again, with --slow, against the slow-tier test files SLOW names for it; the score
-counts those results in their place. Every survivor is either killed by a new test or listed
-with its reason in tests/equivalent_mutants.txt.
+mutmut (the `mutation` extra: pip install -e '.[node,test,mutation]'; configured in
+pyproject.toml, [tool.mutmut]) copies the code to mutants/, makes each mutant, and runs
+against it the fast-tier tests that reach the mutated function. A mutant is killed when a
+test fails; a timeout (the mutant hung a test past its limit) counts as caught, shown apart.
+A module's mutants that no fast-tier test reaches ("no tests") are run again, with --slow,
+against the slow-tier test files SLOW names for it; the score counts those results in their
+place. Every survivor is either killed by a new test or listed with its reason in
+tests/equivalent_mutants.txt.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import os
 import re
@@ -334,6 +336,10 @@ def run_slow(modules: list[str]) -> int:
 def main(argv: list[str]) -> int:
     if "--score" in argv:
         return score(argv)
+    if importlib.util.find_spec("mutmut") is None:
+        print("mutmut is not installed: it is the `mutation` extra, "
+              "pip install -e '.[node,test,mutation]'", file=sys.stderr)
+        return 2
     if "--slow" in argv:
         return run_slow([a for a in argv if not a.startswith("-")])
     return run([a for a in argv if not a.startswith("-")])
