@@ -24,7 +24,7 @@ def test_readme_starts_with_the_suite_and_the_test_command():
     assert "pytest suites/" in suite
     # Three workers (xdist) on 2 cores: the integration tests mostly wait on real hosts
     # and daemons (with two, the cores were busy about 60% of the run).
-    assert tests.endswith("pytest tests/ -n 3 --dist worksteal")
+    assert tests.endswith("pytest tests/ -n 4 --dist worksteal")
 
 
 def test_ci_runs_exactly_the_readme_test_command():
