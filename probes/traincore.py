@@ -150,6 +150,46 @@ def fingerprint(flat: torch.Tensor) -> torch.Tensor:
     return flat.view(torch.int32).sum(dtype=torch.int64).reshape(1)
 
 
+# Elements of one parameter tensor sent at a time when locating a divergence (64 MiB of
+# fp32): an embedding of a large vocabulary is not copied whole.
+LOCATE_CHUNK = 1 << 24
+
+
+def locate(model: nn.Module, fps: list[int], world: int, dev) -> dict:
+    """Where the replicas differ, at the first step that they do (collective: every rank
+    calls it at that step, as every rank sees the same fingerprints). Each parameter
+    tensor's fingerprint on every rank; then the first tensor that differs, element by
+    element against a reference rank (the lowest holding the most common fingerprint):
+    on each rank outside it, how many elements differ and the first and last of them.
+    One flipped bit, a short run of elements or a whole tensor point at different
+    causes; the tensor's name says where in the model."""
+    named = [(name, p.detach().reshape(-1)) for name, p in model.named_parameters()]
+    table = torch.zeros(world * len(named), dtype=torch.int64, device=dev)
+    GATHER(table, torch.cat([fingerprint(p) for _, p in named]))
+    rows = table.view(world, len(named)).tolist()
+    ref = fps.index(max(fps, key=fps.count))  # ties: the lowest rank's value
+    k = next((i for i in range(len(named)) if len({row[i] for row in rows}) > 1), 0)
+    name, mine = named[k]
+    count, first, last = 0, -1, -1
+    for at in range(0, mine.numel(), LOCATE_CHUNK):
+        part = mine[at:at + LOCATE_CHUNK]
+        theirs = part.clone()
+        dist.broadcast(theirs, ref)
+        idx = (part.view(torch.int32) != theirs.view(torch.int32)).nonzero().flatten()
+        if idx.numel():
+            count += idx.numel()
+            first = first if first >= 0 else at + int(idx[0])
+            last = at + int(idx[-1])
+    found = torch.zeros(world * 3, dtype=torch.int64, device=dev)
+    GATHER(found, torch.tensor([count, first, last], dtype=torch.int64, device=dev))
+    return {"tensor": name, "numel": mine.numel(), "reference_rank": ref,
+            "tensors": {str(r): [named[i][0] for i in range(len(named))
+                                 if rows[r][i] != rows[ref][i]][:8]
+                        for r in range(world) if rows[r] != rows[ref]},
+            "elements": {str(r): {"count": c, "first": f, "last": la}
+                         for r, (c, f, la) in enumerate(found.view(world, 3).tolist()) if c}}
+
+
 class FlatAdamW:
     """torch's AdamW over the one flat tensor, through torch's own functional form: the
     kernels, arguments and state that `torch.optim.AdamW(weight_decay=0.0)` gives it (on a
@@ -265,7 +305,10 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
             times.append((t3 - t0, t1 - t0, t2 - t1))
         losses.append(statistics.fmean(step_losses))
         if len(set(step_fps)) > 1 and len(diverged) < 8:  # the first ones say where
-            diverged.append({"step": step + 1, "fingerprints": step_fps})
+            event = {"step": step + 1, "fingerprints": step_fps}
+            if not diverged:
+                event["where"] = locate(model, step_fps, world, dev)
+            diverged.append(event)
     wall, cpu = time.perf_counter() - wall_start, time.process_time() - cpu_start
     sync()
     digest = gemmcore.digest(flat)

@@ -13,6 +13,7 @@ import sys
 import textwrap
 
 import nvmlemu
+import pytest
 from support.suiterun import REPO, junit_cases, run_suite, script
 
 from burnin.checks import CHECKS, Fleet, Judging
@@ -61,7 +62,9 @@ WRONG = """\
 # The optimizer's update flips one bit of one parameter at the third step on this rank
 # (a fault in the update, after the all-reduce: the replica leaves the others). Planted in
 # torch's functional AdamW, the update the probe calls (traincore.FlatAdamW).
-FLIP = """\
+def flip(*elements: int) -> str:
+    """A rank's update that flips bit 4 of these elements of the flat parameters."""
+    return f"""\
     import torch.optim.adamw as _adamw
     _update, _calls = _adamw.adamw, [0]
     def adamw(params, *args, **kwargs):
@@ -69,10 +72,14 @@ FLIP = """\
         _calls[0] += 1
         if _calls[0] == 3:
             with torch.no_grad():
-                params[0].view(torch.int32)[11] ^= 1 << 4
+                for i in {elements!r}:
+                    params[0].view(torch.int32)[i] ^= 1 << 4
         return out
     _adamw.adamw = adamw
 """
+
+
+FLIP = flip(11)
 
 
 def python_with(tmp_path, name: str, body: str, ranks=("0", "1", "2"),
@@ -107,13 +114,19 @@ def test_help_runs_without_torch_or_settings():
     assert res.returncode == 0 and "6N + 12 L H Q T" in res.stdout
 
 
-def test_a_replica_whose_update_flips_a_bit_is_named_by_rank_and_device(tmp_path):
-    out = train(python_with(tmp_path, "flip", FLIP, ranks=("1",)), ranks=3)
+@pytest.mark.parametrize(("elements", "said"), [
+    ((11,), "1 of tok.weight's 2048 elements differs from rank 0's (element 11)"),
+    # the flat buffer's second tensor, pos.weight (16 positions x 32), two elements apart
+    ((2048 + 5, 2048 + 9), "2 of pos.weight's 512 elements differ from rank 0's "
+                           "(elements 5 to 9)")])
+def test_a_replica_whose_update_flips_a_bit_is_named_by_rank_device_and_tensor(
+        tmp_path, elements, said):
+    out = train(python_with(tmp_path, "flip", flip(*elements), ranks=("1",)), ranks=3)
     (event, *_) = out.data["figures"]["diverged"]
     assert event["step"] == 3
     failures = judged(out, devices=1, ranks=3).failures
     assert any(f.startswith("replicas differ after step 3: rank 1 (cpu, ") and "holds" in f
-               for f in failures), failures
+               and f"; {said}; " in f for f in failures), failures
     assert not any("rank 0 (" in f or "rank 2 (" in f for f in failures), failures
 
 

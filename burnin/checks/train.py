@@ -104,6 +104,24 @@ def _where(dev: dict) -> str:
     return f"rank {dev.get('rank')} ({dev.get('device')}{', ' + about if about else ''})"
 
 
+def located(event: dict, rank: int) -> str:
+    """Where `rank`'s parameters left the reference rank's, as the probe located it at the
+    first step they differed; '' where it did not (an older probe, or not this rank)."""
+    where = event.get("where")
+    if not where:
+        return ""
+    found = where["elements"].get(str(rank))
+    if not found:
+        return ""
+    span = f"element {found['first']}" if found["count"] == 1 else \
+        f"elements {found['first']} to {found['last']}"
+    others = [t for t in where.get("tensors", {}).get(str(rank), []) if t != where["tensor"]]
+    verb = "differs" if found["count"] == 1 else "differ"
+    return (f"; {found['count']} of {where['tensor']}'s {where['numel']} elements {verb} "
+            f"from rank {where['reference_rank']}'s ({span})"
+            + (f", and {', '.join(others)} differ too" if others else ""))
+
+
 def _replicas(devices: list[dict], fig: dict) -> list[str]:
     """The steps after which replicas differed, and final digests that differ: the ranks
     outside the majority named (of two that differ, both)."""
@@ -121,6 +139,7 @@ def _replicas(devices: list[dict], fig: dict) -> list[str]:
                    f"{'holds' if len(odd) == 1 else 'hold'} parameters other than "
                    f"{'the other ranks' if common is not None else 'each other'} (fingerprints "
                    f"{prints}); expected bitwise identical after every step"
+                   + "".join(located(ev, r) for r in odd)
                    + (f"; {len(events) - 1} more step(s) differed" if len(events) > 1 else ""))
     finals: dict[Any, str] = {d.get("rank"): d["digest"] for d in devices if d.get("digest")}
     if len(set(finals.values())) > 1 and not events:
@@ -261,8 +280,15 @@ RANK = Obj(required=("rank", "device", "step_s", "compute_s", "tokens_per_s", "d
            model_tflops=Num(0, 1e5), gemm_tflops=Num(0, 1e5), gemm_n=Int(1, 1 << 20),
            final_loss=Num(finite=False, null=True), digest=Str(128), wall_s=Num(0), cpu_s=Num(0),
            tokens=COUNT, torch=Str(128), cuda=Str(64, null=True))
+INDEX = Int(-1, 1 << 40)
+# traincore.locate: where the replicas differ, at the first step that they do
+WHERE = Obj(required=("tensor", "numel", "reference_rank", "elements"), tensor=Str(256),
+            numel=Int(0, 1 << 40), reference_rank=Int(0, 1 << 20),
+            tensors=Obj(values=List(Str(256), max=8), max_keys=1 << 10),
+            elements=Obj(values=Obj(required=("count", "first", "last"), count=INDEX,
+                                    first=INDEX, last=INDEX), max_keys=1 << 10))
 EVENT = Obj(required=("step", "fingerprints"), step=Int(0, MAX_STEPS),
-            fingerprints=List(Int(-2**63, 2**63), max=1 << 20))
+            fingerprints=List(Int(-2**63, 2**63), max=1 << 20), where=WHERE)
 SHAPE = Obj(values=Int(0, 1 << 40), max_keys=16)
 FIGURES = Obj(world=Int(1, 1 << 20), ranks_here=Int(0, 1024), backend=Str(64),
               losses=List(LOSS, max=MAX_STEPS), diverged=List(EVENT, max=8),

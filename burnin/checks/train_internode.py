@@ -20,7 +20,7 @@ import statistics
 from burnin.checks.base import Check, Judging, Setting, timeout
 from burnin.checks.groups import Facts, GroupRun, group_members, layout, observed, run_group
 from burnin.checks.train import CHECK as TRAIN
-from burnin.checks.train import RANK, STRAGGLER_FRACTION, _loss
+from burnin.checks.train import RANK, STRAGGLER_FRACTION, _loss, located
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict, majority
 from burnin.probe.protocol import ProbeOutcome
@@ -72,10 +72,12 @@ def replicas(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict[str, 
                     for ev in outcomes[n.name].data["figures"].get("diverged") or []})
     for step in steps:
         prints: dict[int, int | None] = {}
+        seen: dict[str, dict] = {}  # each node's own event: it alone says where its ranks differ
         for n in nodes:
             own = {d["rank"] for d in outcomes[n.name].data["devices"]}
             ev = next((e for e in outcomes[n.name].data["figures"].get("diverged") or []
                        if e["step"] == step), None)
+            seen[n.name] = ev or {}
             for r in own:  # a node that saw no divergence at this step vouches the majority
                 prints[r] = ev["fingerprints"][r] if ev and r < len(ev["fingerprints"]) \
                     else None
@@ -87,7 +89,8 @@ def replicas(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict[str, 
                 out.setdefault(name, []).append(
                     f"replicas differ after step {step} across nodes: {_where(name, d)} holds "
                     f"parameters other than {'most ranks' if common is not None else 'any'} "
-                    f"(fingerprint {p}, the others' {common}); expected bitwise identical")
+                    f"(fingerprint {p}, the others' {common}); expected bitwise identical"
+                    + located(seen[name], r))
         if out:
             return out  # the first step that differed says where
     finals = {r: d.get("digest") for r, (_, d) in host.items()}

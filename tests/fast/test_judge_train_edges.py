@@ -9,7 +9,7 @@ import pytest
 from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.checks import CHECKS, Figure, Judging
-from burnin.checks.train import figures
+from burnin.checks.train import EVENT, figures
 from burnin.model.nodes import Node
 
 NAME = "NVIDIA H100 80GB HBM3"
@@ -118,6 +118,34 @@ def test_two_replicas_that_differ_hold_parameters_other_than_each_other_and_more
         f"replicas differ after step 5: rank 0 (cuda:0, {NAME}, GPU-0), rank 1 (cuda:1, "
         f"{NAME}, GPU-1) hold parameters other than each other (fingerprints [7, 9]); "
         "expected bitwise identical after every step; 1 more step(s) differed",)
+
+
+def test_where_the_replica_differs_is_said_for_the_ranks_named_and_no_other():
+    where = {"tensor": "blocks.0.mlp.fc1.weight", "numel": 4096, "reference_rank": 0,
+             "tensors": {"2": ["blocks.0.mlp.fc1.weight", "head.weight"]},
+             "elements": {"2": {"count": 3, "first": 17, "last": 40},
+                          "1": {"count": 1, "first": 5, "last": 5}}}
+    o = train(ranks=3, diverged=[{"step": 5, "fingerprints": [7, 7, 9], "where": where}])
+    (failure,) = verdict(o, devices=3)[0]
+    assert failure.endswith(
+        "expected bitwise identical after every step; 3 of blocks.0.mlp.fc1.weight's 4096 "
+        "elements differ from rank 0's (elements 17 to 40), and head.weight differ too"), failure
+    assert "element 5" not in failure  # rank 1 is not named: its elements are not said
+    one = {**where, "elements": {"2": {"count": 1, "first": 11, "last": 11}}, "tensors": {}}
+    o = train(ranks=3, diverged=[{"step": 5, "fingerprints": [7, 7, 9], "where": one}])
+    assert verdict(o, devices=3)[0][0].endswith(
+        "1 of blocks.0.mlp.fc1.weight's 4096 elements differs from rank 0's (element 11)")
+
+
+def test_where_is_held_to_the_probes_shape_before_it_is_read():
+    where = {"tensor": "tok.weight", "numel": 2048, "reference_rank": 0,
+             "elements": {"1": {"count": 1, "first": 11, "last": 11}}}
+    assert EVENT.problem({"step": 3, "fingerprints": [1, 2], "where": where}, "") == ""
+    for bad in ({**where, "elements": {"1": {"count": "1", "first": 11, "last": 11}}},
+                {**where, "elements": {"1": {"count": 1, "first": 11}}},
+                {k: v for k, v in where.items() if k != "tensor"},
+                {**where, "tensors": {"1": ["x"] * 9}}):
+        assert EVENT.problem({"step": 3, "fingerprints": [1, 2], "where": bad}, ""), bad
 
 
 def test_a_replica_with_no_device_reported_is_still_named_by_rank():

@@ -347,6 +347,23 @@ def test_a_node_that_saw_no_divergence_vouches_nothing_and_each_step_is_its_own(
         "")
 
 
+def test_where_a_rank_differs_is_read_from_its_own_nodes_document(tmp_path):
+    # rank 1 (n1's) is odd after step 2; n1 located it in head.weight, while n2's document
+    # says tok.weight: one node's document speaks for its own ranks only
+    def change(name, out):
+        tensor = "head.weight" if name == "n1" else "tok.weight"
+        out.data["figures"]["diverged"] = [{
+            "step": 2, "fingerprints": [1, 8, 1, 1],
+            "where": {"tensor": tensor, "numel": 64, "reference_rank": 0,
+                      "elements": {"1": {"count": 2, "first": 3, "last": 9}}}}]
+    verdicts = run_over(tmp_path, _changed(Job(), change), 2)
+    assert verdicts["n1"][0] == (
+        "replicas differ after step 2 across nodes: rank 1 on n1 (cpu:1) holds parameters "
+        "other than most ranks (fingerprint 8, the others' 1); expected bitwise identical; "
+        "2 of head.weight's 64 elements differ from rank 0's (elements 3 to 9)",)
+    assert verdicts["n2"] == ((), "")
+
+
 def test_with_no_majority_every_rank_is_named_against_none(tmp_path):
     verdicts = run_over(tmp_path, Job(odd={0: (2, 5), 1: (2, 5)}), 2)
     assert verdicts["n2"][0][0] == (
