@@ -96,8 +96,10 @@ class Rule:
             sweep = [{**s, "busbw_gbps": values[0], "algbw_gbps": values[0]}
                      for s in template["figures"]["sweep"]]
             return {**template, "figures": {**template["figures"], "sweep": sweep}}
+        # the template's first devices, as many as the captured node had (its figures'
+        # count: main() refuses a capture of more GPUs than the corpus's document holds)
         devices = [_set(dev, self.path, v)
-                   for dev, v in zip(template["devices"], values, strict=True)]
+                   for dev, v in zip(template["devices"][:len(values)], values, strict=True)]
         return {**template, "devices": devices}
 
 
@@ -233,7 +235,13 @@ def replay(capture: dict, node_runs: int, trials: int, sizes=SIZES, slowdowns=SL
             on_rule(rule.name)
         rng = random.Random(f"{seed}-{rule.name}")
         template = _template(rule)
-        devices = len(template["devices"])
+        # a node's devices as captured (one figure each), or, for a figure per node, the
+        # corpus document's
+        devices = len(template["devices"]) if rule.per_node else len(pool[0])
+        if devices > len(template["devices"]):
+            raise SystemExit(f"{rule.name}: the capture has {devices} devices a node, the "
+                             f"corpus's {rule.check} document {len(template['devices'])}: "
+                             f"capture with --gpus {len(template['devices'])} or fewer")
         settings = CHECKS[rule.check].resolve("quick")
         if spreads is not None and "peer_spreads" in settings:
             settings["peer_spreads"] = spreads

@@ -43,3 +43,18 @@ def test_a_slower_device_is_caught_at_least_as_often_and_healthy_fleets_fail_no_
     burn = results["burn TFLOPS per device"]["sizes"][10]
     assert burn["detected"][0.8] == 1.0, "a fifth of the speed is caught every time"
     assert burn["false_per_1000"] < 1000 * burn["detected"][0.8]
+
+
+def test_a_capture_of_one_gpu_a_node_replays_on_one_device_and_more_than_the_corpus_is_refused():
+    """A node's devices in the replay are as many as the capture measured (the corpus's
+    documents have two): one GPU a node replays on one device; three are refused with
+    what to do, not a traceback."""
+    import pytest
+    rule = "burn TFLOPS per device"
+    one = {"runs": {rule: [[[1.0], [1.02], [0.98], [1.01]]]}}
+    results = cal.replay(one, node_runs=30, trials=5, sizes=(3,), slowdowns=(0.8,))
+    assert results[rule]["sizes"][3]["detected"][0.8] == 1.0
+    three = {"runs": {rule: [[[1.0, 1.0, 1.0], [1.02, 1.0, 0.99]]]}}
+    with pytest.raises(SystemExit, match=r"3 devices a node, the corpus's burn document 2: "
+                                         r"capture with --gpus 2 or fewer"):
+        cal.replay(three, node_runs=30, trials=5, sizes=(3,))
