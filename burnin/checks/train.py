@@ -111,15 +111,18 @@ def located(event: dict, rank: int) -> str:
     if not where:
         return ""
     found = where["elements"].get(str(rank))
-    if not found:
-        return ""
+    tensors = where.get("tensors", {}).get(str(rank), [])
+    if not found:  # this rank differs elsewhere than the tensor compared element by element
+        verb = "differs" if len(tensors) == 1 else "differ"
+        return f"; its {', '.join(tensors)} {verb} from rank {where['reference_rank']}'s" \
+            if tensors else ""
     span = f"element {found['first']}" if found["count"] == 1 else \
         f"elements {found['first']} to {found['last']}"
-    others = [t for t in where.get("tensors", {}).get(str(rank), []) if t != where["tensor"]]
+    others = [t for t in tensors if t != where["tensor"]]
     verb = "differs" if found["count"] == 1 else "differ"
     return (f"; {found['count']} of {where['tensor']}'s {where['numel']} elements {verb} "
             f"from rank {where['reference_rank']}'s ({span})"
-            + (f", and {', '.join(others)} differ too" if others else ""))
+            + (f"; other tensors that differ: {', '.join(others)}" if others else ""))
 
 
 def _replicas(devices: list[dict], fig: dict) -> list[str]:

@@ -129,12 +129,19 @@ def test_where_the_replica_differs_is_said_for_the_ranks_named_and_no_other():
     (failure,) = verdict(o, devices=3)[0]
     assert failure.endswith(
         "expected bitwise identical after every step; 3 of blocks.0.mlp.fc1.weight's 4096 "
-        "elements differ from rank 0's (elements 17 to 40), and head.weight differ too"), failure
+        "elements differ from rank 0's (elements 17 to 40); other tensors that differ: "
+        "head.weight"), failure
     assert "element 5" not in failure  # rank 1 is not named: its elements are not said
     one = {**where, "elements": {"2": {"count": 1, "first": 11, "last": 11}}, "tensors": {}}
     o = train(ranks=3, diverged=[{"step": 5, "fingerprints": [7, 7, 9], "where": one}])
     assert verdict(o, devices=3)[0][0].endswith(
         "1 of blocks.0.mlp.fc1.weight's 4096 elements differs from rank 0's (element 11)")
+    # rank 2 differs only in a tensor after the one compared element by element (rank 1's)
+    apart = {**where, "tensors": {"1": ["blocks.0.mlp.fc1.weight"], "2": ["head.weight"]},
+             "elements": {"1": {"count": 1, "first": 5, "last": 5}}}
+    o = train(ranks=3, diverged=[{"step": 5, "fingerprints": [7, 7, 9], "where": apart}])
+    assert verdict(o, devices=3)[0][0].endswith(
+        "expected bitwise identical after every step; its head.weight differs from rank 0's")
 
 
 def test_where_is_held_to_the_probes_shape_before_it_is_read():
