@@ -97,7 +97,7 @@ class Rule:
                      for s in template["figures"]["sweep"]]
             return {**template, "figures": {**template["figures"], "sweep": sweep}}
         # the template's first devices, as many as the captured node had (its figures'
-        # count: main() refuses a capture of more GPUs than the corpus's document holds)
+        # count: replay() refuses a capture of more GPUs than the corpus's document holds)
         devices = [_set(dev, self.path, v)
                    for dev, v in zip(template["devices"][:len(values)], values, strict=True)]
         return {**template, "devices": devices}
