@@ -177,26 +177,32 @@ def _nvlink_device(nv, index: int) -> dict:
 
 def _link_counters(nv, h, links: int) -> dict[str, dict[str, int]]:
     """{link: {counter: value}} of every link whose counters NVML gives: on NVLink 5 the
-    link's COUNT fields (probes/nvlink5.py; an older GPU refuses link 0's), else the DL
-    counters of nvmlDeviceGetNvLinkErrorCounter."""
-    try:
-        first = nvlink5.read(nv, h, scope=0) if links else {}
-    except nv.NVMLError:
-        first = None
+    link's COUNT fields (probes/nvlink5.py), and under "all" the GPU-wide data ECC total
+    and BERs; else the DL counters of nvmlDeviceGetNvLinkErrorCounter.
+
+    NVLink 5 is decided from any link, not from link 0 alone: a link that is down may
+    refuse its fields, and the others must still be read as NVLink 5 (nvml.h: Blackwell
+    does not support the DL counters, so a fallback would leave them unjudged)."""
+    five: dict[str, dict[str, int]] = {}
+    for link in range(links):
+        try:
+            five[str(link)] = nvlink5.read(nv, h, scope=link)
+        except nv.NVMLError:
+            continue  # this link's fields not given (down, or no NVLink 5): see below
+    if five:
+        try:
+            five["all"] = nvlink5.read_gpu(nv, h)
+        except nv.NVMLError:
+            pass  # a driver without the BER fields: the per-link counters stand
+        return five
     out = {}
     for link in range(links):
         values = {}
-        if first is not None:
+        for code, name in enumerate(NVLINK_COUNTERS):
             try:
-                values = first if link == 0 else nvlink5.read(nv, h, scope=link)
+                values[name] = int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, code))
             except nv.NVMLError:
-                pass  # this link's counters not given: not judged
-        else:
-            for code, name in enumerate(NVLINK_COUNTERS):
-                try:
-                    values[name] = int(nv.nvmlDeviceGetNvLinkErrorCounter(h, link, code))
-                except nv.NVMLError:
-                    continue  # not supported on this GPU or link: not judged
+                continue  # not supported on this GPU or link: not judged
         if values:
             out[str(link)] = values
     return out
@@ -238,7 +244,8 @@ def nvlink_growth(devices: list[dict], before: dict) -> None:
         growth = {}
         for link, now in links["counters"].items():
             old = _counts(was.get(link))
-            grew = {k: v - old[k] for k, v in now.items() if k in old and v != old[k]}
+            grew = {k: v - old[k] for k, v in now.items()
+                    if k in old and v != old[k] and k not in nvlink5.BER}
             if grew:
                 growth[link] = grew
         links["growth"] = growth

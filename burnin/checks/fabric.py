@@ -5,11 +5,15 @@ vote); every port ACTIVE and LinkUp at the expected rate (`rate_gbps`, or the ru
 majority); no port flapped (link_downed grew) and no error counter grew by more than
 `max_error_growth`; a high lifetime count only warns. A node with no HCA where none is
 expected (`hcas: 0`, or unset and no majority above 0): the port rules do not apply.
-NVLink: every GPU has its model's `nvlink_links` active, no link recovered (retrained), and
-no link's replay or CRC counters grew by more than `max_nvlink_growth` (any growth warns);
-on NVLink 5 (Blackwell) the link's NVML_FI_DEV_NVLINK_COUNT_* error fields stand for them
-(probes/nvlink5.py), and its link_recovery_events and link_recovery_failed_events for the
-recovery counter.
+NVLink: every GPU has its model's `nvlink_links` active, and its link counters judged as
+DCGM's health watch judges them (NVIDIA/DCGM v4.6.0, modules/health/DcgmHealthWatch.cpp;
+limits in common/DcgmGPUHardwareLimits.h). On NVLink 5 (Blackwell; probes/nvlink5.py):
+any growth of a COUNT error field (206-211, 215, 219, symbol errors 221) or of the data
+ECC total (160) fails (DCGM_LIMIT_MAX_NVLINK_ERROR, 1), a failed recovery (214) fails, a
+successful one (213) and transmit discards (212) warn; the symbol and effective BER (222,
+220) fail past DCGM's thresholds. Before NVLink 5: replay or recovery growth of 1 fails,
+CRC errors fail at `max_nvlink_crc_per_s` (DCGM_LIMIT_MAX_NVLINK_CRC_ERROR, 100 per
+second) over the window and warn below it.
 
 Growth is over the run's load: fabric runs after the burn, storage and the intra-node
 all-reduce, against the counters the health probe read before them (Check.baseline);
@@ -20,7 +24,16 @@ from __future__ import annotations
 
 from collections import Counter
 
-from burnin.checks.base import Check, Figure, Fleet, Judging, Setting, count_problem, timeout
+from burnin.checks.base import (
+    DEVICE_COUNT,
+    Check,
+    Figure,
+    Fleet,
+    Judging,
+    Setting,
+    count_problem,
+    timeout,
+)
 from burnin.checks.base import device_name as where
 from burnin.model.gpu_reference import GPU_MODELS
 from burnin.model.nodes import Node
@@ -84,7 +97,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                 failures += f
                 warnings += w
     failures += _nvlink_rules(data, j)
-    f, w = _nvlink_growth(data["devices"], _over(ib), j.settings)
+    f, w = _nvlink_growth(data["devices"], ib, j.settings)
     return Verdict(node.name, "fabric", tuple(failures + f), tuple(warnings + w))
 
 
@@ -95,9 +108,61 @@ def _over(ib: dict) -> str:
     return f"in {ib['window_s']:g} s"
 
 
-# The counters whose growth means the link retrained: the DL recovery counter, and NVLink
-# 5's recovery events (probes/nvlink5.py RECOVERY).
-RETRAINED = ("recovery", "link_recovery_events", "link_recovery_failed_events")
+# Counters whose growth of 1 fails (DCGM_LIMIT_MAX_NVLINK_ERROR): NVLink 5's COUNT error
+# fields and data ECC total, as MonitorNVLink5Fields reads them, its failed recoveries
+# (MonitorNVLinkErrorFields, DCGM_HEALTH_RESULT_FAIL), and before NVLink 5 the DL replay
+# and recovery counters (MonitorNVLink: "Replay and recovery errors are failures").
+FAIL_AT_ONE = {
+    "malformed_packet_errors": "malformed packets",        # NVML field 206
+    "buffer_overrun_errors": "packets dropped",            # 207
+    "rcv_errors": "receive errors",                        # 208
+    "rcv_remote_errors": "remote receive errors",          # 209
+    "rcv_general_errors": "general receive errors",        # 210
+    "local_link_integrity_errors": "link integrity errors",  # 211
+    "link_recovery_events": "the link retrained",          # 215
+    "link_recovery_failed_events": "a link recovery failed",  # 214
+    "effective_errors": "errors left after FEC",           # 219
+    "symbol_errors": "symbol errors: FEC did not fix them",  # 221
+    "ecc_data_errors": "data ECC errors",                  # 160
+    "replay": "the link replayed",                         # DL replay, before NVLink 5
+    "recovery": "the link retrained",                      # DL recovery, before NVLink 5
+}
+# Warned at any growth: a successful recovery (DCGM_HEALTH_RESULT_WARN) and transmit
+# discards (read, not in DCGM's NVLink 5 list).
+WARN = ("link_recovery_successful_events", "xmit_discards")
+# Before NVLink 5, CRC errors fail only at a rate (DcgmHealthWatch.cpp MonitorNVLink:
+# "CRC errors are only an error if more than 100 are happening per second").
+RATED = ("crc_flit", "crc_data")
+# NVLink 5's BERs, GPU-wide (the link "all"), as NVML packs them: nvml.h
+# NVML_NVLINK_BER_MANTISSA_SHIFT 8 / WIDTH 0xf, NVML_NVLINK_BER_EXP_SHIFT 0 / WIDTH 0xff;
+# the value is mantissa x 10^-exponent (DcgmUtilities.cpp NvmlBerParser).
+BER = ("effective_ber", "symbol_ber")
+# DCGM_SYMBOL_BER_FLOOR_EXP_AGGREGATED (DcgmGPUHardwareLimits.h): the symbol BER's floor
+# where it is read over every link (Blackwell), with a floor mantissa of 15.
+SYMBOL_BER_FLOOR_EXP = 238
+
+
+def ber_parts(raw: int) -> tuple[int, int]:
+    """(mantissa, exponent) of a BER NVML packs into an integer."""
+    return (raw >> 8) & 0xF, raw & 0xFF
+
+
+def effective_ber_exceeded(mantissa: int, exponent: int) -> bool:
+    """DCGM's IsEffectiveBerThresholdExceeded (common/DcgmUtilities.cpp): worse than
+    1e-12; (15, 255) is its zero BER. A mantissa of 0 is a BER of 0 too."""
+    if mantissa == 0 or (mantissa == 15 and exponent == 255):
+        return False
+    return exponent < 12 or (exponent == 12 and mantissa > 1) or (
+        exponent == 13 and mantissa > 10)
+
+
+def symbol_ber_exceeded(mantissa: int, exponent: int) -> bool:
+    """DCGM's IsSymbolBerThresholdExceeded (DcgmHealthWatch.cpp) at the aggregated floor."""
+    if mantissa == 0:
+        return False
+    if exponent == SYMBOL_BER_FLOOR_EXP:
+        return mantissa > 15
+    return exponent < SYMBOL_BER_FLOOR_EXP
 
 
 def _link_order(link: str) -> tuple[int, str]:
@@ -105,24 +170,42 @@ def _link_order(link: str) -> tuple[int, str]:
     return (int(link), "") if link.isdigit() else (1 << 30, link)
 
 
-def _nvlink_growth(devices: list[dict], over: str, settings: dict
+def _nvlink_growth(devices: list[dict], ib: dict, settings: dict
                    ) -> tuple[list[str], list[str]]:
-    """A link that recovered (retrained) fails; replay and CRC growth warns, and fails
-    past max_nvlink_growth."""
-    bound = settings.get("max_nvlink_growth", 100)
+    """Each link's counter growth, and each GPU's BERs, as DCGM judges them."""
+    over = _over(ib)
+    window = ib.get("window_s") or 0.0
+    rate_bound = settings.get("max_nvlink_crc_per_s", 100)
     failures, warnings = [], []
     for dev in devices:
-        growth = (dev.get("nvlink") or {}).get("growth") or {}
+        nvlink = dev.get("nvlink") or {}
+        growth = nvlink.get("growth") or {}
         for link, grew in sorted(growth.items(), key=lambda kv: _link_order(kv[0])):
             at = f"GPU {where(dev)} NVLink link {link}"
             for counter, n in sorted(grew.items()):
                 line = f"{at}: {counter} grew by {n} {over}"
-                if counter in RETRAINED and n > 0:
-                    failures.append(f"{line}: the link retrained")
-                elif n > bound:
-                    failures.append(f"{line}, more than {bound:g}")
-                elif n > 0:
+                if n <= 0:
+                    continue
+                if counter in FAIL_AT_ONE:
+                    failures.append(f"{line}: {FAIL_AT_ONE[counter]}")
+                elif counter in RATED:
+                    per_s = n / window if window > 0 else float("inf")
+                    if per_s >= rate_bound:
+                        failures.append(f"{line}: {per_s:.3g} per second, at least "
+                                        f"{rate_bound:g}")
+                    else:
+                        warnings.append(line)
+                else:
                     warnings.append(line)
+        gpu_wide = (nvlink.get("counters") or {}).get("all") or {}
+        for name, exceeded, bound in (
+                ("symbol_ber", symbol_ber_exceeded, f"1e-{SYMBOL_BER_FLOOR_EXP}"),
+                ("effective_ber", effective_ber_exceeded, "1e-12")):
+            raw = gpu_wide.get(name)
+            if isinstance(raw, int) and exceeded(*ber_parts(raw)):
+                m, e = ber_parts(raw)
+                failures.append(f"GPU {where(dev)} NVLink: {name.replace('_', ' ')} "
+                                f"{m}e-{e}, worse than {bound} (DCGM's threshold)")
     return failures, warnings
 
 
@@ -254,7 +337,8 @@ PORT = Obj(port=Str(64), state=Str(256, null=True), state_code=Int(null=True),
            after=Obj(values=COUNT, max_keys=COUNTERS),
            growth=Obj(values=Int(-2**63, 2**63), max_keys=COUNTERS))
 HCA = Obj(required=("name", "ports"), name=Str(256), ports=List(PORT, max=16))
-# {link: {counter: n}}: four DL counters, or NVLink 5's ten COUNT fields (probes/nvlink5.py)
+# {link: {counter: n}}: four DL counters, or NVLink 5's twelve COUNT fields and, under
+# "all", the GPU's data ECC total and BERs (probes/nvlink5.py)
 LINK_COUNTERS = Obj(values=Obj(values=COUNT, max_keys=16), max_keys=64)
 DEVICE = Obj(device=Str(64), index=Int(0, 1023), name=Str(256), uuid=Str(256),
              error=Str(4096), nvlink=Obj(links=Int(0, 64), active=Int(0, 64),
@@ -276,6 +360,7 @@ CHECK = Check(
     name="fabric", page="burnin.report.summary.checks:fabric", page_order=80,
     doc="the node's fabric ports and NVLink links are up at their rate",
     judge=judge, schema=SCHEMA, summarize=fleet_summary, figures=figures, evidence=evidence,
+    failure_kinds=(DEVICE_COUNT,),
     baseline=lambda settings: {"sysfs_root": settings["sysfs_root"]},
     settings={
         "timeout_s": timeout(120, 180, 300),
@@ -289,9 +374,9 @@ CHECK = Check(
                                     "window that fails the node (link_downed: any)"),
         "lifetime_warn": Setting("int", 100, "a port error counter's lifetime value that "
                                  "warns; 0: never"),
-        "max_nvlink_growth": Setting("int", 100, "growth of an NVLink link's replay or "
-                                     "CRC counter that fails (any warns; recovery: any "
-                                     "fails)"),
+        "max_nvlink_crc_per_s": Setting("positive", 100, "CRC errors per second of an "
+                                        "NVLink link before NVLink 5 that fail (DCGM's "
+                                        "limit; fewer warn)"),
         "nvlink_links": Setting("int", None, "active NVLink links per GPU; default: the "
                                 "gpu_model's nvlink_links"),
     })

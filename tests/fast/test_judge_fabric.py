@@ -189,26 +189,29 @@ def test_links_for():
     assert _links_for(Judging(settings={}, model=GpuModel("X", ())), NAME) is None
 
 
-def test_nvlink_counters_growing():
-    growth = {"10": {"replay": 101, "crc_flit": 0}, "2": {"recovery": 1, "crc_data": 5}}
+def test_nvlink_counters_growing_before_nvlink5_as_dcgm_judges_them():
+    """DcgmHealthWatch.cpp MonitorNVLink: replay and recovery fail at 1; CRC errors fail
+    at 100 per second (DcgmGPUHardwareLimits.h DCGM_LIMIT_MAX_NVLINK_CRC_ERROR)."""
+    at = "GPU cuda:0 (NVIDIA H100 80GB HBM3, GPU-0) NVLink link"
+    growth = {"10": {"replay": 1, "crc_flit": 0}, "2": {"recovery": 1, "crc_data": 5}}
     o = fabric(devices=[gpu(0, growth=growth)], nvlink={"read": True}, window=3.0)
     assert verdict(o, GPU, model=H100, devices=1) == ((
-        "GPU cuda:0 (NVIDIA H100 80GB HBM3, GPU-0) NVLink link 2: recovery grew by 1 in 3 s: "
-        "the link retrained",
-        "GPU cuda:0 (NVIDIA H100 80GB HBM3, GPU-0) NVLink link 10: replay grew by 101 in 3 s, "
-        "more than 100"),
-        ("GPU cuda:0 (NVIDIA H100 80GB HBM3, GPU-0) NVLink link 2: crc_data grew by 5 in 3 s",))
-    assert verdict(o, GPU, model=H100, devices=1, settings={"max_nvlink_growth": 101})[0] == (
-        "GPU cuda:0 (NVIDIA H100 80GB HBM3, GPU-0) NVLink link 2: recovery grew by 1 in 3 s: "
-        "the link retrained",)
-    assert len(verdict(o, GPU, model=H100, devices=1, drop=("max_nvlink_growth",))[0]) == 2
+        f"{at} 2: recovery grew by 1 in 3 s: the link retrained",
+        f"{at} 10: replay grew by 1 in 3 s: the link replayed"),
+        (f"{at} 2: crc_data grew by 5 in 3 s",))
+    fast = fabric(devices=[gpu(0, growth={"4": {"crc_flit": 300}})], nvlink={"read": True},
+                  window=3.0)
+    assert verdict(fast, GPU, model=H100, devices=1)[0] == (
+        f"{at} 4: crc_flit grew by 300 in 3 s: 100 per second, at least 100",)
+    assert verdict(fast, GPU, model=H100, devices=1,
+                   settings={"max_nvlink_crc_per_s": 101}) == ((), (
+                       f"{at} 4: crc_flit grew by 300 in 3 s",))
+    slow = fabric(devices=[gpu(0, growth={"4": {"crc_flit": 299}})], nvlink={"read": True},
+                  window=3.0)
+    assert verdict(slow, GPU, model=H100, devices=1)[0] == ()
     quiet = fabric(devices=[gpu(0, growth={"0": {"recovery": 0, "replay": 0}})],
                    nvlink={"read": True})
     assert verdict(quiet, GPU, model=H100, devices=1) == ((), ())
-    one = fabric(devices=[gpu(0, growth={"0": {"replay": 1}})], nvlink={"read": True},
-                 window=3.0)
-    assert verdict(one, GPU, model=H100, devices=1) == ((), (
-        "GPU cuda:0 (NVIDIA H100 80GB HBM3, GPU-0) NVLink link 0: replay grew by 1 in 3 s",))
 
 
 def test_the_fleet_majorities():

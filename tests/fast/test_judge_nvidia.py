@@ -260,14 +260,16 @@ def fabric_doc(growth):
 FABRIC_FLEET = {"hcas": (None, "", 0), "rate": {}}
 
 
-@pytest.mark.parametrize("counter", ["recovery", "link_recovery_events",
-                                     "link_recovery_failed_events"])
-def test_an_nvlink5_link_that_recovered_fails_as_retrained(counter):
+@pytest.mark.parametrize("counter, why", [
+    ("recovery", "the link retrained"), ("link_recovery_events", "the link retrained"),
+    ("link_recovery_failed_events", "a link recovery failed"),
+    ("effective_errors", "errors left after FEC")])
+def test_an_nvlink5_link_that_recovered_or_erred_fails_at_one(counter, why):
     f, w = judge("fabric", fabric_doc({"16": {counter: 1}}), fleet=FABRIC_FLEET, devices=1,
                  settings={"nvlink_links": 18})
-    assert len(f) == 1 and f[0].endswith("the link retrained") and counter in f[0]
-    f, w = judge("fabric", fabric_doc({"16": {"effective_errors": 1}}), fleet=FABRIC_FLEET,
-                 devices=1, settings={"nvlink_links": 18})
+    assert len(f) == 1 and f[0].endswith(why) and counter in f[0]
+    f, w = judge("fabric", fabric_doc({"16": {"link_recovery_successful_events": 1}}),
+                 fleet=FABRIC_FLEET, devices=1, settings={"nvlink_links": 18})
     assert f == () and len(w) == 1
 
 

@@ -66,7 +66,11 @@ Scenario (JSON; every key optional; unknown keys are refused):
                         "generation": 4 (5: Blackwell's NVLink 5: the errors are the
                         NVML_FI_DEV_NVLINK_COUNT_* fields, "errors" names them
                         "rcv_errors", "effective_errors", "link_recovery_events", ...,
-                        and the older counters answer NOT_SUPPORTED; fields.py)}
+                        and the older counters answer NOT_SUPPORTED, but for the data
+                        ECC total (field 160, "ecc_data"); a down link refuses its
+                        per-link COUNT fields; fields.py),
+                        "ber": {"symbol": 0xFFF, "effective": 0xFFF} (NVLink 5's BER
+                        fields 222 and 220, packed as nvml.h packs them)}
   field_values          {"NVML_FI_DEV_..." or "<id>": value}: answered as given; other
                         fields are derived from the readings above (NVLink counters per link
                         _L0.._L11, _TOTAL and scoped NVLINK_ERROR_DL_*, NVLINK_GET_STATE,

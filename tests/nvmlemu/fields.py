@@ -79,7 +79,11 @@ NVLINK_FIELDS = {  # counter -> {field id: link or None (total)}
 }
 SCOPED_NVLINK_FIELDS = {161: "replay", 162: "recovery", 163: "crc_flit"}  # scopeId = link
 NVLINK5_FIELDS = dict(zip((206, 207, 208, 209, 210, 211, 212, 213, 214, 215, 219, 221),
-                          sc.NVLINK5_COUNTERS, strict=True))
+                          sc.NVLINK5_COUNTERS[:-1], strict=True))
+# NVML_FI_DEV_NVLINK_ECC_DATA_ERROR_COUNT_TOTAL: the total of every link, which DCGM's
+# MonitorNVLink5Fields reads on Blackwell (DcgmHealthWatch.cpp, DCGM v4.6.0).
+NVLINK5_ECC_TOTAL = 160
+NVLINK5_BER = {220: "effective", 222: "symbol"}  # NVML_FI_DEV_NVLINK_COUNT_*_BER
 ALL_LINKS = 0xFFFFFFFF  # scopeId: the aggregate over every link
 NVLINK_GET_STATE, NVLINK_LINK_COUNT, PCIE_REPLAY_COUNTER = 165, 91, 94
 ECC_CURRENT, ECC_PENDING = 1, 2
@@ -110,11 +114,24 @@ def _derived(dev, field: int, scope: int) -> tuple[int, int, float | int | None]
             sc.SUCCESS, value_type, value)
 
     links = dev.get("nvlink", "links")
+    five = bool(links) and generation(dev) >= 5
+    if field in NVLINK5_BER or (field == NVLINK5_ECC_TOTAL and five):
+        if not five:
+            return sc.NOT_SUPPORTED, ULL_T, None
+        if field == NVLINK5_ECC_TOTAL:
+            return guarded("nvlink", ULL_T, lambda: sum(
+                nvlink_error(dev, "ecc_data", x) for x in range(links)))
+        return guarded("nvlink", ULL_T, lambda: sc.at(
+            dev.spec["nvlink"]["ber"][NVLINK5_BER[field]], dev.emu.elapsed()))
     if field in NVLINK5_FIELDS:
-        if not links or generation(dev) < 5:
+        if not five:
             return sc.NOT_SUPPORTED, ULL_T, None
         if scope != ALL_LINKS and scope >= links:
             return sc.INVALID_ARGUMENT, ULL_T, None
+        if scope != ALL_LINKS and not link_active(dev, scope):
+            # The case the fabric probe must survive: a link that is down refusing its
+            # own fields while the GPU's other links answer theirs.
+            return sc.NOT_SUPPORTED, ULL_T, None
         chosen = range(links) if scope == ALL_LINKS else [scope]
         return guarded("nvlink", ULL_T, lambda c=NVLINK5_FIELDS[field]: sum(
             nvlink_error(dev, c, x) for x in chosen))

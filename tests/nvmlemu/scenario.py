@@ -39,7 +39,7 @@ NVLINK5_COUNTERS = ("malformed_packet_errors", "buffer_overrun_errors", "rcv_err
                     "rcv_remote_errors", "rcv_general_errors", "local_link_integrity_errors",
                     "xmit_discards", "link_recovery_successful_events",
                     "link_recovery_failed_events", "link_recovery_events",
-                    "effective_errors", "symbol_errors")
+                    "effective_errors", "symbol_errors", "ecc_data")
 MEMORY_LOCATIONS = ("l1_cache", "l2_cache", "dram", "register_file", "texture_memory",
                     "texture_shm", "cbu", "sram")  # nvmlMemoryLocation_t order
 ECC_TOTALS = ("corrected_volatile", "corrected_aggregate", "uncorrected_volatile",
@@ -69,7 +69,12 @@ DEFAULT_DEVICE = {
     "power": {"usage_mw": 650000, "enforced_limit_mw": 700000, "limit_mw": 700000,
               "default_limit_mw": 700000},
     "clock_event_reasons": 0,
-    "nvlink": {"links": 18, "down": [], "errors": {}, "generation": 4},
+    # ber: NVLink 5's NVML_FI_DEV_NVLINK_COUNT_SYMBOL_BER / _EFFECTIVE_BER as NVML packs
+    # them (nvml.h NVML_NVLINK_BER_MANTISSA_SHIFT 8, width 0xf; _EXP_SHIFT 0, width 0xff);
+    # 0xFFF (mantissa 15, exponent 255) is the zero BER of DCGM's
+    # IsEffectiveBerThresholdExceeded (common/DcgmUtilities.cpp, DCGM v4.6.0).
+    "nvlink": {"links": 18, "down": [], "errors": {}, "generation": 4,
+               "ber": {"symbol": 0xFFF, "effective": 0xFFF}},
     "field_values": {},
     "persistence_mode": 1,
     "mig_mode": {"current": 0, "pending": 0},
