@@ -28,7 +28,7 @@ from burnin.checks.base import Check
 from burnin.checks.group_search import QUANTILE, quantile
 from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome
-from burnin.transports import Launcher
+from burnin.transports import Launcher, rendezvous_address
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +113,12 @@ def run_group(run: GroupRun, nodes: list[Node], settings: dict, facts: Facts,
     # Only the rendezvous master (the first node) waits for the others by name: the
     # member list goes to it alone, so that a group of n nodes costs O(n), not O(n^2).
     names = [n.name for n in nodes]
+    master = rendezvous_address(nodes[0])
 
     def payload(node: Node) -> dict:
         group = {"world": world, "rank_offset": offsets[node.name],
                  "ranks_here": facts.ranks[node.name],
-                 "master_addr": nodes[0].address, "master_port": port}
+                 "master_addr": master, "master_port": port}
         if node is nodes[0]:
             group["nodes"] = names
         mine = {**settings, "timeout_s": timeout(node)}

@@ -167,6 +167,12 @@ class Transport:
     def python(self) -> str:
         return self.node.python or "python3"
 
+    @classmethod
+    def rendezvous_address(cls, node: Node) -> str:
+        """Where the other nodes of an inter-node group reach this node's ranks when it
+        hosts the group's rank 0: its address."""
+        return node.address
+
     def prepare(self) -> None:
         """Get the node ready for probes ahead of the first (ssh: connect, hold the node,
         stage the probes), so that a run's first probes start together; raises
@@ -295,6 +301,15 @@ def _load(target: str | type) -> Any:
         return target
     module, attr = target.split(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def rendezvous_address(node: Node) -> str:
+    """The address an inter-node group's members meet `node` at, as its transport says
+    (a launcher's nodes, and a transport this burnin lacks: the node's address)."""
+    row = TABLE.get(node.transport)
+    target = _load(row.target) if row is not None and not row.launcher else None
+    where = getattr(target, "rendezvous_address", None)
+    return where(node) if where is not None else node.address
 
 
 def transport_for(node: Node, probes_dir: Path, run_id: str = "unnamed") -> Transport:

@@ -16,12 +16,21 @@ from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreacha
 from burnin.transports.reading import read_bounded
 
 KILL_GRACE_S = 2.0
+# Where a local node's ranks meet the other members of a group when the inventory gives
+# the node no address (its address is then its name, which need not resolve).
+LOOPBACK = "127.0.0.1"
 
 
 class LocalTransport(Transport):
     def __init__(self, node, probes_dir, run_id="unnamed"):
         super().__init__(node, probes_dir, run_id)
         self._lock_fd: int | None = None
+
+    @classmethod
+    def rendezvous_address(cls, node) -> str:
+        """A local node's probes run on the controller's machine: its address where the
+        inventory gives one, else the loopback."""
+        return LOOPBACK if node.address == node.name else node.address
 
     @property
     def python(self) -> str:
