@@ -15,6 +15,7 @@ from burnin.checks import (
     allreduce,
     allreduce_internode,
     burn,
+    collectives,
     dcgm,
     fabric,
     health,
@@ -40,13 +41,13 @@ from burnin.checks.base import (
 # Table order is run order: single-node checks first; group checks take only nodes that
 # passed them. After health, the short hardware checks (as DCGM's diagnostic orders them:
 # PCIe, then memory) and DCGM's own diagnostic where it is installed, before the long
-# burn; train, a real job over the parts the checks before it measured one by one;
-# fabric after the load, judging its counters' growth since health read them; the
+# burn; the collectives beside all-reduce after it; train, a real job over the parts the
+# checks before it measured one by one; fabric after the load, judging its counters' growth since health read them; the
 # train job across nodes after the inter-node all-reduce, as one over that fabric.
 CHECKS: dict[str, Check] = {c.name: c for c in (
     health.CHECK, pcie.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK, burn.CHECK,
-    storage.CHECK, allreduce.CHECK, train.CHECK, fabric.CHECK, allreduce_internode.CHECK,
-    train_internode.CHECK,
+    storage.CHECK, allreduce.CHECK, collectives.CHECK, train.CHECK, fabric.CHECK,
+    allreduce_internode.CHECK, train_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
 SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)

@@ -26,6 +26,7 @@ TINY = {"sdc": {"duration_s": 0.3, "n": 64, "random_repeats": 2},
         "memory": {"host_bytes": 1 << 20, "retention_s": 0.2, "passes": 1},
         "storage": {"size_gb": 0.02, "streams": 2},
         "allreduce": {"max_bytes": 65536, "seconds_per_size": 0.02},
+        "collectives": {"min_bytes": 65536, "max_bytes": 262144, "seconds_per_size": 0.02},
         "train": {"steps": 6, "warmup_steps": 2, "d_model": 32, "layers": 1, "heads": 2,
                   "seq_len": 16, "vocab": 64, "batch": 4, "gemm_n": 64, "gemm_s": 0.05,
                   "lr": 0.01}}

@@ -87,7 +87,7 @@ def document(probe: str, payload: dict) -> dict:
         doc["devices"] = [dict(copy.deepcopy(doc["devices"][i % len(doc["devices"])]),
                                stream=i) for i in range(streams)]
         doc["figures"]["gpus"] = gpus
-    elif probe == "allreduce":
+    elif probe in ("allreduce", "collectives"):
         group = payload.get("group")
         # As probes/allreduce.py: one rank per GPU or CPU device, `ranks` (2) on a node of
         # one CPU device; in a group, what the controller gives the node, or with one task
