@@ -16,8 +16,10 @@ import statistics
 from dataclasses import replace
 
 from burnin.checks.base import (
+    DEVICE_COUNT,
     PEER_SPREADS,
     PEERS,
+    WRONG_RESULT,
     Check,
     Figure,
     Fleet,
@@ -111,8 +113,9 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     sweep = fig.get("sweep", [])
     for size in sweep:
         if size["wrong_elements"]:
-            failures.append(f"{size['wrong_elements']} wrong elements in the all-reduce result "
-                            f"at {_mib(size['bytes'])}, expected exact sums")
+            failures.append(WRONG_RESULT(f"{size['wrong_elements']} wrong elements in the "
+                                         f"all-reduce result at {_mib(size['bytes'])}, "
+                                         "expected exact sums"))
     top = judged(sweep)
     if top is None:
         failures.append("no bandwidth sweep was reported")
@@ -195,4 +198,5 @@ BUSBW = Measure("allreduce_busbw_gbps", "GB/s", "busbw {scope} GB/s", "busbw {sc
 CHECK = Check(name="allreduce", doc="GPUs inside a node talk at full speed", judge=judge,
               schema=SCHEMA, summarize=intra_summary, figures=figures, settings=SETTINGS,
               page="burnin.report.summary.checks:allreduce", page_order=60, measures=(BUSBW,),
-              fleet_page="burnin.report.summary.fleet_checks:allreduce")
+              fleet_page="burnin.report.summary.fleet_checks:allreduce",
+              failure_kinds=(WRONG_RESULT, DEVICE_COUNT))

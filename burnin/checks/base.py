@@ -18,7 +18,7 @@ from typing import Any
 
 from burnin.model.gpu_reference import GpuModel
 from burnin.model.nodes import Node
-from burnin.model.verdict import Verdict
+from burnin.model.verdict import FailureKind, Verdict
 from burnin.probe.protocol import DEFAULT_MAX_OUTPUT, ProbeOutcome
 from burnin.probe.shapes import Obj
 
@@ -69,6 +69,26 @@ def peer_bound(center: float, spread: float | None, fraction: float, spreads: fl
         return (share * center, f"{share:.3g} x {center:.3f} {unit} ({spreads:g} x the "
                 f"robust spread of {spread:.1%} below it)")
     return fraction * center, f"{fraction:g} x {center:.3f} {unit}"
+
+
+# Kinds of failure whose evidence is the node's own (FailureKind): they quarantine their
+# node however many nodes show them, and are never part of a shared-cause incident. A
+# check lists the ones its judge reports in Check.failure_kinds; a failure of no
+# declared own kind (a floor, throughput, reachability, storage, a link) is one whose
+# cause may lie outside the node.
+WRONG_RESULT = FailureKind("wrong result", True, "an element, checksum or bitwise repeat "
+                           "of a known computation wrong on the node's devices")
+DIGEST = FailureKind("digest", True, "a result digest that differs from the one most of "
+                     "the run's nodes produced from the same inputs")
+XID = FailureKind("xid", True, "an XID or NVSwitch SXid the node's driver logged")
+ECC = FailureKind("ecc", True, "uncorrectable ECC or memory errors, a row remap pending or "
+                  "failed, pages retired or pending retirement")
+DEVICE_COUNT = FailureKind("device count", True, "a GPU missing, lost or unseen, or more "
+                           "devices reported than the node has")
+DIVERGED = FailureKind("diverged", True, "a data-parallel replica that differs from the "
+                       "others, or a train digest that differs")
+MEMORY_PATTERN = FailureKind("memory pattern", True, "a word of device memory read back "
+                             "other than written")
 
 
 @dataclass(frozen=True)
@@ -197,8 +217,8 @@ def count_problem(devices: list, j: Judging) -> list[str]:
     facts showed. More is a node claiming weight it does not have; fewer hides a device."""
     if j.devices is None or len(devices) == j.devices:
         return []
-    return [f"the probe reported {len(devices)} device(s), expected {j.devices} (the "
-            "inventory's count, or what the node's health facts showed)"]
+    return [DEVICE_COUNT(f"the probe reported {len(devices)} device(s), expected {j.devices} "
+                         "(the inventory's count, or what the node's health facts showed)")]
 
 
 def device_name(dev: dict) -> str:
@@ -277,6 +297,10 @@ class Check:
     page_order: int = 1000
     # What each metric name its `figures` return is: unit, trend family, label.
     measures: tuple[Measure, ...] = ()
+    # The kinds of failure its judge tags (FailureKind; the own ones above): each says
+    # whether its evidence is the node's own. A failure of an own kind quarantines its
+    # node whatever the count (burnin/gate/incidents.py leaves it out of every incident).
+    failure_kinds: tuple[FailureKind, ...] = ()
 
     @property
     def probe_name(self) -> str:

@@ -8,10 +8,14 @@ import functools
 import statistics
 
 from burnin.checks.base import (
+    DEVICE_COUNT,
     DTYPE,
+    ECC,
     PEER_SPREADS,
     PEERS,
     VERIFY_EVERY,
+    WRONG_RESULT,
+    XID,
     Check,
     Figure,
     Fleet,
@@ -25,7 +29,7 @@ from burnin.checks.base import (
     peer_bound,
 )
 from burnin.model.nodes import Node
-from burnin.model.verdict import Verdict
+from burnin.model.verdict import Verdict, like
 from burnin.model.xid import meaning
 from burnin.probe.protocol import ProbeOutcome
 from burnin.probe.shapes import (
@@ -109,7 +113,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     for dev in devices:
         odd = implausible(dev.get("tflops"), j.model)
         if odd:
-            failures.append(f"{dev['device']} ({dev.get('name')}): {odd}")
+            failures.append(WRONG_RESULT(f"{dev['device']} ({dev.get('name')}): {odd}"))
     node_median = {name: statistics.median(d["tflops"] for d in devices if d.get("name") == name)
                    for name in {d.get("name") for d in devices}}
     floor = settings.get("min_tflops") or (j.model.burn_tflops if j.model else None)
@@ -117,7 +121,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         where = f"{dev['device']} ({dev.get('name')})"
         f, w = device_rules(dev, settings, floor, summary.get(dev.get("name"), {}),
                             node_median.get(dev.get("name")), len(devices))
-        failures += [f"{where}: {x}" for x in f]
+        failures += [like(f"{where}: {x}", x) for x in f]
         warnings += [f"{where}: {x}" for x in w]
     if any(1 < summary.get(d.get("name"), {}).get("nodes", 0) < PEERS for d in devices):
         warnings.append(f"fewer than {PEERS} nodes of this model reported: of two that "
@@ -133,9 +137,10 @@ def device_rules(dev: dict, settings: dict, floor: float | None, fleet: dict,
     fail, warn = [], []
     tflops = dev.get("tflops", 0.0)
     if dev.get("mismatched_products"):
-        fail.append(f"{dev['mismatched_products']} of {dev['verified']} verified products "
-                    f"differ from the first ({dev['mismatched_elements']} elements), expected "
-                    "bitwise identical")
+        fail.append(WRONG_RESULT(
+            f"{dev['mismatched_products']} of {dev['verified']} verified products differ "
+            f"from the first ({dev['mismatched_elements']} elements), expected bitwise "
+            "identical"))
     if floor is not None and tflops < floor:
         fail.append(f"{tflops:.1f} TFLOPS, below the floor of {floor:g} TFLOPS")
     fraction = settings.get("peer_fraction", 0.9)
@@ -175,7 +180,7 @@ def telemetry_rules(tel: dict, settings: dict) -> tuple[list[str], list[str]]:
     """(failures, warnings) from one GPU's recorded telemetry."""
     fail, warn = [], []
     for x in tel.get("xid", []):
-        fail.append(f"{meaning(x['xid'])} at {x['t']:.0f} s into the burn")
+        fail.append(XID(f"{meaning(x['xid'])} at {x['t']:.0f} s into the burn"))
     before, after = tel.get("before") or {}, tel.get("after") or {}
 
     def delta(key):
@@ -185,12 +190,12 @@ def telemetry_rules(tel: dict, settings: dict) -> tuple[list[str], list[str]]:
 
     unc = delta("ecc_uncorrected")
     if unc:
-        fail.append(f"{unc} new uncorrectable ECC errors during the burn, expected 0")
+        fail.append(ECC(f"{unc} new uncorrectable ECC errors during the burn, expected 0"))
     rows = after.get("remapped_rows") or {}
     if rows.get("pending"):
-        fail.append("row remap pending after the burn, expected none")
+        fail.append(ECC("row remap pending after the burn, expected none"))
     if rows.get("failed"):
-        fail.append("row remap failed, expected none")
+        fail.append(ECC("row remap failed, expected none"))
     series = tel.get("series") or {}
     reasons = [r for r in series.get("reasons", []) if r is not None]
     for bit, name in FAULT_REASONS.items():
@@ -319,7 +324,7 @@ CHECK = Check(
     name="burn", page="burnin.report.summary.burn_part:burn", page_order=20,
     fleet_page="burnin.report.summary.fleet_checks:burn",
     measures=(TFLOPS, HOTTEST), evidence=evidence, doc="the node holds full load",
-    judge=judge, schema=SCHEMA,
+    judge=judge, schema=SCHEMA, failure_kinds=(WRONG_RESULT, XID, ECC, DEVICE_COUNT),
     summarize=fleet_summary, figures=figures, output_bound=output_bound,
     schema_bound=schema_bound, settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),

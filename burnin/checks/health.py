@@ -18,7 +18,18 @@ model needs a fabric or IMEX channels the node lacks (burnin/checks/gpu_fabric.p
 
 from __future__ import annotations
 
-from burnin.checks.base import PEERS, Check, Fleet, Judging, Kind, Setting, timeout
+from burnin.checks.base import (
+    DEVICE_COUNT,
+    ECC,
+    PEERS,
+    XID,
+    Check,
+    Fleet,
+    Judging,
+    Kind,
+    Setting,
+    timeout,
+)
 from burnin.checks.drift import COMPUTE_MODES, device_drift, pinned_versions
 from burnin.checks.fabric import SNAPSHOT
 from burnin.checks.gpu_fabric import fabric_faults, imex_faults
@@ -135,7 +146,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                             f"({gpu.get('reason', 'no reason given')})")
     else:
         if node.gpus is not None and len(devices) != node.gpus:
-            failures.append(f"GPU count is {len(devices)}, inventory says {node.gpus}")
+            failures.append(DEVICE_COUNT(f"GPU count is {len(devices)}, inventory says "
+                                         f"{node.gpus}"))
         elif node.gpus is None:
             failures += _count_against_peers(len(devices), j)
         in_fabric = bool(j.model and j.model.nvlink_fabric)
@@ -170,8 +182,8 @@ def _count_against_peers(count: int, j: Judging) -> list[str]:
         return [f"GPU count {count}: {why} among {nodes} nodes of this model"] \
             if nodes >= PEERS else []
     if count != common:
-        return [f"GPU count is {count}, most of the run's {nodes} nodes of this model "
-                f"have {common}"]
+        return [DEVICE_COUNT(f"GPU count is {count}, most of the run's {nodes} nodes of this "
+                             f"model have {common}")]
     return []
 
 
@@ -196,7 +208,7 @@ def _torch_sees_too_few(node: Node, outcome: ProbeOutcome) -> list[str]:
     who = "the inventory declares" if node.gpus is not None else "NVML reports"
     why = f": {torch['cuda_error']}" if torch.get("cuda_error") else ""
     with_mig = f" ({mig} with MIG on)" if mig else ""
-    return [f"torch sees {seen} of the {should} GPUs {who}{with_mig}{why}"]
+    return [DEVICE_COUNT(f"torch sees {seen} of the {should} GPUs {who}{with_mig}{why}")]
 
 
 def _gpu(dev: dict) -> str:
@@ -223,14 +235,15 @@ def _device_faults(node: Node, dev: dict, model) -> list[str]:
         out.append(f"{gpu}: ECC is off{pending}, expected on")
     unc = dev.get("ecc_uncorrected_volatile")
     if unc:
-        out.append(f"{gpu}: {unc} uncorrectable ECC errors since the driver loaded, expected 0")
+        out.append(ECC(f"{gpu}: {unc} uncorrectable ECC errors since the driver loaded, "
+                       "expected 0"))
     rows = dev.get("remapped_rows") or {}
     if rows.get("pending"):
-        out.append(f"{gpu}: row remap pending (a reset is needed), expected none")
+        out.append(ECC(f"{gpu}: row remap pending (a reset is needed), expected none"))
     if rows.get("failed"):
-        out.append(f"{gpu}: row remap failed, expected none (the GPU needs service)")
+        out.append(ECC(f"{gpu}: row remap failed, expected none (the GPU needs service)"))
     if dev.get("retired_pages_pending"):
-        out.append(f"{gpu}: retired pages pending, expected none")
+        out.append(ECC(f"{gpu}: retired pages pending, expected none"))
     pcie = dev.get("pcie") or {}
     if pcie.get("width") is not None and pcie.get("max_width") is not None:
         if pcie["width"] < pcie["max_width"]:
@@ -332,7 +345,7 @@ KERNEL_LOG = Kind(lambda v: v is False or (isinstance(v, str) and v != ""),
 CHECK = Check(
     name="health", page="burnin.report.summary.checks:health", page_order=0,
     doc="the node is what the inventory says", judge=judge, schema=SCHEMA,
-    facts=True,
+    facts=True, failure_kinds=(DEVICE_COUNT, ECC, XID),
     settings={
         "timeout_s": timeout(60, 120, 300),
         "persistence_mode": Setting("bool", True, "every GPU in persistence mode"),

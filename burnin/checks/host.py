@@ -7,6 +7,7 @@ what the health probe gathered (probes/hostfacts.py); none decides on the node."
 
 from __future__ import annotations
 
+from burnin.checks.base import ECC, XID
 from burnin.model import xid
 from burnin.model.nodes import Node
 
@@ -88,17 +89,18 @@ def _xids(devices: list[dict], xids: list[dict], name_of) -> tuple[list[str], li
             # The driver's summary of what the GPU needs now: the last one stands.
             action = xid.recovery_action(events[-1].get("text", ""))
             if action is None:
-                failures.append(f"{line}; not the driver's format, so the recovery action it "
-                                f"asks for is unknown")
+                failures.append(XID(f"{line}; not the driver's format, so the recovery action "
+                                    "it asks for is unknown"))
             elif action[0] == 0:
                 warnings.append(f"{line}; the driver's recovery action is back to None")
             else:
-                failures.append(f"{line}; the driver asks for {action[1] or hex(action[0])}")
+                failures.append(XID(f"{line}; the driver asks for "
+                                    f"{action[1] or hex(action[0])}"))
             continue
         why = xid.FAULT_BY_TEXT.get(code) or xid.IN_SERVICE_BY_TEXT.get(code)
         line += f"; NVIDIA's immediate action: {xid.immediate_action(code)}"
         line += f" ({why})" if why else ""
-        (warnings if xid.in_service(code) else failures).append(line)
+        (warnings if xid.in_service(code) else failures).append(XID(line))
     return failures, warnings
 
 
@@ -111,7 +113,7 @@ def _sxids(sxids: list[dict]) -> tuple[list[str], list[str]]:
     for (where, code), events in seen.items():
         line = f"{where}: {xid.sxid_meaning(code)} {_said(events)}"
         ok = all(xid.sxid_in_service(code, e.get("text", "")) for e in events)
-        (warnings if ok else failures).append(line)
+        (warnings if ok else failures).append(XID(line))
     return failures, warnings
 
 
@@ -189,7 +191,8 @@ def host_rules(node: Node, host: dict, settings: dict, fleet: dict,
     bound = settings.get("max_edac_corrected", 100)
     for mc, counts in (edac.get("controllers") or {}).items():
         if counts.get("ue"):
-            failures.append(f"EDAC {mc}: {counts['ue']} uncorrected memory errors since boot")
+            failures.append(ECC(f"EDAC {mc}: {counts['ue']} uncorrected memory errors since "
+                                "boot"))
         ce = counts.get("ce") or 0
         if ce > bound:
             failures.append(f"EDAC {mc}: {ce} corrected memory errors since boot, more than "

@@ -4,11 +4,21 @@ page and no new pending row remap while the check ran."""
 
 from __future__ import annotations
 
-from burnin.checks.base import Check, Figure, Judging, Setting, count_problem, timeout
+from burnin.checks.base import (
+    DEVICE_COUNT,
+    ECC,
+    MEMORY_PATTERN,
+    Check,
+    Figure,
+    Judging,
+    Setting,
+    count_problem,
+    timeout,
+)
 from burnin.checks.base import device_name as where
 from burnin.checks.burn import COUNTERS  # the same NVML counters (probes/telemetry.py)
 from burnin.model.nodes import Node
-from burnin.model.verdict import Verdict
+from burnin.model.verdict import Verdict, like
 from burnin.probe.protocol import ProbeOutcome
 from burnin.probe.shapes import COUNT, MESSAGES, List, Num, Obj, Str, document
 
@@ -29,7 +39,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         if "error" in dev:
             continue  # reported with the probe's errors
         f, w = device_rules(dev, j.settings)
-        failures += [f"{where(dev)}: {x}" for x in f]
+        failures += [like(f"{where(dev)}: {x}", x) for x in f]
         warnings += [f"{where(dev)}: {x}" for x in w]
     return Verdict(node.name, "memory", tuple(failures), tuple(warnings))
 
@@ -41,8 +51,9 @@ def device_rules(dev: dict, settings: dict) -> tuple[list[str], list[str]]:
     if not dev.get("bytes"):
         fail.append("no memory was tested (nothing could be allocated)")
     if dev.get("bad_words"):
-        fail.append(f"{dev['bad_words']} words read back wrong over {dev.get('patterns')} "
-                    f"patterns of {gib:.3f} GiB, expected 0; {_examples(dev.get('bad', []))}")
+        fail.append(MEMORY_PATTERN(
+            f"{dev['bad_words']} words read back wrong over {dev.get('patterns')} patterns "
+            f"of {gib:.3f} GiB, expected 0; {_examples(dev.get('bad', []))}"))
     nvml = dev.get("nvml") or {}
     # The memory check judges ECC, retired pages and row remaps: an NVML error reading
     # anything else the shared telemetry reads (NVLink counters, which Blackwell gives
@@ -58,7 +69,7 @@ def device_rules(dev: dict, settings: dict) -> tuple[list[str], list[str]]:
 
     unc, corr = delta("ecc_uncorrected"), delta("ecc_corrected")
     if unc:
-        fail.append(f"{unc} uncorrectable ECC errors during the memory check, expected 0")
+        fail.append(ECC(f"{unc} uncorrectable ECC errors during the memory check, expected 0"))
     limit = settings.get("max_correctable_ecc", 0)
     if corr and corr > limit:
         fail.append(f"{corr} correctable ECC errors during the memory check, above the limit "
@@ -67,12 +78,12 @@ def device_rules(dev: dict, settings: dict) -> tuple[list[str], list[str]]:
         warn.append(f"{corr} correctable ECC errors during the memory check (limit {limit})")
     pages = delta("retired_pages")
     if pages:
-        fail.append(f"{pages} pages retired during the memory check, expected 0")
+        fail.append(ECC(f"{pages} pages retired during the memory check, expected 0"))
     rows_before, rows_after = before.get("remapped_rows") or {}, after.get("remapped_rows") or {}
     if rows_after.get("pending") and not rows_before.get("pending"):
-        fail.append("a row remap became pending during the memory check, expected none")
+        fail.append(ECC("a row remap became pending during the memory check, expected none"))
     if rows_after.get("failed") and not rows_before.get("failed"):
-        fail.append("a row remap failed during the memory check")
+        fail.append(ECC("a row remap failed during the memory check"))
     return fail, warn
 
 
@@ -140,7 +151,8 @@ SCHEMA = document(DEVICE, Obj(elapsed_s=Num(0), seed=COUNT))
 CHECK = Check(
     name="memory", page_order=30,
     doc="every byte of GPU memory holds what was written", judge=judge,
-    schema=SCHEMA, figures=figures, evidence=evidence, settings={
+    schema=SCHEMA, figures=figures, evidence=evidence,
+    failure_kinds=(MEMORY_PATTERN, ECC, DEVICE_COUNT), settings={
         "timeout_s": timeout(600, 900, 2400),
         "memory_fraction": Setting("fraction", 0.9, "share of each GPU's free memory tested"),
         "chunk_mb": Setting("int", 1024, "GPU allocation unit, halved when refused"),

@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 
 from burnin.checks.base import (
+    DEVICE_COUNT,
     PEER_SPREADS,
     PEERS,
     Check,
@@ -243,7 +244,8 @@ COPY_GBPS = Measure("pcie_gbps", "GB/s", "PCIe {direction} GB/s {mode}, slowest 
 CHECK = Check(
     name="pcie", page_order=40, measures=(COPY_GBPS,),
     doc="every GPU can be fed from the host", judge=judge, schema=SCHEMA,
-    summarize=fleet_summary, figures=figures, evidence=evidence, gpu_only=True, settings={
+    summarize=fleet_summary, figures=figures, evidence=evidence, gpu_only=True,
+    failure_kinds=(DEVICE_COUNT,), settings={
         "timeout_s": timeout(300, 600, 900),
         "block_mb": Setting("int", 256, "bytes per copy, pinned on the host"),
         "seconds": Setting("positive", {"quick": 1, "standard": 2, "extended": 5},

@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections import Counter
 
 from burnin.checks.base import (
+    DEVICE_COUNT,
+    DIGEST,
     DTYPE,
     PEERS,
     VERIFY_EVERY,
+    WRONG_RESULT,
     Check,
     Figure,
     Fleet,
@@ -61,23 +64,23 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         where = _where(dev)
         odd = implausible((dev.get("known") or {}).get("tflops"), j.model)
         if odd:
-            failures.append(f"{where}: {odd}")
+            failures.append(WRONG_RESULT(f"{where}: {odd}"))
         if dev.get("selftest") is False:
-            failures.append(f"{where}: known-answer selftest failed: C differs from "
-                            "integer arithmetic")
+            failures.append(WRONG_RESULT(f"{where}: known-answer selftest failed: C differs "
+                                         "from integer arithmetic"))
         known = dev.get("known")
         if known:
             failures += _known_faults(where, known, summary)
         rnd = dev.get("random")
         if rnd:
             if rnd["differing_repeats"]:
-                failures.append(
+                failures.append(WRONG_RESULT(
                     f"{where}: random {rnd['dtype']} n={rnd['n']}: repeats "
                     f"{rnd['differing_repeats']} of {rnd['repeats']} differ bitwise from the "
-                    "first, expected identical")
+                    "first, expected identical"))
             if rnd["nonfinite"]:
-                failures.append(f"{where}: random {rnd['dtype']}: {rnd['nonfinite']} NaN/Inf "
-                                "elements in the result")
+                failures.append(WRONG_RESULT(f"{where}: random {rnd['dtype']}: "
+                                             f"{rnd['nonfinite']} NaN/Inf elements in the result"))
     return Verdict(node.name, "sdc", tuple(failures))
 
 
@@ -96,11 +99,13 @@ def _known_faults(where: str, known: dict, summary: dict) -> list[str]:
         more = known.get("bad_products", len(events)) - 1
         others = (f"; {more} more of {known['verified']} verified products wrong"
                   if more > 0 else "")
-        out.append(f"{where}: {what} product #{ev['product']}: {ev['wrong_elements']} wrong "
-                   f"elements{nonfinite} in rows {_short(ev['rows'])} cols "
-                   f"{_short(ev['cols'])}{example}{others}; expected none")
+        out.append(WRONG_RESULT(
+            f"{where}: {what} product #{ev['product']}: {ev['wrong_elements']} wrong "
+            f"elements{nonfinite} in rows {_short(ev['rows'])} cols "
+            f"{_short(ev['cols'])}{example}{others}; expected none"))
     if sum(known["errors"].values()) and not known.get("events"):
-        out.append(f"{where}: {what}: checksum mismatches {known['errors']}, expected none")
+        out.append(WRONG_RESULT(f"{where}: {what}: checksum mismatches {known['errors']}, "
+                                "expected none"))
     common, why, count = summary.get(_known_key(known), (None, "", 0))
     if known.get("digest") and count >= 2:
         # Two voters that agree are a yardstick for a third; two that disagree are not
@@ -109,8 +114,9 @@ def _known_faults(where: str, known: dict, summary: dict) -> list[str]:
             out.append(f"{where}: {what}: result digest {known['digest'][:12]}: {why} "
                        f"among {count} nodes")
         elif common is not None and known["digest"] != common:
-            out.append(f"{where}: {what}: result digest {known['digest'][:12]} differs from "
-                       f"{common[:12]}, the digest of most of the run's {count} nodes")
+            out.append(DIGEST(f"{where}: {what}: result digest {known['digest'][:12]} differs "
+                              f"from {common[:12]}, the digest of most of the run's {count} "
+                              "nodes"))
     return out
 
 
@@ -143,7 +149,8 @@ CHECK = Check(
     name="sdc", page="burnin.report.summary.checks:sdc", page_order=10,
     measures=(device_tflops("sdc: known-answer GEMM TFLOPS per device"),),
     doc="arithmetic is right", judge=judge, schema=SCHEMA,
-    summarize=fleet_summary, figures=figures, settings={
+    summarize=fleet_summary, figures=figures,
+    failure_kinds=(WRONG_RESULT, DIGEST, DEVICE_COUNT), settings={
         "timeout_s": Setting("positive", None, "default: 2 x duration_s + 300"),
         "duration_s": Setting("positive", {"quick": 20, "standard": 60, "extended": 300},
                               "known-answer phase, per device"),

@@ -7,6 +7,7 @@ import statistics
 from dataclasses import replace
 
 from burnin.checks.base import (
+    DEVICE_COUNT,
     Check,
     Figure,
     Judging,
@@ -95,6 +96,7 @@ CHECK = Check(
     name="storage", page="burnin.report.summary.checks:storage", page_order=50,
     measures=(STORAGE_GBPS,),
     doc="every GPU can be fed", judge=judge, schema=SCHEMA, figures=figures,
+    failure_kinds=(DEVICE_COUNT,),
     settings={
         "timeout_s": timeout(300, 900, 1800),
         "size_gb": Setting("positive", {"quick": 1, "standard": 4, "extended": 16},

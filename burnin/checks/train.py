@@ -28,6 +28,8 @@ from dataclasses import replace
 from typing import Any, cast
 
 from burnin.checks.base import (
+    DEVICE_COUNT,
+    DIVERGED,
     PEER_SPREADS,
     PEERS,
     Check,
@@ -138,20 +140,20 @@ def _replicas(devices: list[dict], fig: dict) -> list[str]:
         odd = [r for r, p in enumerate(prints) if p != common] if common is not None \
             else list(range(len(prints)))
         named = ", ".join(_where(by_rank.get(r, {"rank": r, "device": "?"})) for r in odd)
-        out.append(f"replicas differ after step {ev['step']}: {named} "
+        out.append(DIVERGED(f"replicas differ after step {ev['step']}: {named} "
                    f"{'holds' if len(odd) == 1 else 'hold'} parameters other than "
                    f"{'the other ranks' if common is not None else 'each other'} (fingerprints "
                    f"{prints}); expected bitwise identical after every step"
                    + "".join(located(ev, r) for r in odd)
-                   + (f"; {len(events) - 1} more step(s) differed" if len(events) > 1 else ""))
+                   + (f"; {len(events) - 1} more step(s) differed" if len(events) > 1 else "")))
     finals: dict[Any, str] = {d.get("rank"): d["digest"] for d in devices if d.get("digest")}
     if len(set(finals.values())) > 1 and not events:
         common_digest, _ = majority(finals)
         odd_finals = [r for r, v in finals.items() if v != common_digest]
-        out.append("final parameters differ between replicas: " + ", ".join(
+        out.append(DIVERGED("final parameters differ between replicas: " + ", ".join(
             f"{_where(by_rank[r])} digest {finals[r][:12]}" for r in odd_finals)
             # one of finals' digests, Str by the schema, which majority returns as object
-            + (f", the others {cast(str, common_digest)[:12]}" if common_digest else ""))
+            + (f", the others {cast(str, common_digest)[:12]}" if common_digest else "")))
     return out
 
 
@@ -251,9 +253,9 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             failures.append(f"final parameter digest {fig['digest'][:12]}: {why} among {count} "
                             "nodes running the same deterministic job")
         elif common is not None and fig["digest"] != common:
-            failures.append(f"final parameter digest {fig['digest'][:12]} differs from "
-                            f"{common[:12]}, the digest of most of the run's {count} nodes "
-                            "running the same deterministic job")
+            failures.append(DIVERGED(f"final parameter digest {fig['digest'][:12]} differs "
+                                     f"from {common[:12]}, the digest of most of the run's "
+                                     f"{count} nodes running the same deterministic job"))
     return Verdict(node.name, NAME, tuple(failures), tuple(warnings), floors=floors)
 
 
@@ -339,4 +341,4 @@ CHECK = Check(name=NAME, doc="the node trains a real model at its speed, without
               judge=judge, schema=SCHEMA, summarize=fleet_summary, figures=figures,
               settings=SETTINGS, page="burnin.report.summary.train_part:train",
               page_order=70,
-              measures=(TOKENS, STEP, MFU))
+              measures=(TOKENS, STEP, MFU), failure_kinds=(DIVERGED, DEVICE_COUNT))

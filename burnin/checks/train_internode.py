@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 
-from burnin.checks.base import Check, Judging, Setting, timeout
+from burnin.checks.base import DIVERGED, Check, Judging, Setting, timeout
 from burnin.checks.groups import Facts, GroupRun, group_members, layout, observed, run_group
 from burnin.checks.train import CHECK as TRAIN
 from burnin.checks.train import RANK, STRAGGLER_FRACTION, _loss, located
@@ -86,11 +86,11 @@ def replicas(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict[str, 
         for r, p in sorted(prints.items()):
             if p is not None and p != common:
                 name, d = host[r]
-                out.setdefault(name, []).append(
+                out.setdefault(name, []).append(DIVERGED(
                     f"replicas differ after step {step} across nodes: {_where(name, d)} holds "
                     f"parameters other than {'most ranks' if common is not None else 'any'} "
                     f"(fingerprint {p}, the others' {common}); expected bitwise identical"
-                    + located(seen[name], r))
+                    + located(seen[name], r)))
         if out:
             return out  # the first step that differed says where
     finals = {r: d.get("digest") for r, (_, d) in host.items()}
@@ -98,9 +98,9 @@ def replicas(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict[str, 
     for r, v in sorted(finals.items()):
         if v != common:
             name, d = host[r]
-            out.setdefault(name, []).append(
+            out.setdefault(name, []).append(DIVERGED(
                 f"final parameters of {_where(name, d)} differ from most ranks': digest "
-                f"{str(v)[:12]}, the others' {str(common)[:12]}")
+                f"{str(v)[:12]}, the others' {str(common)[:12]}"))
     return out
 
 
@@ -211,6 +211,7 @@ SCHEMA = document(RANK, Obj(group=GROUP, replicas=List(Str(2048), max=1024),
 CHECK = Check(name=NAME, doc="the nodes train one job together, replicas alike across nodes",
               judge=judge, schema=SCHEMA, execute=internode, probe="train",
               page="burnin.report.summary.train_part:internode", page_order=71,
+              failure_kinds=(DIVERGED,),
               settings={"timeout_s": timeout(300, 600, 1800),
                         "steps": Setting("int", None, "default the train check's"),
                         "straggler_fraction": Setting("fraction", None, "a device slower "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from burnin.checks import CHECKS
@@ -31,6 +31,9 @@ class Case:
 
     outcome: Outcome
     message: str = ""
+    # The kinds of the node's own evidence (Verdict.own): no incident takes such a case.
+    # junit.xml does not state it, so a rejudged case is compared without it.
+    own: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ def judged(run: Run, check: str, node) -> Case:
     if v.skipped:
         return Case(Outcome.SKIPPED, first_line(v.skipped))
     if v.failures:
-        return Case(Outcome.FAILED, first_line("\n".join(v.failures)))
+        return Case(Outcome.FAILED, first_line("\n".join(v.failures)), ", ".join(v.own))
     return Case(Outcome.PASSED)
 
 

@@ -7,13 +7,22 @@ service down, a switch slowing its leaf) is one incident of the fleet: its nodes
 fail the check (not admitted), but nobody is quarantined or acted on for it, and no
 repeat-offender count grows; a person decides (docs/operator/incidents.md).
 
+Only a failure that may have its cause outside the node counts: one whose evidence is
+the node's own (a wrong product, a digest against the fleet's, an XID, ECC, a lost GPU,
+a diverged replica: the FailureKinds a Check declares own, burnin/checks/base.py)
+quarantines its node however many nodes show it, and its case is judged here as no
+shared failure (a case with both kinds is the node's own).
+
 Two rules, per check, over the nodes judged for it (passed, failed or errored; a node
 skipped was not judged):
-- topology: every node (at least `min_nodes`) sharing a value of one inventory label
-  failed the check, while the nodes outside it that ran the check passed; where some
-  outside failed too, only a component so large that independent faults would fail
-  some component of its size whole less than once in a million runs (components x
-  RATE ** size < CHANCE). The incident names the component (`switch=leafB`).
+- topology: every node (at least `min_nodes`) sharing a value of one label the inventory
+  declares as topology (`quarantine.shared_cause.labels`, by default burnin/model/nodes.py's
+  TOPOLOGY_LABELS;
+  never a label such as batch or owner, which says nothing of a shared cause) failed
+  the check, and the component is so large that independent faults would fail some
+  component of its size whole less than once in a million runs (components x RATE **
+  size < CHANCE): also when nothing fails elsewhere, since any label's few members can
+  fail together by chance. The incident names the component (`switch=leafB`).
 - fraction: more than `fraction` of the judged nodes and at least `min_nodes` of them
   failed, and outside the components named above the failures are as widespread (more
   than `fraction` of the nodes left): one incident of every failing node.
@@ -43,8 +52,9 @@ from burnin.model.outcome import Outcome
 # A node's chance of failing a check in one run: the published 6.5 failures per 1,000
 # node-days (Meta's RSC, arXiv 2410.21680), all of a day's failures in one check.
 RATE = 6.5 / 1000
-# Where other nodes fail too, a component failing whole is an incident only when
-# independent faults would fail some component of its size whole less often than this.
+# A component failing whole is an incident only when independent faults would fail some
+# component of its size whole less often than this (at the defaults, stricter than the
+# fraction rule's worst, 9.5e-5).
 CHANCE = 1e-6
 
 
@@ -59,9 +69,9 @@ def detect(judged: Mapping[str, Mapping[str, bool]], labels: Mapping[str, Mappin
            s: SharedCauseSettings) -> list[Incident]:
     """The incidents of a run. `judged`: {check: {node: failed}} over the nodes judged for
     each check; `labels`: {node: {label: value}}. A node is in at most one incident per
-    check; the topology rule, which names a component, comes first."""
-    names = s.labels if s.labels is not None else \
-        tuple(sorted({k for node_labels in labels.values() for k in node_labels}))
+    check; the topology rule, which names a component, comes first. Only the labels
+    `s.labels` declares as topology name components."""
+    names = s.labels
     out: list[Incident] = []
     for check in sorted(judged):
         verdicts = judged[check]
@@ -88,8 +98,8 @@ def detect(judged: Mapping[str, Mapping[str, bool]], labels: Mapping[str, Mappin
             elsewhere = len(failing - inside)
             if inside & taken or len(inside) < s.min_nodes:
                 continue
-            if elsewhere and counts[label] * RATE ** len(inside) >= CHANCE:
-                continue  # others fail too, and such a group failing whole is no rarity
+            if counts[label] * RATE ** len(inside) >= CHANCE:
+                continue  # such a group failing whole is no rarity, elsewhere failing or not
             out.append(Incident(check, TOPOLOGY, tuple(sorted(inside)), len(verdicts),
                                 f"{label}={value}", len(inside), elsewhere))
             taken |= inside
@@ -124,13 +134,16 @@ def binomial_tail(n: int, p: float, k: int) -> float:
 def of_cases(cases: Mapping[tuple[str, str], object], nodes: list[Node],
              s: SharedCauseSettings) -> list[Incident]:
     """The incidents of a run's outcomes (`cases`: {(node, check): CaseResult}); a node
-    skipped, in quarantine or busy, was not judged and counts for nothing."""
+    skipped, in quarantine or busy, was not judged and counts for nothing. A case whose
+    failures include the node's own evidence (`own`: Verdict.own's kinds) was judged but
+    is no shared failure: it is quarantined whatever the count."""
     judged: dict[str, dict[str, bool]] = {}
     for (node, check), case in cases.items():
         outcome = Outcome(case.outcome)  # type: ignore[attr-defined]
         if outcome in (Outcome.SKIPPED, Outcome.NOT_RUN):
             continue
-        judged.setdefault(check, {})[node] = outcome.bad
+        own = bool(getattr(case, "own", ""))
+        judged.setdefault(check, {})[node] = outcome.bad and not own
     return detect(judged, {n.name: n.labels for n in nodes}, s)
 
 

@@ -31,6 +31,7 @@ from burnin.model.nodes import (
     SharedCauseSettings,
     StorageSettings,
 )
+from burnin.model.nodes import TOPOLOGY_LABELS
 from burnin.transports import TABLE
 
 QUARANTINE_ACTIONS = ("slurm", "command")
@@ -439,7 +440,7 @@ def _shared_cause(c: _Checker, quarantine: Mapping) -> SharedCauseSettings:
     s = c.keys(quarantine["shared_cause"], SHARED_CAUSE_KEYS, "quarantine.shared_cause")
     labels = s.get("labels")
     return SharedCauseSettings(fraction=s.get("fraction", 0.2), min_nodes=s.get("min_nodes", 3),
-                               labels=None if labels is None else tuple(labels))
+                               labels=TOPOLOGY_LABELS if labels is None else tuple(labels))
 
 
 def select_nodes(inventory: Inventory, hostlist: str | None) -> list[Node]:

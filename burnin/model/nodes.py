@@ -60,6 +60,12 @@ class Node:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
+# The inventory labels that name a part of the fleet's topology by default: a component
+# that can be one cause of its nodes' failures (a switch, a rack's power). A label
+# outside `quarantine.shared_cause.labels` (batch, owner) names no component.
+TOPOLOGY_LABELS = ("switch", "leaf", "spine", "rack", "pdu", "chassis", "row")
+
+
 @dataclass(frozen=True)
 class SharedCauseSettings:
     """`quarantine.shared_cause`: when failures of one check are one incident, not N
@@ -67,7 +73,7 @@ class SharedCauseSettings:
 
     fraction: float = 0.2   # more than this share of the nodes judged for the check ...
     min_nodes: int = 3      # ... and at least this many
-    labels: tuple[str, ...] | None = None  # None: every label the inventory uses
+    labels: tuple[str, ...] = TOPOLOGY_LABELS  # the labels declared as topology
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,9 @@ class CaseResult:
     stdout: str = ""
     duration_s: float = 0.0
     floors: dict[str, float] = field(default_factory=dict)  # the judge's (Verdict.floors)
+    # The kinds of the node's own evidence among its failures (Verdict.own), comma-joined:
+    # such a case is never part of a shared-cause incident (burnin/gate/incidents.py).
+    own: str = ""
 
     def add_phase(self, when: str, outcome: str, text: str, stdout: str,
                   duration: float) -> None:

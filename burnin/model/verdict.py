@@ -19,6 +19,49 @@ def clean(text: str) -> str:
 
 
 @dataclass(frozen=True)
+class FailureKind:
+    """A kind of failure a check's judge reports, declared in its Check (`failure_kinds`):
+    whether the evidence is the node's own. Own evidence (a wrong product, an XID, an
+    ECC error, a lost GPU, a diverged replica) quarantines its node however many nodes
+    show it; a failure of a kind not own (a floor, throughput, reachability, a link) may
+    have its cause outside the node, and many of them may be one shared-cause incident
+    (burnin/gate/incidents.py). Calling it tags a failure text: `XID(f"... {code}")`."""
+
+    name: str
+    own: bool
+    doc: str = ""
+
+    def __call__(self, text: str) -> Failure:
+        return Failure(text, self)
+
+
+class Failure(str):
+    """A judge's failure text carrying its kind (None: a failure of no declared kind,
+    which is not the node's own evidence)."""
+
+    kind: FailureKind | None
+
+    def __new__(cls, text: str, kind: FailureKind | None = None) -> Failure:
+        f = super().__new__(cls, text)
+        f.kind = kind
+        return f
+
+    def __reduce__(self):  # pickled whole (xdist, copies): its kind travels with it
+        return (Failure, (str(self), self.kind))
+
+
+def kind_of(failure: str) -> FailureKind | None:
+    """The kind a failure text carries, or None."""
+    return failure.kind if isinstance(failure, Failure) else None
+
+
+def like(text: str, failure: str) -> str:
+    """`text` (a failure's words, said again: with its device before it) of the kind
+    `failure` carries."""
+    return Failure(text, kind_of(failure))
+
+
+@dataclass(frozen=True)
 class Verdict:
     node: str
     check: str
@@ -34,7 +77,9 @@ class Verdict:
 
     def __post_init__(self) -> None:
         # Failure texts quote what nodes said; they are shown, stored and reported.
-        object.__setattr__(self, "failures", tuple(clean(str(f)) for f in self.failures))
+        # Cleaned, each keeping its kind (FailureKind): the gate reads it.
+        object.__setattr__(self, "failures", tuple(Failure(clean(str(f)), kind_of(f))
+                                                   for f in self.failures))
         object.__setattr__(self, "warnings", tuple(clean(str(w)) for w in self.warnings))
         object.__setattr__(self, "skipped", clean(str(self.skipped)))
         object.__setattr__(self, "floors", {str(k): float(v) for k, v in self.floors.items()
@@ -43,6 +88,13 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return not self.failures and not self.skipped
+
+    @property
+    def own(self) -> tuple[str, ...]:
+        """The names of the kinds of its failures that are the node's own evidence, in
+        order, once each: such a failure is never part of a shared-cause incident."""
+        names = [k.name for f in self.failures if (k := kind_of(f)) is not None and k.own]
+        return tuple(dict.fromkeys(names))
 
 
 def majority(values: Mapping[K, object]) -> tuple[object | None, str]:

@@ -216,6 +216,10 @@ class BurninState(RunEnd):
             verdict = self._run.judged(check_of(item), node_of(item).name)
             if verdict is not None and verdict.floors:
                 report.user_properties.append(("burnin_floors", json.dumps(verdict.floors)))
+            # Whether its failures are the node's own evidence: the gate's incidents
+            # leave such a case out (burnin/gate/incidents.py).
+            if verdict is not None and verdict.own:
+                report.user_properties.append(("burnin_own", ", ".join(verdict.own)))
         if call.excinfo is None or not is_check(item) or call.excinfo.errisinstance(
                 (pytest.fail.Exception, pytest.skip.Exception, pytest.xfail.Exception,
                  pytest.exit.Exception, KeyboardInterrupt)):
@@ -242,6 +246,8 @@ class BurninState(RunEnd):
                        report.duration)
         if "burnin_floors" in props:
             case.floors = json.loads(props["burnin_floors"])
+        if "burnin_own" in props:
+            case.own = props["burnin_own"]
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         stopped = session.exitstatus == pytest.ExitCode.INTERRUPTED or (

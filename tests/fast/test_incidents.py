@@ -61,8 +61,9 @@ def test_two_nodes_of_one_rack_failing_among_other_failures_are_not_confined():
     assert all(i.rule != TOPOLOGY for i in found), found
     assert detect({"sdc": verdicts(labels, failing[:2])}, labels, S) == []  # under min_nodes
     two = SharedCauseSettings(min_nodes=2)
-    alone = detect({"sdc": verdicts(labels, failing[:2])}, labels, two)  # none elsewhere
-    assert [(i.component, i.nodes) for i in alone] == [("rack=r0", ("n00000", "n00001"))]
+    # None elsewhere, and still no incident: of 20 racks of two, one failing whole by
+    # chance is 20 x 0.0065 ** 2 = 8e-4, no rarity.
+    assert detect({"sdc": verdicts(labels, failing[:2])}, labels, two) == []
     assert all(i.rule != TOPOLOGY for i in detect({"sdc": verdicts(labels, failing)}, labels,
                                                   two))
 
@@ -149,7 +150,8 @@ def test_the_inventory_s_shared_cause_settings_are_read_and_checked(tmp_path):
     assert q.shared_cause == SharedCauseSettings(0.3, 4, ("switch",))
     assert q.incident_command == ("/bin/page", "{run}")
     inv.write_text(head + "  release_after: 2\n")
-    assert load_inventory(inv).quarantine.shared_cause == SharedCauseSettings(0.2, 3, None)
+    assert load_inventory(inv).quarantine.shared_cause == SharedCauseSettings(
+        0.2, 3, ("switch", "leaf", "spine", "rack", "pdu", "chassis", "row"))
     inv.write_text(head + "  shared_cause: {fraction: 2, min_nodes: 0, labels: switch, x: 1}\n")
     with pytest.raises(InventoryError) as e:
         load_inventory(inv)
@@ -204,7 +206,7 @@ def test_one_component_holding_every_judged_node_is_the_fraction_rule_s():
 
 def test_components_of_one_size_are_named_by_label_then_value():
     # the same three nodes are rack z and switch a: the label decides, rack before switch
-    labels = {f"n{i}": {"rack": "z" if i < 3 else f"r{i}", "switch": "a" if i < 3 else "b"}
+    labels = {f"n{i}": {"rack": "z" if i < 3 else "y", "switch": "a" if i < 3 else "b"}
               for i in range(20)}
     (i,) = detect({"fabric": verdicts(labels, ["n0", "n1", "n2"])}, labels, S)
     assert i.component == "rack=z"
@@ -333,3 +335,72 @@ def test_the_summary_names_each_incident_and_says_nobody_was_quarantined():
         f"INCIDENT {inc.message}: n0, n1, n2, n3",
         "  not quarantined, no action taken: a person decides (docs/operator/incidents.md); "
         "burnin quarantine add --run RUN --check CHECK --reason WHY quarantines them by hand"]
+
+
+@settings(derandomize=True, max_examples=200, deadline=None)
+@given(n=st.integers(3, 400), per_label=st.integers(2, 40), seed=st.integers(0, 2**32),
+       bad=st.floats(0, 1), own=st.floats(0, 1),
+       declared=st.lists(st.sampled_from(["switch", "rack", "batch", "owner"]), max_size=4,
+                         unique=True))
+def test_own_evidence_is_never_in_an_incident_and_undeclared_labels_never_a_component(
+        n, per_label, seed, bad, own, declared):
+    """Whatever fails, however much of it is the nodes' own evidence and whichever labels
+    the inventory declares as topology: a case with its node's own evidence is in no
+    incident, and no component is named of a label not declared."""
+    from burnin.gate.incidents import of_cases
+    from burnin.model.nodes import Node
+    rng = random.Random(seed)
+    nodes = [Node(name=f"n{i:04d}", address=f"n{i:04d}",
+                  labels={"switch": f"s{i // per_label}", "rack": f"r{i // 2}",
+                          "batch": f"b{i // per_label}", "owner": "team"})
+             for i in range(n)]
+    cases = {}
+    for node in nodes:
+        for check in ("sdc", "storage"):
+            outcome = "failed" if rng.random() < bad else "passed"
+            case = _case(node.name, check, outcome)
+            if outcome == "failed" and rng.random() < own:
+                case.own = "digest"
+            cases[(node.name, check)] = case
+    s = SharedCauseSettings(labels=tuple(declared))
+    for incident in of_cases(cases, nodes, s):
+        assert all(not cases[(x, incident.check)].own for x in incident.nodes), incident
+        if incident.rule == TOPOLOGY:
+            assert incident.component.split("=")[0] in declared, incident
+
+
+def test_a_label_not_declared_as_topology_names_no_component_even_failing_whole():
+    # batch b1's four nodes fail and nothing else does: no incident of the label batch,
+    # which the default topology labels do not hold; each node is blamed on its own
+    labels = {f"n{i:02d}": {"batch": "b1" if i < 4 else "b2", "rack": f"r{i}"}
+              for i in range(40)}
+    failing = [f"n{i:02d}" for i in range(4)]
+    assert detect({"burn": verdicts(labels, failing)}, labels, S) == []
+    declared = SharedCauseSettings(labels=("batch",))
+    assert [i.component for i in detect({"burn": verdicts(labels, failing)}, labels,
+                                        declared)] == ["batch=b1"]
+
+
+def test_a_component_failing_whole_alone_is_bounded_by_chance_too():
+    # three of 300 racks of three failing whole, nothing elsewhere: 100 x 0.0065 ** 3 is
+    # 2.7e-5, above CHANCE: no incident; of two switches it is 5.5e-7: an incident
+    labels = {f"n{i:03d}": {"rack": f"r{i // 3}"} for i in range(300)}
+    assert detect({"burn": verdicts(labels, ["n000", "n001", "n002"])}, labels, S) == []
+    labels = {f"n{i}": {"switch": "a" if i < 3 else "b"} for i in range(6)}
+    (i,) = detect({"burn": verdicts(labels, ["n0", "n1", "n2"])}, labels, S)
+    assert i.component == "switch=a"
+
+
+def test_a_case_with_its_node_s_own_evidence_is_judged_but_no_shared_failure():
+    from burnin.gate.incidents import of_cases
+    # ten nodes: three with their own digest, two failing a floor: no incident (two is
+    # under min_nodes), and the own three still count among the judged
+    cases = {(f"n{i}", "sdc"): _case(f"n{i}", "sdc", "failed" if i < 5 else "passed")
+             for i in range(10)}
+    for i in range(3):
+        cases[(f"n{i}", "sdc")].own = "digest"
+    assert of_cases(cases, _nodes(10, lambda i: f"leaf{i}"), S) == []
+    for i in range(3):
+        cases[(f"n{i}", "sdc")].own = ""
+    (i,) = of_cases(cases, _nodes(10, lambda i: f"leaf{i}"), S)
+    assert i.nodes == ("n0", "n1", "n2", "n3", "n4") and i.judged == 10
