@@ -23,10 +23,12 @@ HANG_S = 60  # a bound for a hang, never for speed
 def make_inventory(tmp: Path, node: dict | None = None, node_check: dict | None = None,
                    checks: dict | None = None, name: str | None = None) -> Path:
     (tmp / "data").mkdir(exist_ok=True)
+    (tmp / "work").mkdir(exist_ok=True)
     entry = {"name": name or socket.gethostname(), "gpus": 0, "workdir": str(tmp / "work"),
              "storage": {"path": str(tmp / "data")}, **(node or {})}
     doc = {"version": 1, "cluster": "nc", "defaults": {"transport": "local"},
-           "node_check": {"budget_s": 30, **(node_check or {})}, "nodes": [entry]}
+           "node_check": {"budget_s": 30, "state_dir": str(tmp / "state"),
+                          **(node_check or {})}, "nodes": [entry]}
     # This machine's own HCAs (if it has any) are not the test's: an empty sysfs tree
     # unless the test brings one.
     doc["checks"] = {"fabric": {"sysfs_root": str(tmp / "no-hcas")}, **(checks or {})}
@@ -163,7 +165,7 @@ def test_an_xid_is_reported_once_then_a_new_one_again(tmp_path):
     assert third.returncode == 1
     assert [f.split(" (")[0] for f in findings(third)] == ["xid: GPU at PCI 0000:5e:00: XID 48"]
     # The held event: a drain for it is not lifted by a clean check in this boot.
-    state = json.loads((tmp_path / "work" / "node-check.json").read_text())
+    state = json.loads((tmp_path / "state" / "node-check.json").read_text())
     assert len(state["held"]) == 2 and state["cursor"] == 250.0
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from burnin.checks import CHECKS
 from burnin.model.nodes import Node
-from burnin.nodecheck import gpu
+from burnin.nodecheck import gpu, gpuread
 
 HEALTH = CHECKS["health"].resolve("quick")
 
@@ -17,9 +17,12 @@ def texts(result) -> list[str]:
 
 
 def run(nvml_in_process, gpus=1, settings=None, last_good=None, **scenario):
-    nvml_in_process(**scenario)
+    nv = nvml_in_process(**scenario)
     node = Node(name="n1", address="n1", gpus=gpus)
-    return gpu.check(node, None, {**HEALTH, **(settings or {})}, last_good or {})
+    # gpu.check reads in a child process (test_nodecheck_bounds.py); here the same reader
+    # and judge in this one
+    return gpu.judge(node, None, {**HEALTH, **(settings or {})}, last_good or {},
+                     gpuread.readings(nv, "/dev"))
 
 
 def test_healthy_gpus_pass(nvml_in_process):
@@ -41,6 +44,8 @@ def test_healthy_gpus_pass(nvml_in_process):
     ({"clock_event_reasons": 0x48}, "clocks slowed by hardware slowdown, hardware thermal "
                                     "slowdown (clock event reasons 0x48), expected none"),
     ({"clock_event_reasons": 0x80}, "clocks slowed by hardware power brake"),
+    ({"clock_event_reasons": 0x20}, "clocks slowed by software thermal slowdown (clock event "
+                                    "reasons 0x20), expected none"),
 ])
 def test_each_gpu_finding(nvml_in_process, device, expected):
     found = texts(run(nvml_in_process, devices=[device]))

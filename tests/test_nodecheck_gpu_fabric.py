@@ -14,7 +14,7 @@ from test_nodecheck import findings, make_inventory, node_check
 from burnin.checks import CHECKS
 from burnin.model.gpu_reference import GPU_MODELS
 from burnin.model.nodes import Node
-from burnin.nodecheck import gpu
+from burnin.nodecheck import gpu, gpuread
 
 HEALTH = CHECKS["health"].resolve("quick")
 CLUSTER = "5e1f4a0c-9b7d-0000-b0a4-d00000000001"  # the emulator's cluster UUID
@@ -29,10 +29,12 @@ def imex_dev(root: Path, channels: int = 1) -> Path:
 
 
 def run(nvml_in_process, dev_root: Path, model: str | None, devices: list, **scenario):
-    nvml_in_process(devices=devices, **scenario)
+    nv = nvml_in_process(devices=devices, **scenario)
     node = Node(name="tray1", address="tray1", gpus=len(devices), gpu_model=model)
-    return gpu.check(node, GPU_MODELS[model] if model else None,
-                     {**HEALTH, "dev_root": str(dev_root)}, {})
+    # gpu.check reads in a child process; here the same reader and judge in this one
+    return gpu.judge(node, GPU_MODELS[model] if model else None,
+                     {**HEALTH, "dev_root": str(dev_root)}, {},
+                     gpuread.readings(nv, str(dev_root)))
 
 
 def texts(result) -> list[str]:

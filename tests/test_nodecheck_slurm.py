@@ -41,7 +41,7 @@ def inventory(tmp: Path, names: list[str], mnt: Path, ledger: str | None = None)
            "defaults": {"transport": "srun", "gpus": 0,
                         "storage": {"path": str(mnt / "data"), "mount": str(mnt)}},
            # The budget is for a hang; these hosts share two cores with everything else.
-           "node_check": {"budget_s": 30},
+           "node_check": {"budget_s": 30, "state_dir": str(tmp / "state" / "{node}")},
            "nodes": [{"name": n, "workdir": str(tmp / "work" / n)} for n in names]}
     if ledger:
         doc["quarantine"] = {"ledger": ledger}
@@ -75,14 +75,14 @@ def wait_for(what: str, ready, cluster) -> None:
         time.sleep(1)
 
 
-def after_checks(workdir: Path, count: int, cluster) -> None:
-    """Wait until `count` more node-checks have kept their state in `workdir` (each one
+def after_checks(state_dir: Path, count: int, cluster) -> None:
+    """Wait until `count` more node-checks have kept their state in `state_dir` (each one
     replaces burnin/nodecheck/state.py's file before it acts on the drain; slurmd runs
     them one after another): `count` - 1 of them have come and gone. Counted, not slept
     for: a loaded machine runs fewer checks in a given time."""
     def mark():
         try:
-            st = (workdir / "node-check.json").stat()
+            st = (state_dir / "node-check.json").stat()
         except FileNotFoundError:
             return None
         return st.st_ino, st.st_mtime_ns
@@ -90,7 +90,7 @@ def after_checks(workdir: Path, count: int, cluster) -> None:
     deadline = time.monotonic() + WAIT_S
     while len(seen) <= count:
         if time.monotonic() > deadline:
-            pytest.fail(f"waiting for {count} node-checks in {workdir}: saw {len(seen) - 1}; "
+            pytest.fail(f"waiting for {count} node-checks in {state_dir}: saw {len(seen) - 1}; "
                         f"{ {h.name: cluster.state(h.name) for h in cluster.hosts.hosts} }")
         time.sleep(0.1)
         now = mark()
@@ -153,7 +153,7 @@ def test_health_check_drains_its_node_resumes_it_and_leaves_an_administrators_dr
     assert f"(was: {reason})" in events[-1][2]
     assert not ledger.history("h2") and not ledger.history("h3")
     # Several more checks on h3, clean ones: an administrator's drain is never lifted.
-    after_checks(tmp_path / "work" / "h3", 3, cluster)
+    after_checks(tmp_path / "state" / "h3", 3, cluster)
     assert cluster.state("h3") == ("drained", "admin: fan replaced")
     assert cluster.state("h2") == ("idle", "")
 
@@ -192,7 +192,7 @@ def test_an_xid_drains_once_holds_the_drain_and_an_administrators_resume_stands(
     (tmp_path / "data").mkdir()
     doc = {"version": 1, "cluster": "nodecheck",
            "defaults": {"transport": "srun", "gpus": 0, "storage": {"path": str(tmp_path)}},
-           "node_check": {"budget_s": 30},
+           "node_check": {"budget_s": 30, "state_dir": str(tmp_path / "state")},
            "nodes": [{"name": "h1", "workdir": str(tmp_path / "work"),
                       "checks": {"health": {"kernel_log": str(log)}}}]}
     inv = tmp_path / "inventory.yaml"
@@ -210,10 +210,10 @@ def test_an_xid_drains_once_holds_the_drain_and_an_administrators_resume_stands(
     assert "XID 79" in reason, reason
     # Clean checks follow (the XID was reported once), but an event holds the drain: only a
     # person (or a reboot) lets the node back.
-    after_checks(tmp_path / "work", 3, cluster)
+    after_checks(tmp_path / "state", 3, cluster)
     assert cluster.state("h1") == ("drained", reason)
     cluster.scontrol("update", "nodename=h1", "state=resume")
-    after_checks(tmp_path / "work", 3, cluster)
+    after_checks(tmp_path / "state", 3, cluster)
     assert cluster.state("h1") == ("idle", "")
 
 
@@ -224,7 +224,7 @@ def test_epilog_catches_what_the_job_left_and_keeps_the_next_job_off(tmp_path, m
     doc = {"version": 1, "cluster": "nodecheck",
            "defaults": {"transport": "srun", "gpus": 0,
                         "storage": {"path": str(tmp_path / "data")}},
-           "node_check": {"budget_s": 30},
+           "node_check": {"budget_s": 30, "state_dir": str(tmp_path / "state")},
            "nodes": [{"name": "h1", "workdir": str(tmp_path / "work"),
                       "checks": {"health": {"kernel_log": str(log)}}}]}
     inv = tmp_path / "inventory.yaml"

@@ -79,6 +79,8 @@ KINDS = {
     "budget": (lambda v: _is_number(v) and 0 < v <= 50,
                "a number of seconds above 0, at most 50 (slurmd kills a health check at 60)"),
     "dcgm_mode": (lambda v: v in ("auto", "off"), "auto or off"),
+    "abspath": (lambda v: _is_str(v) and v.startswith("/") and "\0" not in v,
+                "an absolute path"),
     "node_check_list": (lambda v: isinstance(v, list)
                         and all(isinstance(x, str) and x in NODE_CHECKS for x in v),
                         "a list of: " + ", ".join(NODE_CHECKS)),

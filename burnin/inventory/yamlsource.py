@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from burnin.core.rootfiles import refusal, running_as_root, untrusted
 from burnin.errors import SourceError, SourceErrors  # noqa: F401  (raised here, caught by callers)
 
 
@@ -31,6 +32,12 @@ class Sequence(list):
 def load(path: Path, shown_as: str | None = None):
     """Parse a YAML file into Mapping/Sequence/scalars; raise SourceErrors on bad YAML."""
     shown = shown_as or str(path)
+    # Run as root (node-check under slurmd, a run with Slurm or hooks), the inventory is
+    # root's instructions: the commands it names run as uid 0.
+    problem = untrusted(path) if running_as_root() else ""
+    if problem:
+        raise SourceErrors([SourceError(shown, None, "", refusal("the inventory", path,
+                                                                 problem))])
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

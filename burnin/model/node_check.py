@@ -10,4 +10,5 @@ from __future__ import annotations
 NODE_CHECKS = ("gpu", "xid", "fabric", "storage", "host", "dcgm")
 # The inventory's `node_check:` keys and their kinds (burnin/inventory.py's KINDS).
 NODE_CHECK_KEYS = {"budget_s": "budget", "scontrol": "str", "min_free_gib": "nonnegative",
-                   "dcgm": "dcgm_mode", "skip": "node_check_list"}
+                   "dcgm": "dcgm_mode", "skip": "node_check_list", "state_dir": "abspath",
+                   "textfile": "abspath"}

@@ -123,6 +123,10 @@ class NodeCheckSettings:
 class Inventory:
     path: str
     cluster: str
+    # node-check's cursor, held events and last clean figures: a directory of its own that
+    # only its user (root) can write, created 0700 (burnin/nodecheck/state.py).
+    state_dir: str = "/var/lib/burnin/node-check"
+    textfile: str | None = None  # node_exporter's textfile directory: burnin_node_check_up
     nodes: tuple[Node, ...]
     checks: dict[str, dict[str, Any]]
     quarantine: QuarantineSettings

@@ -9,47 +9,82 @@ the hardware (slowdown, thermal, power brake).
 
 Not read here, because a job may be running on the GPUs while node-check runs: compute
 processes, the PCIe link generation (it trains down at rest and is re-read under load by
-the health check), the power limit. pynvml is imported only when this check runs.
+the health check), the power limit. NVML is read in a child process (gpuread.py) that is
+killed at the deadline, as the storage check's is: node-check itself never calls the
+driver, so a call stuck in the kernel cannot hold slurmd past the budget.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 from burnin.checks.drift import device_drift
-from burnin.checks.gpu_fabric import fabric_faults, imex_faults
+from burnin.checks.gpu_fabric import (
+    agreement_faults,
+    fabric_faults,
+    fabric_required,
+    imex_faults,
+    imex_required,
+)
 from burnin.checks.health import _device_faults, _gpu
 from burnin.checks.host import clock_rules
 from burnin.model.gpu_reference import GpuModel
 from burnin.model.nodes import Node
+from burnin.nodecheck.budget import remaining
 from burnin.nodecheck.model import CheckResult, fail
-from burnin.nodecheck.probelink import gpufabric
 
 CHECK = "gpu"
 # nvml.h nvmlClocksEventReason*: the hardware slowing the clocks (not the application,
 # not idling, not a power cap the operator set).
 SLOWDOWNS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown",
              0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+MAX_OUTPUT = 4 * 1024 * 1024  # a document of 64 GPUs' readings is well under this
 
 
-def check(node: Node, model: GpuModel | None, settings: dict, last_good: dict) -> CheckResult:
+def check(node: Node, model: GpuModel | None, settings: dict, last_good: dict,
+          deadline: float) -> CheckResult:
     """`settings`: the node's health check settings; `last_good`: {gpus} of the last clean
-    node-check (the count to hold a `gpus: auto` node to)."""
+    node-check (the count to hold a `gpus: auto` node to). NVML is read in a child process
+    (burnin/nodecheck/gpuread.py) killed at `deadline`: a driver call stuck in the kernel
+    holds the child, never node-check."""
+    dev_root = str(settings.get("dev_root") or "/dev")
     try:
-        import pynvml
-    except ImportError as e:
-        return _absent(node, f"nvidia-ml-py is not installed ({e})")
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as e:
-        return _absent(node, f"NVML did not initialise: {e}")
+        proc = subprocess.Popen([sys.executable, "-m", "burnin.nodecheck.gpuread", dev_root],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
     except OSError as e:
-        return _absent(node, f"NVML library not loadable: {e}")
+        return CheckResult(CHECK, (fail(CHECK, f"could not start its NVML reader: {e}"),))
     try:
-        return _read(pynvml, node, model, settings, last_good)
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:  # nothing to report: the readings are taken
-            pass
+        out, err = proc.communicate(timeout=remaining(deadline))
+    except subprocess.TimeoutExpired:
+        proc.kill()  # a child blocked in the driver dies when the call returns: not waited
+        return CheckResult(CHECK, (fail(CHECK, "NVML did not answer within the time budget "
+                                               "(a driver call hung?)"),), finished=False)
+    try:
+        if len(out) > MAX_OUTPUT:
+            raise ValueError("too long")
+        found = json.loads(out)
+        if not isinstance(found, dict) or not isinstance(found.get("init"), str):
+            raise ValueError("not a readings document")
+    except ValueError:
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        return CheckResult(CHECK, (fail(CHECK, f"its NVML reader exited {proc.returncode} "
+                                               f"without readings: {tail[0][:200]}"),))
+    return judge(node, model, settings, last_good, found)
+
+
+def judge(node: Node, model: GpuModel | None, settings: dict, last_good: dict,
+          found: dict) -> CheckResult:
+    """The findings of the readings gpuread.readings() took."""
+    if found["init"]:
+        return _absent(node, found["init"])
+    try:
+        return _judge(node, model, settings, last_good, found)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        return CheckResult(CHECK, (fail(CHECK, f"its NVML readings cannot be judged: "
+                                               f"{type(e).__name__}: {e}"),))
 
 
 def _absent(node: Node, why: str) -> CheckResult:
@@ -63,22 +98,20 @@ def _absent(node: Node, why: str) -> CheckResult:
     return CheckResult(CHECK, state={"gpus": 0})
 
 
-def _read(nv, node: Node, model, settings: dict, last_good: dict) -> CheckResult:
+def _judge(node: Node, model, settings: dict, last_good: dict, found: dict) -> CheckResult:
+    if found.get("count_error"):
+        return CheckResult(CHECK, (fail(CHECK, found["count_error"]),))
     findings = []
-    try:
-        count = nv.nvmlDeviceGetCount()
-    except nv.NVMLError as e:
-        return CheckResult(CHECK, (fail(CHECK, f"NVML cannot count the GPUs: {e}"),))
+    count = found["count"]
     want, source = node.gpus, "inventory says"
     if want is None and last_good.get("gpus"):
         want, source = last_good["gpus"], "the last clean node-check saw"
     if want is not None and count != want:
         findings.append(fail(CHECK, f"GPU count is {count}, {source} {want}"))
-    # As the run's health check: a model whose GPUs must be in an NVLink fabric (GB200,
-    # GB300) fails without one; any GPU whose fabric NVML reports is judged on any model.
-    in_fabric = bool(model and model.nvlink_fabric)
-    for i in range(count):
-        dev = _device(nv, i)
+    # As the run's health check: a node of a declared NVLink domain fails without a
+    # fabric; any GPU whose fabric NVML reports is judged on any model.
+    in_fabric = fabric_required(node, model)
+    for dev in found["devices"]:
         name = _gpu(dev)
         lost = [e for e in dev["errors"] if "GPU is lost" in e or "GPU_IS_LOST" in e]
         if lost:
@@ -91,8 +124,8 @@ def _read(nv, node: Node, model, settings: dict, last_good: dict) -> CheckResult
                      + device_drift(name, dev, node, settings)
                      + clock_rules(name, dev, settings) + _slowdowns(name, dev)):
             findings.append(fail(CHECK, text))
-    imex = gpufabric().imex_channels(str(settings.get("dev_root") or "/dev"))
-    for text in imex_faults(imex, bool(model and model.imex_channels)):
+    for text in (imex_faults(found["imex"], imex_required(node, model))
+                 + agreement_faults(found["devices"], _gpu)):
         findings.append(fail(CHECK, text))
     return CheckResult(CHECK, tuple(findings), state={"gpus": count})
 
@@ -104,77 +137,3 @@ def _slowdowns(name: str, dev: dict) -> list[str]:
     active = [what for bit, what in SLOWDOWNS.items() if reasons & bit]
     return [f"{name}: clocks slowed by {', '.join(active)} (clock event reasons "
             f"{reasons:#x}), expected none"] if active else []
-
-
-def _device(nv, index: int) -> dict:
-    """The readings the health probe takes of one GPU (probes/health.py's names), minus
-    those a running job changes; each reading an NVML refuses is listed in 'errors' (or
-    left out where the GPU does not support it)."""
-    dev: dict = {"index": index, "errors": []}
-
-    def read(field: str, fn, *args):
-        try:
-            value = fn(*args)
-        except nv.NVMLError as e:
-            if getattr(e, "value", None) != nv.NVML_ERROR_NOT_SUPPORTED:
-                dev["errors"].append(f"{field}: {e}")
-            return None
-        return value.decode() if isinstance(value, bytes) else value
-
-    h = read("handle", nv.nvmlDeviceGetHandleByIndex, index)
-    if h is None:
-        return dev
-    dev["name"] = read("name", nv.nvmlDeviceGetName, h)
-    dev["uuid"] = read("uuid", nv.nvmlDeviceGetUUID, h)
-    ecc = read("ecc_mode", nv.nvmlDeviceGetEccMode, h)
-    if ecc is not None:
-        dev["ecc_mode_current"], dev["ecc_mode_pending"] = int(ecc[0]), int(ecc[1])
-    dev["ecc_uncorrected_volatile"] = read(
-        "ecc_uncorrected_volatile", nv.nvmlDeviceGetTotalEccErrors, h,
-        nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, nv.NVML_VOLATILE_ECC)
-    rows = read("remapped_rows", nv.nvmlDeviceGetRemappedRows, h)
-    if rows is not None:
-        dev["remapped_rows"] = {"pending": bool(rows[2]), "failed": bool(rows[3])}
-    pages = read("retired_pages_pending", nv.nvmlDeviceGetRetiredPagesPendingStatus, h)
-    dev["retired_pages_pending"] = None if pages is None else pages == nv.NVML_FEATURE_ENABLED
-    dev["persistence_mode"] = read("persistence_mode", nv.nvmlDeviceGetPersistenceMode, h)
-    mig = read("mig_mode", nv.nvmlDeviceGetMigMode, h)
-    if mig is not None:
-        dev["mig_mode_current"], dev["mig_mode_pending"] = int(mig[0]), int(mig[1])
-    dev["clock_event_reasons"] = read("clock_event_reasons", _reasons, nv, h)
-    dev["fabric"] = _fabric(nv, h, dev)
-    return dev
-
-
-def _reasons(nv, h):
-    """The clock event reasons from the first call this driver has, as the health probe
-    reads them (probelib.nvml_first): ...EventReasons from R535, ...ThrottleReasons before
-    (an R525 driver lacks the new symbol, which pynvml names all the same, and CUDA 14.0
-    drops the old one)."""
-    missing = None
-    for name in ("nvmlDeviceGetCurrentClocksEventReasons",
-                 "nvmlDeviceGetCurrentClocksThrottleReasons"):
-        fn = getattr(nv, name, None)
-        if fn is None:
-            continue
-        try:
-            return fn(h)
-        except nv.NVMLError as e:
-            if getattr(e, "value", None) != nv.NVML_ERROR_FUNCTION_NOT_FOUND:
-                raise
-            missing = e
-    raise missing or nv.NVMLError(nv.NVML_ERROR_FUNCTION_NOT_FOUND)
-
-
-def _fabric(nv, h, dev: dict) -> dict | None:
-    """The GPU's NVLink fabric registration, as the health probe reads it (probes/health.py
-    Nvml.fabric): None where the GPU is in no fabric or the driver has no fabric call (the
-    rule decides whether the model needs one), None with the error listed where NVML
-    failed otherwise."""
-    try:
-        return gpufabric().read(nv, h)
-    except nv.NVMLError as e:
-        if getattr(e, "value", None) not in (nv.NVML_ERROR_NOT_SUPPORTED,
-                                             nv.NVML_ERROR_FUNCTION_NOT_FOUND):
-            dev["errors"].append(f"fabric: {e}")
-        return None

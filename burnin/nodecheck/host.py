@@ -25,7 +25,7 @@ def check(node: Node, settings: dict, workdir: str, last_good: dict,
     failures, warnings = host_rules(node, facts, settings, {}, "")
     findings = [fail(CHECK, t) for t in failures] + [warn(CHECK, t) for t in warnings]
     findings += _against_last_good(facts, settings, last_good)
-    for what, where in (("root", "/"), ("workdir", workdir)):
+    for what, where in (("root", "/"), ("workdir", _existing(workdir))):
         findings += _free(what, where, min_free_gib)
     return CheckResult(CHECK, tuple(findings),
                        state={"cpus": facts["cpus"], "memory_bytes": facts["memory_bytes"]})
@@ -44,6 +44,14 @@ def _against_last_good(facts: dict, settings: dict, last: dict) -> list:
         out.append(fail(CHECK, f"memory {mem / GIB:.1f} GiB, {before / GIB:.1f} GiB at the "
                                f"last clean node-check (within {tolerance:.0%})"))
     return out
+
+
+def _existing(path: str) -> str:
+    """`path`, or its nearest existing parent: a run makes the workdir on first use, and
+    the file system it will be on is the one to keep free."""
+    while not os.path.lexists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
 
 
 def _free(what: str, where: str, min_free_gib: float) -> list:

@@ -3,8 +3,10 @@ budget, keep the cursor, and act as the mode says (burnin/nodecheck/slurm.py).
 
 Exit status: 0 the node is fit (or, as HealthCheckProgram, what was found is now Slurm's
 drain reason); 1 something was found (check, prolog, epilog: Slurm drains the node and
-requeues the job); 2 usage: a bad inventory, a node not in it, a wrong place to run;
-3 as HealthCheckProgram, the node could not be drained or resumed (scontrol failed).
+requeues the job); 2 usage: a bad or untrusted inventory or executable, a node not in it,
+a wrong place to run; 3 as HealthCheckProgram, the node could not be drained or resumed
+(scontrol failed); 4 an internal error. Every status but 0 and 1 is one line on stderr
+(slurmd's log) and, with a textfile directory, `burnin_node_check_up 0` (up.py).
 """
 
 from __future__ import annotations
@@ -12,19 +14,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from burnin.checks import CHECKS
+from burnin.core.rootfiles import refusal, running_as_root, untrusted
+from burnin.core.safetext import safe_text
+from burnin.inventory import yamlsource
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.model.nodes import Inventory, Node
-from burnin.nodecheck import budget, cursor, dcgm, fabric, gpu, host, record, state, storage
+from burnin.nodecheck import budget, cursor, dcgm, fabric, gpu, host, keep, record, storage, up
 from burnin.nodecheck.model import NODE_CHECKS, CheckResult, Finding
 from burnin.nodecheck.slurm import (
+    FALLBACK_PATH,
     MODES,
     Scontrol,
     SlurmError,
@@ -35,7 +41,7 @@ from burnin.nodecheck.slurm import (
     ours,
 )
 
-OK, FOUND, USAGE, ACTION_FAILED = 0, 1, 2, 3
+OK, FOUND, USAGE, ACTION_FAILED, INTERNAL = 0, 1, 2, 3, 4
 # The node is not drained by node-check (any more): someone resumed it after the events
 # that held it, and they hold it no longer.
 RELEASED = "not drained by node-check"
@@ -51,6 +57,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "report and exit 1, never scontrol; check: report only (default by hand; "
                    "Slurm's prolog and epilog are told apart by SLURM_SCRIPT_CONTEXT)")
     p.add_argument("--json", action="store_true", help="one JSON document on stdout")
+    p.add_argument("--textfile", help="node_exporter's textfile directory, for "
+                   "burnin_node_check_up even when the inventory cannot be read (default: "
+                   "node_check.textfile)")
 
 
 def find_node(inventory: Inventory, given: str | None, env: dict) -> Node:
@@ -78,7 +87,8 @@ def plan(inventory: Inventory, node: Node, workdir: Path, last: dict,
     good = last.get("last_good") or {}
     gpu_node = node.gpus != 0
     out = {
-        "gpu": (lambda: gpu.check(node, inventory.model(node), health, good)) if gpu_node
+        "gpu": (lambda: gpu.check(node, inventory.model(node), health, good, checks_deadline))
+        if gpu_node
         else None,
         "xid": lambda: cursor.check(health.get("kernel_log"), bool(node.gpus) or bool(
             good.get("gpus")) or bool(node.gpu_model), last.get("cursor")),
@@ -94,19 +104,83 @@ def plan(inventory: Inventory, node: Node, workdir: Path, last: dict,
             if out[name] is not None and name not in settings.skip}
 
 
+class _Seen:
+    """What main() learnt before it failed: where to say it could not run."""
+
+    def __init__(self, textfile: str | None):
+        self.textfile = textfile
+
+
 def main(args: argparse.Namespace) -> int:
+    seen = _Seen(getattr(args, "textfile", None))
+    try:
+        return _main(args, seen)
+    except Exception as e:  # never silent: one line for slurmd's log, and the textfile's 0
+        return _cannot(seen, INTERNAL, "internal", f"internal error: {type(e).__name__}: {e}")
+
+
+def _cannot(seen: _Seen, code: int, reason: str, message: str) -> int:
+    """node-check could not judge the node: say so in one line and in the textfile."""
+    print(f"burnin node-check: {safe_text(message, multiline=False)}", file=sys.stderr)
+    why = up.write(seen.textfile, False, reason)
+    if why:
+        print(f"burnin node-check: {why}", file=sys.stderr)
+    sys.stderr.flush()
+    return code
+
+
+def _textfile_of(path: str) -> str | None:
+    """node_check.textfile of an inventory the schema refused: read from its YAML where
+    that parses (and, as root, is root's: an untrusted file names no place root writes)."""
+    try:
+        doc = yamlsource.load(Path(path))
+        value = doc.get("node_check", {}).get("textfile")
+    except (yamlsource.SourceErrors, AttributeError):
+        return None
+    return value if isinstance(value, str) and value.startswith("/") else None
+
+
+def _untrusted_executables(inventory: Inventory, node: Node, mode: str) -> str:
+    """As root: the first executable node-check would run that root must not trust."""
+    if not running_as_root():
+        return ""
+    names = []
+    if mode == "health":
+        names.append(("node_check.scontrol", inventory.node_check.scontrol))
+    if inventory.node_check.dcgm == "auto" and "dcgm" not in inventory.node_check.skip:
+        names.append(("checks.dcgm.dcgmi", _dcgmi(inventory, node)))
+    for what, name in names:
+        path = shutil.which(name) or shutil.which(name, path=FALLBACK_PATH)
+        problem = untrusted(os.path.realpath(path)) if path else ""
+        problem = problem or (untrusted(path) if path else "")
+        if problem:
+            return refusal(f"{what}", path, problem)
+    return ""
+
+
+def _dcgmi(inventory: Inventory, node: Node) -> str:
+    return CHECKS["dcgm"].resolve(PROFILE, inventory.checks.get("dcgm") or {},
+                                  node.checks.get("dcgm") or {}).get("dcgmi") or "dcgmi"
+
+
+def _main(args: argparse.Namespace, seen: _Seen) -> int:
     started = time.monotonic()
     env = dict(os.environ)
     try:
         mode = mode_from(args.mode, env)
         inventory = load_inventory(args.inventory)
+        seen.textfile = seen.textfile or inventory.node_check.textfile
         node = find_node(inventory, args.node, env)
     except InventoryError as e:
+        seen.textfile = seen.textfile or _textfile_of(args.inventory)
         print(f"burnin node-check: invalid inventory:\n{e}", file=sys.stderr)
-        return USAGE
+        return _cannot(seen, USAGE, "inventory", f"invalid inventory {args.inventory}: "
+                                                 f"{str(e).splitlines()[-1]}")
     except (UsageError, OSError) as e:
-        print(f"burnin node-check: {e}", file=sys.stderr)
-        return USAGE
+        return _cannot(seen, USAGE, "usage", str(e))
+    refused = _untrusted_executables(inventory, node, mode)
+    if refused:
+        return _cannot(seen, USAGE, "untrusted executable", refused)
     settings = inventory.node_check
     deadline = started + settings.budget_s
     # Room kept inside the budget to read and change the drain (HealthCheckProgram) and to
@@ -115,25 +189,22 @@ def main(args: argparse.Namespace) -> int:
     reserve = min(1.5, settings.budget_s / 3) if acts else 0.1
     checks_deadline = deadline - reserve
     workdir = Path(os.path.expanduser(node.workdir))
-    findings: list[Finding] = []
-    try:
-        last = budget.bounded("state", lambda: _load(workdir, checks_deadline),
-                              checks_deadline)
-    except (state.StateError, TimeoutError) as e:
-        last = {}
-        findings.append(Finding("state", f"node-check's workdir {workdir}: {e}"))
-    results = budget.run_checks(plan(inventory, node, workdir, last, checks_deadline),
+    # {node}: several node-checks on one host (a test cluster, as Slurm's %n) keep apart
+    state_dir = Path(settings.state_dir.replace("{node}", node.name))
+    last, findings = keep.load(state_dir, checks_deadline)
+    results = budget.run_checks(plan(inventory, node, workdir, last or {}, checks_deadline),
                                 checks_deadline, settings.budget_s)
     for r in results:
         findings += r.findings
     failures = [f for f in findings if not f.warn]
-    held = _save(workdir, last, results, failures, checks_deadline + reserve / 3, findings)
+    held = keep.save(state_dir, last, results, failures, checks_deadline + reserve / 3,
+                     findings)
     failures = [f for f in findings if not f.warn]
     code, acted = OK, ""
     if mode == "health":
         code, acted = _health(inventory, node, failures, held, deadline)
         if held and not failures and acted == RELEASED:
-            _let_go(workdir, deadline, findings)
+            keep.let_go(state_dir, held, deadline, findings)
     elif failures:
         code = FOUND
     _write_down(inventory, node, mode, failures, acted, deadline)
@@ -141,43 +212,14 @@ def main(args: argparse.Namespace) -> int:
     if mode in ("prolog", "epilog") and failures:
         # What Slurm keeps of a failed prolog: one line, in slurmd's log.
         print(drain_reason([f.line() for f in failures]), file=sys.stderr)
+    why = up.write(seen.textfile, True, failures=len(failures))
+    if why:
+        print(f"burnin node-check: {why}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     if any(t.name.startswith("node-check-") and t.is_alive() for t in threading.enumerate()):
         os._exit(code)  # a hung check's thread is left behind, never waited for
     return code
-
-
-def _save(workdir: Path, last: dict, results: list[CheckResult], failures: list[Finding],
-          deadline: float, findings: list[Finding]) -> list[str]:
-    """Keep the cursor, the figures of a clean check and the events that hold a drain;
-    return the held events."""
-    by = {r.check: r for r in results}
-    new: dict[str, Any] = {"cursor": last.get("cursor"), "last_good": last.get("last_good") or {},
-           "held": list(last.get("held") or [])}
-    xid = by.get("xid")
-    if xid is not None and xid.finished:
-        new["cursor"] = xid.state.get("cursor")
-    if not failures:
-        for check in ("gpu", "host"):
-            r = by.get(check)
-            if r is not None:
-                new["last_good"] = {**new["last_good"], **r.state}
-    new["held"] += [f.line() for f in failures if f.event and f.line() not in new["held"]]
-    new["held"] = new["held"][-20:]
-    def keep() -> None:
-        with state.locked(workdir, deadline):
-            again = state.load(workdir)  # another node-check may have read further since
-            if isinstance(again.get("cursor"), (int, float)) and (
-                    new["cursor"] is None or again["cursor"] > new["cursor"]):
-                new["cursor"] = again["cursor"]
-            state.save(workdir, new)
-
-    try:
-        budget.bounded("state", keep, deadline)
-    except (state.StateError, TimeoutError) as e:
-        findings.append(Finding("state", f"node-check's cursor cannot be kept: {e}"))
-    return new["held"]
 
 
 def _write_down(inventory: Inventory, node: Node, mode: str, failures: list[Finding],
@@ -196,24 +238,6 @@ def _write_down(inventory: Inventory, node: Node, mode: str, failures: list[Find
                         inventory.quarantine.ledger_insecure)
     if why:
         print(f"burnin node-check: not written to the ledger: {why}", file=sys.stderr)
-
-
-def _load(workdir: Path, deadline: float) -> dict:
-    with state.locked(workdir, deadline):
-        return state.load(workdir)
-
-
-def _let_go(workdir: Path, deadline: float, findings: list[Finding]) -> None:
-    def forget() -> None:
-        with state.locked(workdir, deadline):
-            kept = state.load(workdir)
-            state.save(workdir, {"cursor": kept.get("cursor"), "held": [],
-                                 "last_good": kept.get("last_good") or {}})
-
-    try:
-        budget.bounded("state", forget, deadline)
-    except (state.StateError, TimeoutError) as e:
-        findings.append(Finding("state", f"node-check's held events cannot be let go: {e}"))
 
 
 def _health(inventory: Inventory, node: Node, failures: list[Finding], held: list[str],
@@ -254,8 +278,9 @@ def _report(args, node: Node, mode: str, results: list[CheckResult], findings: l
             "checks": [{"check": r.check, "finished": r.finished, "elapsed_s": r.elapsed_s,
                         "findings": [{"text": f.text, "warn": f.warn, "event": f.event}
                                      for f in r.findings]} for r in results],
-            "other": [{"check": f.check, "text": f.text, "warn": f.warn}
-                      for f in findings if f.check == "state"]}, indent=1))
+            "other": [{"check": f.check, "text": f.text, "warn": f.warn, "event": f.event}
+                      for f in findings if f.check == "state"
+                      and not any(f is g for r in results for g in r.findings)]}, indent=1))
         return
     ran = ", ".join(r.check for r in results)
     head = "ok" if not failures else f"{len(failures)} finding(s)"

@@ -28,6 +28,7 @@ from burnin.figures import track_record as track
 from burnin.gate.incidents import Incident, summary_lines
 from burnin.gate.quarantine import GateReport, split_by_quarantine
 from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
+from burnin.inventory.trust import refuse_untrusted_commands
 from burnin.ledger.api import Ledger, LedgerError, LedgerLost
 from burnin.ledger.open import open_configured
 from burnin.model.nodes import Node
@@ -108,6 +109,7 @@ class BurninState(RunEnd):
             path = Path(given) if given else self.config.rootpath / DEFAULT_INVENTORY
             try:
                 inventory = load_inventory(path)
+                refuse_untrusted_commands(inventory)  # as root: hooks only root can change
                 nodes = select_nodes(inventory, self.config.getoption("nodes"))
                 # the default ledger is created by the first run, no other (ledger/open.py)
                 self.ledger = open_configured(inventory.quarantine, self.reports_dir,
