@@ -122,14 +122,15 @@ def test_a_node_slow_once_is_not_named_without_its_confirmation():
     f.measure = flaky
     first = f.find()
     assert list(first.named) == ["n00010"]
-    rounds = first.rounds
+    rounds = next(t["round"] for t in first.tests
+                  if t["kind"] == "confirm" and t["nodes"][0] == "n00010")
     f2 = Fabric(64, slow=["n00010"])
     plain = f2.measure
     calls = {"n": 0}
 
     def healed(groups):
         calls["n"] += 1
-        if calls["n"] == rounds:  # the last round, the confirmation: it runs at full speed
+        if calls["n"] == rounds:  # the round of its confirmation: it runs at full speed
             f2.speed["n00010"] = 10.0
         return plain(groups)
     f2.measure = healed
@@ -160,3 +161,58 @@ def test_a_half_left_without_a_partner_is_tested_alone_before_it_is_a_suspect():
     assert list(s.named) == ["n00004"], (s.named, s.tests)
     alone = [t["nodes"] for t in s.tests if t["kind"] == "split" and len(t["nodes"]) == 2]
     assert {g[0] for g in alone} == {f"n0000{i}" for i in range(6)} - {"n00000", "n00003"}
+
+
+def flapping(f: Fabric, node: str):
+    """`node`'s link is fast in the search's first round and slow in every later one."""
+    plain, calls = f.measure, {"n": 0}
+
+    def measure(groups):
+        calls["n"] += 1
+        f.speed[node] = f.speed[node] if calls["n"] == 1 else f.slow_gbps
+        return plain(groups)
+    f.measure = measure
+
+
+def test_a_partner_whose_link_flaps_does_not_get_a_healthy_node_named():
+    """16 nodes, no topology label: n00005 is slow; n00000, the first known-good partner
+    of every one-node test, is fast in the first round and slow after. The split pairs
+    n00001 (n00005's healthy half-mate) with n00000 and reads it slow: a confirmation with
+    the same partner named the healthy node."""
+    f = Fabric(16, slow=["n00005"])
+    flapping(f, "n00000")
+    s = find_slow(f.names, f.where, f.measure, None, 0.5)
+    assert "n00001" not in s.named, s.named["n00001"]
+    assert "n00005" in s.named
+    # The flapping node is slow with two different known-good partners after the first
+    # round: its own link, named. Each named node was confirmed with a partner other than
+    # the one its one-node split test had (n00005: n00002; n00000: n00001).
+    assert set(s.named) == {"n00000", "n00005"}, (s.named, s.tests)
+    splits = [t["nodes"] for t in s.tests if t["kind"] == "split"]
+    assert ["n00001", "n00000"] in splits and ["n00005", "n00002"] in splits, splits
+    assert "known-good n00002" not in s.named["n00005"]
+    assert "known-good n00001" not in s.named["n00000"]
+    confirms = [t["nodes"] for t in s.tests if t["kind"] == "confirm"]
+    assert ["n00001", "n00000"] not in confirms and ["n00000", "n00001"] not in confirms
+
+
+def test_a_confirmation_with_a_partner_found_slow_itself_is_made_again():
+    """Two partners flap (n00000 and n00002, fast in the first round): the healthy n00001
+    is slow in its split with one and in its confirmation with the other. Once both are
+    found slow, its confirmation confirms nothing: tested again, it is cleared."""
+    f = Fabric(16, slow=["n00005"])
+    flapping(f, "n00000")
+    flapping(f, "n00002")
+    s = find_slow(f.names, f.where, f.measure, None, 0.5)
+    assert set(s.named) == {"n00000", "n00002", "n00005"}, (s.named, s.tests)
+    confirms = [t["nodes"] for t in s.tests if t["kind"] == "confirm"]
+    assert confirms.count(["n00001", "n00002"]) == 1 and confirms.count(["n00005", "n00000"]) == 1
+    # A node confirmed slow is nobody's known-good partner after (until it is cleared).
+    slow_since: set[str] = set()
+    for t in s.tests:
+        if t["kind"] == "confirm":
+            assert t["nodes"][1] not in slow_since, (t, slow_since)
+            if t["busbw_gbps"] < s.threshold:
+                slow_since.add(t["nodes"][0])
+            else:
+                slow_since.discard(t["nodes"][0])

@@ -17,7 +17,10 @@ exhaustive pairs reach 26,796 groups at 232 nodes, its design doc 055):
 4. across: where nothing inside was slow but the fleet's group was, groups of one node
    per label value (the links between switches), split the same way;
 5. confirm: every suspect once more with a known-good partner (from another label value
-   where there is one): only a node slow again is named. A label value whose every node
+   where there is one), never one it was slow with: only a node slow again is named. A
+   slow one-node test suspects its partner too (a link that flaps after the first round
+   would otherwise get a healthy node named), confirmed in turn; a confirmation whose
+   partner is then named itself is made again with another. A label value whose every node
    was named stayed slow whatever it was split into: a component (the shared-cause
    incident rule of burnin/gate/incidents.py names it in the outputs).
 
@@ -86,6 +89,11 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
     tests: list[dict] = []
     rounds = 0
     good: set[str] = set()
+    # A one-node test that is slow says only that the node or its partner is: the
+    # partner becomes a suspect too (a link that flaps after the first round), and
+    # neither is ever confirmed with the other.
+    slow_with: dict[str, set[str]] = {}
+    blamed: list[str] = []
 
     def run(groups: list[list[str]], kind: str) -> list[tuple[list[str], bool]]:
         """One round; (group, slow) for each group tested (a one-node group is paired
@@ -99,9 +107,10 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
                 launched.append(g)
                 partnered.append(None)
                 continue
-            pick = [p for p in free if where.get(p) == where.get(g[0])] or free
+            fresh = [p for p in free if p not in slow_with.get(g[0], ())]
+            pick = [p for p in fresh if where.get(p) == where.get(g[0])] or fresh
             if kind == "confirm":  # another value's partner: the link out too
-                pick = [p for p in free if where.get(p) != where.get(g[0])] or pick
+                pick = [p for p in fresh if where.get(p) != where.get(g[0])] or pick
             if not pick:
                 continue
             chosen = pick[0]  # before the removal: `pick` may be `free` itself
@@ -119,6 +128,10 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
             tested = [x for x in g if x != with_]
             if not slow:
                 good.update(g)
+            elif with_ is not None:
+                slow_with.setdefault(tested[0], set()).add(with_)
+                slow_with.setdefault(with_, set()).add(tested[0])
+                blamed.append(with_)
             out.append((tested, slow))
         return out
 
@@ -168,23 +181,39 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
         across = [c for g in across for c in _chunks(g, MAX_GROUP) if len(c) >= 2]
         suspects = _bisect(run(across, "across"), run)
     named: dict[str, str] = {}
-    untested = list(suspects)
-    while untested:
+    confirmed_with: dict[str, str] = {}
+    suspected = set(suspects)
+    untested, partners = list(suspects), []
+    while untested or partners:
+        # The partners slow one-node tests blamed are suspects too, confirmed once the
+        # nodes they were slow with are: they stay partners meanwhile (a slow switch's
+        # every node blames its partner, and would leave none to confirm them with).
+        partners += [p for p in dict.fromkeys(blamed) if p not in suspected]
+        suspected.update(blamed)
+        blamed.clear()
+        queue = untested if untested else partners
         before = len(tests)
-        confirmed = run([[s] for s in untested], "confirm")
+        confirmed = run([[s] for s in queue], "confirm")
         if len(tests) == before:
-            break  # no known-good partner anywhere: nobody can be confirmed
+            break  # no known-good partner left: nobody more can be confirmed
         for (node,), slow in ((g, s) for g, s in confirmed):
             f = next(t for t in reversed(tests) if node in t["nodes"])
             partner = next(x for x in f["nodes"] if x != node)
-            untested.remove(node)
+            queue.remove(node)
             if slow:
+                confirmed_with[node] = partner
+                good.discard(node)  # no longer anyone's known-good partner
                 named[node] = (
                     f"could not complete an all-reduce with known-good {partner}"
                     if not f["completed"] else
                     f"{f['busbw_gbps']:.3f} GB/s with known-good {partner}, below "
                     f"{threshold:.3f} GB/s ({source}); slow in every group it was in, "
                     "confirmed")
+        # A confirmation whose partner proved slow itself confirms nothing: once more,
+        # with another partner.
+        for node in [x for x, p in confirmed_with.items() if p in named and x in named]:
+            del named[node], confirmed_with[node]
+            untested.append(node)
     whole = [v for v in values
              if len(by_value[v]) >= 2 and all(x in named for x in by_value[v])]
     for v in whole:  # its nodes' verdicts say so; the incident rule names it in the outputs

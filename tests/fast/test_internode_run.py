@@ -100,12 +100,16 @@ def test_the_slow_node_and_only_it_is_named_through_its_groups(tmp_path):
     assert "confirmed" in failure
     assert "group busbw 0.500 GB/s at 4 MiB over 4 nodes" in failure
     # The whole group; two groups of two; the slow one split, each half with a known-good
-    # partner; n3 confirmed with another.
+    # partner; n3 confirmed with another; then the partners it was slow with, each with
+    # a known-good node of its own.
     assert net.groups[0] == ("n1", "n2", "n3", "n4")
     assert set(net.groups[1:3]) == {("n1", "n3"), ("n2", "n4")}
     assert {g[0] for g in net.groups[3:5]} == {"n1", "n3"}
-    (confirm,) = net.groups[5:]
-    assert confirm[0] == "n3" and confirm[1] in ("n1", "n2", "n4")
+    split = next(g for g in net.groups[3:5] if g[0] == "n3")
+    confirm, *partners = net.groups[5:]
+    assert confirm[0] == "n3" and confirm[1] in ("n1", "n2", "n4") and confirm != split
+    assert {g[0] for g in partners} == {split[1], confirm[1]} and "n3" not in \
+        {x for g in partners for x in g}
 
 
 def test_three_nodes_are_still_paired(tmp_path):
