@@ -11,8 +11,8 @@ SLURM_LOCALID, on the node's device of that index, and it reports that rank alon
 For each size: the result is checked exactly (integer-valued fp32 inputs whose sums are
 exact), then back-to-back iterations after a warm-up are timed; the time is the mean
 across ranks, as nccl-tests reports it by default (the slowest rank's is recorded beside
-it); algbw = bytes / time, busbw = algbw x 2(n-1)/n, decimal GB/s. The rank 0 process
-reports the sweep.
+it); algbw = bytes / time, busbw = algbw x 2(n-1)/n, decimal GB/s. Every node reports
+the sweep (in a group across nodes too: the controller takes the lowest).
 
     echo '{"settings": {"max_bytes": 16777216}}' | python3 probes/allreduce.py
 
@@ -78,7 +78,7 @@ def worker() -> int:
 
 def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
             master_port) -> dict:
-    """One rank: join the group, sweep the sizes; rank 0's record carries the sweep."""
+    """One rank: join the group, sweep the sizes; its record carries the sweep."""
     import torch
     import torch.distributed as dist
     gpu = ordinal is not None
@@ -133,11 +133,13 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
                         "busbw_gbps": round(algbw * 2 * (world - 1) / world, 4),
                         "wrong_elements": wrong})
     dist.destroy_process_group()
+    # Every rank's record carries the sweep (its times are reduced over every rank): each
+    # node of an inter-node group reports it, and the controller takes the lowest, never
+    # one node's word for the group's.
     record = {"rank": rank, "host": socket.gethostname(), "device": str(dev),
-              "wrong_elements": wrong_total}
+              "wrong_elements": wrong_total, "sweep": results,
+              "backend": "nccl" if gpu else "gloo"}
     if rank == 0:
-        record["sweep"] = results
-        record["backend"] = "nccl" if gpu else "gloo"
         record["world"] = world
     return record
 
@@ -337,9 +339,10 @@ def main() -> int:
                           "result (see stderr: did every node join the rendezvous?)")
             continue
         records.append(json.loads(lines[-1]))
-    for r in records:
-        if "sweep" in r:
-            figures.update(sweep=r.pop("sweep"), backend=r.pop("backend"))
+    for r in records:  # every rank's sweep: the node's first rank's in its figures
+        sweep, backend = r.pop("sweep", None), r.pop("backend", None)
+        if sweep is not None and "sweep" not in figures:
+            figures.update(sweep=sweep, backend=backend)
     probelib.emit(PROBE, node, records, figures, errors)
     return 0
 

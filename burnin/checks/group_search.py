@@ -24,8 +24,8 @@ exhaustive pairs reach 26,796 groups at 232 nodes, its design doc 055):
    was named stayed slow whatever it was split into: a component (the shared-cause
    incident rule of burnin/gate/incidents.py names it in the outputs).
 
-Rounds: 1 + log2(MAX_GROUP) + 1 or so, whatever the fleet's size; launches: the groups of
-the first round plus about 2 log2(MAX_GROUP) per slow node (benchmarks/group_search.py).
+Rounds: 1 + log2(MAX_GROUP) + 2 or so, whatever the fleet's size; launches: the groups of
+the first round plus about 2 log2(MAX_GROUP) + 2 per slow node (benchmarks/group_search.py).
 """
 
 from __future__ import annotations

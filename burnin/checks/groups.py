@@ -3,9 +3,9 @@ evidence the controller can see for itself.
 
 Every node of a group starts its probe at once with its share of the ranks (one per
 device, each count the controller's own: the inventory's or the node's health facts);
-the first node is the rendezvous master. A group's figures are rank 0's, taken from the
-first node's document only, and only when every member ran, reported no error, and
-reported the layout the controller gave it. A slow group's nodes are found by adaptive
+the first node is the rendezvous master. A group's busbw is the lowest its members' own
+documents report, and only when every member ran, reported no error, reported the
+layout the controller gave it and a sweep. A slow group's nodes are found by adaptive
 group testing over the topology (search_slow: burnin/checks/group_search.py); a group of
 fewer than four, or one that did not form, by pairs (localise: n/2 pairs at a time, two
 rounds; nodes in a good pair are known-good, and each remaining suspect is re-paired with
@@ -179,8 +179,10 @@ def node_of_ranks(name: str, outs: list[ProbeOutcome]) -> ProbeOutcome:
 
 def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
                   facts: Facts) -> dict | None:
-    """Rank 0's sweep and the judged size, when the whole group completed as laid out.
-    A sweep any other member reports is ignored: only the first node hosts rank 0."""
+    """The group's busbw, when the whole group completed as laid out: the lowest of its
+    members' own sweeps at their judged sizes (every rank measures the group's times),
+    so that no one member's document, rank 0's included, reports its group fast; a
+    member that reports no sweep leaves the group incomplete."""
     world, offsets = layout(nodes, facts)
     for n in nodes:
         o = outcomes.get(n.name)
@@ -190,14 +192,18 @@ def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
         if (fig.get("world"), fig.get("first_rank"), fig.get("ranks_here")) != (
                 world, offsets[n.name], facts.ranks[n.name]):
             return None
-    sweep = outcomes[nodes[0].name].data["figures"].get("sweep")
-    top = judged(sweep) if sweep else None
-    if top is None:
-        return None
+    tops = []
+    for n in nodes:
+        sweep = outcomes[n.name].data["figures"].get("sweep")
+        top = judged(sweep) if sweep else None
+        if top is None:
+            return None
+        tops.append((top["busbw_gbps"], top, sweep))
+    busbw, top, sweep = min(tops, key=lambda t: t[0])
     # How many members, not their names: every member's record carries this, and a list
     # of n names in each of n records is O(n^2) in results.jsonl (1 GB at 10,000 nodes).
     return {"members": len(nodes), "rank0": nodes[0].name, "sweep": sweep,
-            "bytes": top["bytes"], "busbw_gbps": top["busbw_gbps"]}
+            "bytes": top["bytes"], "busbw_gbps": busbw}
 
 
 def observed(outcomes: dict[str, ProbeOutcome]) -> dict[str, str]:

@@ -24,10 +24,15 @@ RANKS = 2  # each node's ranks (a CPU node's gloo ranks)
 class Net:
     """speeds: each node's link, GB/s (a group runs at its slowest member's); stuck: nodes
     that join the rendezvous but cannot complete an all-reduce (the group's master says so,
-    as rank 0 does); down: nodes whose probe does not run at all."""
+    as rank 0 does); down: nodes whose probe does not run at all; liars: nodes whose
+    document reports every group they are in at full speed. Every member reports the
+    group's sweep, as the probe's every rank does (the times are reduced over every rank):
+    one list per group, which its master, the one told who is in it, fills."""
 
-    def __init__(self, speeds: dict[str, float], stuck=(), down=()):
+    def __init__(self, speeds: dict[str, float], stuck=(), down=(), liars=()):
         self.speeds, self.stuck, self.down = speeds, set(stuck), set(down)
+        self.liars = set(liars)
+        self.sweeps: dict[int, list[dict]] = {}
         self.groups: list[tuple[str, ...]] = []
         self.lock = threading.Lock()
 
@@ -40,22 +45,30 @@ class Net:
                    "ranks_here": g["ranks_here"], "mode": "inter-node"}
         errors = []
         names = g.get("nodes")
-        if names:  # the rendezvous master: rank 0's sweep, or why the group failed
+        with self.lock:
+            sweep = self.sweeps.setdefault(g["master_port"], [])
+        if names:  # the rendezvous master: its group's sweep, or why the group failed
             with self.lock:
                 self.groups.append(tuple(names))
             if self.stuck & set(names):
                 errors.append("rank 0 failed: RuntimeError: timed out waiting for the group")
             else:
-                busbw = min(self.speeds[n] for n in names)
-                figures["sweep"] = [{"bytes": 1 << 20, "busbw_gbps": busbw / 2,
-                                     "algbw_gbps": busbw / 2, "time_us": 10.0},
-                                    {"bytes": 4 << 20, "busbw_gbps": busbw,
-                                     "algbw_gbps": busbw, "time_us": 20.0}]
+                sweep += curve(min(self.speeds[n] for n in names))
+        if node.name in self.liars:
+            sweep = curve(max(self.speeds.values()))
+        if not errors:
+            figures["sweep"] = sweep
         devices = [{"rank": g["rank_offset"] + i, "host": node.name, "device": f"cpu:{i}",
                     "wrong_elements": 0} for i in range(g["ranks_here"])]
         return ProbeOutcome(node.name, "allreduce", True, data={
             "probe": "allreduce", "schema": 1, "node": {}, "devices": devices,
             "figures": figures, "errors": errors})
+
+
+def curve(busbw: float) -> list[dict]:
+    return [{"bytes": 1 << 20, "busbw_gbps": busbw / 2, "algbw_gbps": busbw / 2,
+             "time_us": 10.0},
+            {"bytes": 4 << 20, "busbw_gbps": busbw, "algbw_gbps": busbw, "time_us": 20.0}]
 
 
 def run_over(tmp_path, net: Net, nodes: int, failed: dict | None = None,
@@ -110,6 +123,33 @@ def test_the_slow_node_and_only_it_is_named_through_its_groups(tmp_path):
     assert confirm[0] == "n3" and confirm[1] in ("n1", "n2", "n4") and confirm != split
     assert {g[0] for g in partners} == {split[1], confirm[1]} and "n3" not in \
         {x for g in partners for x in g}
+
+
+def test_a_slow_node_placed_first_cannot_report_its_groups_fast(tmp_path):
+    """n1 hosts rank 0 of the first group and reports every group it is in at full
+    speed: the group's busbw is the lowest any member reports, and n1 is named."""
+    net = Net({"n1": 0.5, "n2": 10, "n3": 10, "n4": 10}, liars=["n1"])
+    verdicts = run_over(tmp_path, net, 4)
+    for name in ("n2", "n3", "n4"):
+        assert verdicts[name] == ((), ""), verdicts
+    (failure,) = verdicts["n1"][0]
+    assert failure.startswith("localised as the slow node: 0.500 GB/s with known-good ")
+    assert "group busbw 0.500 GB/s at 4 MiB over 4 nodes" in failure
+
+
+def test_a_member_that_reports_no_sweep_leaves_its_group_incomplete(tmp_path):
+    net = Net({"n1": 10, "n2": 10, "n3": 10, "n4": 10})
+    plain = net.probe
+
+    def probe(node, *args, **kwargs):
+        out = plain(node, *args, **kwargs)
+        if node.name == "n3":
+            out.data["figures"].pop("sweep", None)
+        return out
+    net.probe = probe  # type: ignore[method-assign]
+    verdicts = run_over(tmp_path, net, 4)
+    assert [n for n, (failures, _) in verdicts.items() if failures] == ["n3"], verdicts
+    assert "could not complete an all-reduce with known-good " in verdicts["n3"][0][0]
 
 
 def test_three_nodes_are_still_paired(tmp_path):
