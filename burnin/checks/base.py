@@ -203,6 +203,8 @@ class Fleet:
     outcomes: dict[str, ProbeOutcome]
     devices: dict[str, int | None] = field(default_factory=dict)  # what each must report
     models: dict[str, GpuModel | None] = field(default_factory=dict)
+    # Each node as the inventory gives it (its declared NVLink domain, say).
+    nodes: dict[str, Node] = field(default_factory=dict)
 
     def voters(self):
         """(node, outcome) of every node that ran and reported the devices it must have."""

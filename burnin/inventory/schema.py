@@ -114,7 +114,8 @@ def nested_keys() -> dict[str, dict[str, str]]:
 def default_keys() -> dict[str, str]:
     return {"transport": "transport", "python": "str", "workdir": "str", "gpus": "gpus",
             "gpu_model": "gpu_model", "cpu_devices": "device_count",
-            "hcas": "hca_count", "env": "env", **{k: k for k in nested_keys()}}
+            "hcas": "hca_count", "nvlink_domain": "str", "imex_channels": "bool",
+            "env": "env", **{k: k for k in nested_keys()}}
 
 
 def node_keys() -> dict[str, str]:

@@ -39,6 +39,12 @@ class Node:
     cpu_devices: int = 1
     # InfiniBand / RoCE HCAs the node must have (fabric check); None: the run's majority.
     hcas: int | None = None
+    # The multi-node NVLink domain (an NVL72 rack) the node's GPUs belong to: they must be
+    # in its fabric, and agree with its other nodes on cluster and clique
+    # (burnin/checks/gpu_fabric.py). None: no domain declared (an NVL4 tray, an HGX node).
+    nvlink_domain: str | None = None
+    # The node must have an IMEX channel now (the administrator made them for this run).
+    imex_channels: bool | None = None
     # Versions the inventory pins (`expect: {driver, vbios, cuda}`), judged by health.
     expect: dict[str, str] = field(default_factory=dict)
     # Each transport's own settings record (`ssh:`, `srun:`), by the transport's name, as
