@@ -198,8 +198,27 @@ class Nvml:
         }
         dev["fabric"] = self.fabric(dev, h)
         self.configuration(dev, h)
+        self.wear(dev, h)
         dev["_handle"] = h
         return dev
+
+    def wear(self, dev: dict, h) -> None:
+        """Counters that grow before a GPU fails, read for their trend across runs (the
+        controller's replace-soon list, burnin/figures/wear.py): corrected ECC errors over
+        the GPU's lifetime, its retired pages and the PCIe replays since the driver loaded."""
+        nv = self.nv
+        dev["ecc_corrected_aggregate"] = self.read(
+            dev, "ecc_corrected_aggregate", nv.nvmlDeviceGetTotalEccErrors, h,
+            nv.NVML_MEMORY_ERROR_TYPE_CORRECTED, nv.NVML_AGGREGATE_ECC)
+        dev["retired_pages"] = 0
+        for cause in (nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+                      nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR):
+            pages = self.read(dev, "retired_pages", nv.nvmlDeviceGetRetiredPages, h, cause)
+            if pages is None:  # unsupported or failed: said once, no count
+                dev["retired_pages"] = None
+                break
+            dev["retired_pages"] += len(pages)
+        dev["pcie_replay"] = self.read(dev, "pcie_replay", nv.nvmlDeviceGetPcieReplayCounter, h)
 
     def fabric(self, dev: dict, h) -> dict | None:
         """The GPU's NVLink fabric registration (gpufabric.read); None where the GPU is in

@@ -12,9 +12,8 @@ configuration has drifted (burnin/checks/drift.py: persistence, MIG and compute 
 foreign processes, power limit, versions the inventory's `expect:` pins); an XID is in
 the kernel log since boot, a GPU runs application or locked clocks not declared, or the
 host differs (burnin/checks/host.py: CPU count, memory, swap, EDAC memory errors); a
-GPU's NVLink fabric registration is not completed or its health says degraded, the
-node's declared NVLink domain needs a fabric or IMEX channels it lacks, or its GPUs (or
-the domain's nodes) disagree on cluster and clique (burnin/checks/gpu_fabric.py).
+GPU's NVLink fabric registration is not completed or its health says degraded, or the
+model needs a fabric or IMEX channels the node lacks (burnin/checks/gpu_fabric.py).
 """
 
 from __future__ import annotations
@@ -33,16 +32,7 @@ from burnin.checks.base import (
 )
 from burnin.checks.drift import COMPUTE_MODES, device_drift, pinned_versions
 from burnin.checks.fabric import SNAPSHOT
-from burnin.checks.gpu_fabric import (
-    agreement_faults,
-    domain_faults,
-    domain_summary,
-    fabric_faults,
-    fabric_required,
-    imex_faults,
-    imex_required,
-    imex_warnings,
-)
+from burnin.checks.gpu_fabric import fabric_faults, imex_faults
 from burnin.checks.host import GIB, clock_rules, host_rules, kernel_log_rules
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict, majority
@@ -120,7 +110,6 @@ def fleet_summary(fleet: Fleet) -> dict:
     for what, per_model in hosts.items():  # (majority value or None, nodes)
         out[what] = {key: (majority(values)[0], len(values))
                      for key, values in per_model.items()}
-    out["nvlink_domains"] = domain_summary(fleet.outcomes, fleet.nodes)
     return out
 
 
@@ -161,7 +150,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                                          f"{node.gpus}"))
         elif node.gpus is None:
             failures += _count_against_peers(len(devices), j)
-        in_fabric = fabric_required(node, j.model)
+        in_fabric = bool(j.model and j.model.nvlink_fabric)
         for dev in devices:
             failures += _device_faults(node, dev, j.model)
             failures += fabric_faults(_gpu(dev), dev.get("fabric"), in_fabric)
@@ -171,11 +160,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                 warnings.append(f"{_gpu(dev)}: {dev['ecc_uncorrected_aggregate']} uncorrectable "
                                 "ECC errors over its lifetime (aggregate counter)")
 
-        imex = imex_required(node, j.model)
-        failures += imex_faults(gpu.get("imex"), imex)
-        warnings += imex_warnings(gpu.get("imex"), node, imex)
-        failures += agreement_faults(devices, _gpu)
-        failures += domain_faults(node, devices, summary.get("nvlink_domains"))
+        failures += imex_faults(gpu.get("imex"), bool(j.model and j.model.imex_channels))
         failures += pinned_versions(node, gpu.get("driver"), gpu.get("cuda_driver"))
     host = figures.get("host") or {}
     gpu_node = bool(node.gpus) or bool(devices)
@@ -306,6 +291,8 @@ DEVICE = Obj(index=Int(0, 1023), name=Str(256, null=True), uuid=Str(256, null=Tr
              pci_bus_id=Str(64, null=True), ecc_mode_current=Int(null=True),
              ecc_mode_pending=Int(null=True), ecc_uncorrected_volatile=NULL_COUNT,
              ecc_uncorrected_aggregate=NULL_COUNT, retired_pages_pending=Bool(null=True),
+             ecc_corrected_aggregate=NULL_COUNT, retired_pages=NULL_COUNT,
+             pcie_replay=NULL_COUNT,
              remapped_rows=Obj(correctable=COUNT, uncorrectable=COUNT, pending=Bool(),
                                failed=Bool()),
              pcie=PCIE, fabric=FABRIC, persistence_mode=Int(null=True), compute_mode=Int(null=True),

@@ -326,10 +326,15 @@ def build_parser() -> argparse.ArgumentParser:
                              help="nodes over time: quarantined, failed again, clean, released, "
                                   "every run's verdict and speed; and whether each is a "
                                   "repeat offender")
-    history.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
+    history.add_argument("nodes", metavar="NODES", nargs="?",
+                         help="a node or a hostlist (with --watch: optional)")
+    history.add_argument("--watch", action="store_true",
+                         help="the replace-soon list: nodes whose wear counters or speed "
+                              "reach their limit soon, with reason and projected date; exit "
+                              "1 when some node is on it (docs/operator/replace-soon.md)")
     # not ledger/inventory: set_defaults would change the actions `where` shares with
     # every quarantine action (argparse's parents share them), and their SUPPRESS
-    history.set_defaults(func=cli_quarantine.run, action="show")
+    history.set_defaults(func=cli_ledger.history, action="show")
     cli_ledger.add_parser(sub)
     node_check = sub.add_parser(
         "node-check", help="on a node, between runs: the fast checks (NVML, XIDs since the "

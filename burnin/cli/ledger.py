@@ -9,14 +9,28 @@ history and kept runs in order.
 SRC is read in one transaction and DST written in one: a copy interrupted half-way leaves
 DST as it was. A DST that holds anything is refused (exit 2) unless --force, which
 replaces what it holds. Exit 0 when copied; 2 when a ledger cannot be opened, read or
-written, or DST is not empty."""
+written, or DST is not empty.
+
+`burnin history --watch [NODES]`: the replace-soon list (burnin/figures/replace_soon.py):
+every node (or each of NODES) whose wear counters or relative speed, as the ledger's kept
+runs show them, have reached their limit or steadily move to reach it within the
+horizon, soonest first, with each reason and its projected date. Exit 0 when no node is
+on the list; 1 when some node is; 2 when the ledger, the inventory or NODES cannot be
+used. `burnin history NODES` without --watch is the quarantine history
+(burnin/cli/quarantine.py)."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from burnin.cli import quarantine as cli_quarantine
+from burnin.figures import replace_soon
+from burnin.figures.goodput import break_even
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import LedgerError, LedgerLost, LedgerNotEmpty, LedgerUrlError
 from burnin.ledger.open import ledger_site, open_configured, open_ledger
@@ -79,6 +93,58 @@ def copy(args) -> int:
         print(f"copied {len(quarantine)} node(s) in quarantine, {len(history)} history "
               f"event(s) and {len(runs)} kept run(s) from {source.where} to {target.where}")
     return 0
+
+
+def history(args) -> int:
+    """The `history` command: with --watch the replace-soon list, else each node's
+    quarantine history."""
+    if not args.watch:
+        if not args.nodes:
+            print("burnin history: NODES expected (or --watch for the replace-soon list)",
+                  file=sys.stderr)
+            return 2
+        return cli_quarantine.run(args)
+    try:
+        nodes = set(NodeSet(args.nodes)) if args.nodes else None
+    except NodeSetException as e:
+        print(f"burnin history: {args.nodes!r} is not a hostlist: {e}", file=sys.stderr)
+        return 2
+    try:
+        given = getattr(args, "inventory", None)  # `where`'s options: absent when not given
+        inventory = load_inventory(given) if given else None
+        ledger = open_configured(inventory.quarantine if inventory else None, Path("reports"),
+                                 given=getattr(args, "ledger", None))
+        job = inventory.goodput.job_nodes if inventory else None
+        listed = replace_soon.of_ledger(ledger, time.time(), nodes,
+                                        speed_floor=break_even(job) if job else None)
+    except InventoryError as e:
+        print(f"burnin history: invalid inventory:\n{e}", file=sys.stderr)
+        return 2
+    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+        print(f"burnin history: cannot read the quarantine ledger: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{"node": fs[0].node, "projected": _iso(fs[0].projected),
+                           "reasons": [{"counter": f.counter, "device": f.device,
+                                        "value": f.value, "limit": f.limit,
+                                        "per_day": f.per_day, "reached": f.reached,
+                                        "projected": _iso(f.projected), "reason": f.reason,
+                                        "source": f.source} for f in fs]}
+                          for fs in listed], indent=2))
+    elif not listed:
+        print("replace soon: no node (no wear counter or speed reaches its limit within "
+              f"{replace_soon.rules().horizon_days:g} days)")
+    else:
+        print(f"replace soon: {len(listed)} node(s), soonest first")
+        for rank, fs in enumerate(listed, 1):
+            print(f"{rank:>3}. {fs[0].node}  {_iso(fs[0].projected)[:10]}  {fs[0].reason}")
+            for f in fs[1:]:
+                print(f"     {'':{len(fs[0].node)}}  {_iso(f.projected)[:10]}  {f.reason}")
+    return 1 if listed else 0
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def add_parser(sub) -> None:

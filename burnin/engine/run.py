@@ -42,6 +42,7 @@ from burnin.engine.execution import execute_single_node
 from burnin.engine.launch import DEFAULT_FANOUT, Launch
 from burnin.engine.outcome_store import ControllerFault, OutcomeStore
 from burnin.engine.progress import Progress
+from burnin.figures import wear as wear_counters
 from burnin.figures.record_figures import Figure, key_figures
 from burnin.model.nodes import Inventory, Node
 from burnin.model.verdict import Verdict
@@ -97,6 +98,8 @@ class Run:
     # What the run keeps of a check's documents once it is judged (Run.release): the
     # speed-bearing figures (goodput), and of the facts check each node's NodeFacts.
     _figures: dict[str, dict[str, list[Figure]]] = field(default_factory=dict)
+    # and each node's wear counters, whose trend across runs the ledger keeps
+    _wear: dict[str, dict[str, dict]] = field(default_factory=dict)
     # {check: nodes whose document its judge could not read}: their figures never vote
     _unread: dict[str, set[str]] = field(default_factory=dict)
     _facts: dict[str, NodeFacts] | None = None
@@ -163,8 +166,7 @@ class Run:
         assert summarize is not None  # the caller asks only of a check with a summary
 
         def over(names: Iterable[str]) -> object:
-            return summarize(Fleet({k: outcomes[k] for k in names}, devices, models,
-                                   {n.name: n for n in self.nodes}))
+            return summarize(Fleet({k: outcomes[k] for k in names}, devices, models))
         try:
             return over(outcomes)
         except Exception:  # whose document it was is found next
@@ -249,7 +251,22 @@ class Run:
             self._facts = {name: NodeFacts.of(o) for name, o in outcomes.items()}
         if any(m.speed for m in spec.measures):
             self._figures[check] = self._speed_figures(check, outcomes)
+        if check in wear_counters.SOURCES:
+            self._wear[check] = self._wear_of(check, outcomes)
         self.store.release(check)
+
+    def wear(self, check: str) -> dict[str, dict]:
+        """{node: its wear counters in `check`'s document} (burnin/figures/wear.py), kept
+        when the check was judged, or read from its outcomes."""
+        with self._lock:
+            if check in self._wear:
+                return self._wear[check]
+            return self._wear_of(check, self.outcomes(check))
+
+    def _wear_of(self, check: str, outcomes: dict[str, ProbeOutcome]) -> dict[str, dict]:
+        unread = self._unread.get(check, set()) | set(self._unjudged.get(check, {}))
+        return {name: wear_counters.of_document(check, o.data) for name, o in outcomes.items()
+                if o.ok and name not in unread}
 
     def figures(self, check: str) -> dict[str, list[Figure]]:
         """{node: its speed-bearing figures of `check`} (the Measures marked `speed`; what
@@ -372,4 +389,5 @@ class Run:
             self.store.let_go()
             self._verdicts.clear()
             self._figures.clear()
+            self._wear.clear()
             self._summaries.clear()

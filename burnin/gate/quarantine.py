@@ -65,7 +65,8 @@ def split_by_quarantine(nodes: list[Node], ledger: Ledger, revalidate: bool):
 def settle(inventory: Inventory, ledger: Ledger, run_id: str,
            cases: dict[tuple[str, str], CaseResult], revalidate: bool,
            act: bool, speeds: dict[str, Speed] | None = None,
-           incidents: list[Incident] | None = None) -> GateReport:
+           incidents: list[Incident] | None = None,
+           wear: dict[str, dict] | None = None) -> GateReport:
     """Apply a finished run's verdicts: each judged node's verdict (and `speeds`) kept
     among the ledger's runs, failures quarantined, and in a re-validation run clean runs
     counted and nodes released, all in one ledger transaction (a LedgerError: none of
@@ -96,7 +97,8 @@ def settle(inventory: Inventory, ledger: Ledger, run_id: str,
         report.would_quarantine += [name for name, *_ in failures]
         return report
     done = ledger.record_run_end(RunVerdicts(
-        inventory.cluster, run_id, node_runs(run_id, by_node, speeds or {}, time.time()),
+        inventory.cluster, run_id, node_runs(run_id, by_node, speeds or {}, time.time(),
+                                             wear or {}),
         q.keep_runs_days, clean, failures, q.release_after, (q.repeat_times, q.repeat_days),
         drain="slurm" in q.actions, incidents=tuple(report.incidents)))
     report.clean, report.released = done.clean, list(done.released)
@@ -152,10 +154,11 @@ def quarantine_actions(ledger: Ledger, q, name: str, checks: list[str], reasons:
 
 
 def node_runs(run_id: str, by_node: dict[str, list[CaseResult]], speeds: dict[str, Speed],
-              now: float) -> list[NodeRun]:
+              now: float, wear: dict[str, dict] | None = None) -> list[NodeRun]:
     """What the ledger keeps of the run: each node it judged (one it only skipped, held
     in quarantine or busy with another run, was not judged), its worst outcome, the
-    checks it did not pass and why, its relative speed."""
+    checks it did not pass and why, its relative speed and its wear counters
+    (burnin/figures/wear.py: what the replace-soon list's trends read)."""
     out = []
     for node, node_cases in by_node.items():
         judged = [c for c in node_cases if c.outcome != Outcome.SKIPPED]
@@ -168,5 +171,6 @@ def node_runs(run_id: str, by_node: dict[str, list[CaseResult]], speeds: dict[st
         out.append(NodeRun(node, run_id, now, str(worst), tuple(c.check for c in bad),
                            tuple(f"{c.check}: {c.message}" for c in bad),
                            speed.speed if speed else None,
-                           {"set_by": speed.set_by} if speed else {}))
+                           {**({"set_by": speed.set_by} if speed else {}),
+                            **(wear or {}).get(node, {})}))
     return out

@@ -31,7 +31,7 @@ class NodeRun:
     checks: tuple[str, ...] = ()  # the checks it did not pass
     reasons: tuple[str, ...] = ()
     speed: float | None = None    # its relative speed (burnin/figures/goodput.py)
-    figures: dict = field(default_factory=dict)  # what set the speed
+    figures: dict = field(default_factory=dict)  # what set the speed, the wear counters
 
     def as_dict(self) -> dict:
         return {"run_id": self.run_id, "time": self.time, "outcome": self.outcome,
@@ -81,6 +81,25 @@ class RunLog:
                 "SELECT node, time, speed FROM runs WHERE time >= ? AND speed IS NOT NULL "
                 "ORDER BY time, id", (since,)).fetchall()):
             out.setdefault(node, []).append((t, speed))
+        return out
+
+    def kept_since(self, since: float, nodes: set[str] | None = None
+                   ) -> dict[str, list[tuple[float, dict, float | None]]]:
+        """{node: [(time, kept figures, relative speed)] oldest first} of the runs kept
+        since `since` (of `nodes`, or every node): what the replace-soon list's trends are
+        fitted to (burnin/figures/replace_soon.py). A row whose figures are not JSON reads
+        as none."""
+        out: dict[str, list[tuple[float, dict, float | None]]] = {}
+        for node, t, speed, figures in self._read(lambda db: db.execute(
+                "SELECT node, time, speed, figures FROM runs WHERE time >= ? "
+                "ORDER BY time, id", (since,)).fetchall()):
+            if nodes is not None and node not in nodes:
+                continue
+            try:
+                kept = json.loads(figures)
+            except (TypeError, ValueError):
+                kept = {}
+            out.setdefault(node, []).append((t, kept if isinstance(kept, dict) else {}, speed))
         return out
 
     def exposure_since(self, since: float) -> dict[str, tuple[float, int]]:

@@ -63,9 +63,11 @@ def save(state_dir: Path, last: dict | None, results: list[CheckResult],
     def keep() -> None:
         with state.locked(state_dir, deadline):
             again, problem = state.load(state_dir)
-            if problem:  # replaced meanwhile by what node-check did not write: ours stands
-                findings.append(invalid(problem))
-                merged["held"] = _held(merged["held"], [findings[-1].line()[:state.MAX_LINE]])
+            if problem:  # as it was read first, or replaced meanwhile: ours stands
+                said = invalid(problem)
+                if not any(f.text == said.text for f in findings):
+                    findings.append(said)
+                merged["held"] = _held(merged["held"], [said.line()[:state.MAX_LINE]])
                 state.save(state_dir, merged)
                 return
             # another node-check may have read further, found events, or seen a clean run
@@ -80,7 +82,8 @@ def save(state_dir: Path, last: dict | None, results: list[CheckResult],
     try:
         budget.bounded("state", keep, deadline)
     except (StateError, TimeoutError) as e:
-        findings.append(Finding("state", f"node-check's state cannot be kept: {e}"))
+        if last is not None:  # where it could not be read, that was said
+            findings.append(Finding("state", f"node-check's state cannot be kept: {e}"))
     return merged["held"]
 
 

@@ -173,9 +173,8 @@ def _main(args: argparse.Namespace, seen: _Seen) -> int:
         node = find_node(inventory, args.node, env)
     except InventoryError as e:
         seen.textfile = seen.textfile or _textfile_of(args.inventory)
-        print(f"burnin node-check: invalid inventory:\n{e}", file=sys.stderr)
-        return _cannot(seen, USAGE, "inventory", f"invalid inventory {args.inventory}: "
-                                                 f"{str(e).splitlines()[-1]}")
+        return _cannot(seen, USAGE, "inventory",
+                       "invalid inventory: " + "; ".join(str(e).splitlines())[:2000])
     except (UsageError, OSError) as e:
         return _cannot(seen, USAGE, "usage", str(e))
     refused = _untrusted_executables(inventory, node, mode)
@@ -276,7 +275,8 @@ def _report(args, node: Node, mode: str, results: list[CheckResult], findings: l
             "node": node.name, "mode": mode, "ok": not failures,
             "elapsed_s": round(elapsed, 3), "action": "" if acted == RELEASED else acted,
             "checks": [{"check": r.check, "finished": r.finished, "elapsed_s": r.elapsed_s,
-                        "findings": [{"text": f.text, "warn": f.warn, "event": f.event}
+                        "findings": [{"check": f.check, "text": f.text, "warn": f.warn,
+                                      "event": f.event}
                                      for f in r.findings]} for r in results],
             "other": [{"check": f.check, "text": f.text, "warn": f.warn, "event": f.event}
                       for f in findings if f.check == "state"

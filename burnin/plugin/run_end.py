@@ -17,7 +17,7 @@ from burnin import __version__
 from burnin.checks import CHECKS, applicable
 from burnin.core.safefiles import write_atomically
 from burnin.engine.run import Run
-from burnin.figures import goodput
+from burnin.figures import goodput, replace_soon, wear
 from burnin.figures import track_record as track
 from burnin.figures.goodput import Speed
 from burnin.gate import incidents
@@ -86,6 +86,7 @@ class RunEnd:
             self.tracked.save(run.run_dir)
         except Exception as e:  # a part of the report, not a verdict: the run goes on
             self.report_problems.append(f"the nodes' history not read from the ledger: {e}")
+        worn = self._replace_soon(run)
         # A cause many nodes share is one incident, not N faulty nodes: its failures say so
         # in every output, and the gate quarantines nobody for them (burnin/gate/incidents.py).
         self.incidents = incidents.of_cases(self.cases, run.nodes,
@@ -98,11 +99,52 @@ class RunEnd:
         self.gate = settle(run.inventory, self._ledger(), run.run_id, self.cases,
                            self.config.getoption("revalidate"),
                            act=not self.config.getoption("no_quarantine"), speeds=self.speeds,
-                           incidents=self.incidents)
+                           incidents=self.incidents, wear=worn)
+        if not self.config.getoption("no_quarantine"):
+            self._open_incidents(run)
         os.replace(pending, junit)
         # `latest` has pointed at this run since it started (burnin/plugin/preflight.py), unless
         # another run has started since: a completed run is the one to admit from.
         point_latest(run.reports_dir, run.run_id)
+
+    def _replace_soon(self, run: Run) -> dict[str, dict]:
+        """Each node's wear counters (the ledger keeps them with the run), and the
+        replace-soon list with them as the newest point (replace_soon.json, for the page
+        and metrics.prom); a part of the report, not a verdict: a problem is said."""
+        try:
+            worn = wear.of_run(run)
+        except Exception as e:
+            self.report_problems.append(f"the nodes' wear counters not read: {e}")
+            return {}
+        try:
+            now = time.time()
+            current = {n.name: (now, worn.get(n.name, {}),
+                                s.speed if (s := self.speeds.get(n.name)) else None)
+                       for n in run.nodes}
+            replace_soon.save(run.run_dir, replace_soon.of_ledger(
+                self._ledger(), now, {n.name for n in run.nodes}, current,
+                goodput.break_even(self.job_nodes or len(run.nodes))))
+        except Exception as e:
+            self.report_problems.append(f"the replace-soon list not made: {e}")
+        return worn
+
+    def _open_incidents(self, run: Run) -> None:
+        """Earlier runs' incidents whose nodes this run passed all in their check are
+        closed; every incident still open (this run's, numbered, and earlier runs') goes
+        into incidents.json, so that summary.html and metrics.prom show each until it is
+        closed (burnin/ledger/incidents.py). A ledger that fails here leaves the run's own
+        incidents shown, and every hold where it was."""
+        passed: dict[str, set[str]] = {}
+        for (node, check), case in self.cases.items():
+            if case.outcome == Outcome.PASSED:
+                passed.setdefault(check, set()).add(node)
+        try:
+            self._ledger().settle_incidents(run.run_id, passed)
+            still = [k.incident for k in self._ledger().incidents(still_open=True)]
+        except LedgerError as e:
+            self.report_problems.append(f"the open incidents not read from the ledger: {e}")
+            return
+        incidents_report.save(run.run_dir, still)
 
     # The cyclic collector is paused from the end of a run's collection until _let_go (or
     # the end of the session): each full collection scans every object of the run,

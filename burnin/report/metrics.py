@@ -196,5 +196,27 @@ def render(cluster: str, run_id: str, finished: float,
     return "\n".join(lines) + "\n"
 
 
+def replace_soon(cluster: str, listed: list | None) -> str:
+    """metrics.prom's replace-soon series (burnin/figures/replace_soon.py), '' for a run
+    without a list: per node, reason (the counter) and device, 1 while listed and the day
+    its trend reaches the limit (when it reached it, for one past it)."""
+    if listed is None:
+        return ""
+    c = ("cluster", cluster)
+    on, when = [], []
+    for findings in listed:
+        for f in findings:
+            labels = _labels([c, ("node", f.node), ("reason", f.counter), ("device", f.device)])
+            on.append(f"burnin_replace_soon{labels} 1")
+            when.append(f"burnin_replace_soon_projected_timestamp_seconds{labels} "
+                        f"{f.projected:.0f}")
+    return "\n".join(
+        _family("burnin_replace_soon", "1 for each reason the node is on the replace-soon "
+                "list: a wear counter (reason) of a device whose trend reaches its limit "
+                "within the horizon, or has reached it.", on)
+        + _family("burnin_replace_soon_projected_timestamp_seconds", "When the reason's "
+                  "trend reaches its limit (or reached it), in Unix seconds.", when)) + "\n"
+
+
 def write(path: Path, text: str) -> None:
     write_atomically(path, text)  # the textfile collector never reads half a file

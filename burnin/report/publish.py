@@ -86,7 +86,7 @@ def write_evidence(p: Published) -> None:
 
 def write_summary(p: Published) -> None:
     """summary.html (burnin/report/summary/), with the trend over earlier runs."""
-    from burnin.figures import track_record
+    from burnin.figures import replace_soon, track_record
     from burnin.report import summary
     from burnin.report.summary import page, trend
     info = {n.name: summary.NodeInfo(n.name, n.address, dict(n.labels)) for n in p.nodes}
@@ -99,6 +99,7 @@ def write_summary(p: Published) -> None:
         report.history = track_record.load(p.run_dir)
     except (OSError, ValueError) as e:  # costs the page's ledger part only
         report.problems.append(f"the ledger's history of the nodes not drawn: {e}")
+    report.replace_soon = replace_soon.load(p.run_dir)
     p.unreadable.update(report.unreadable)
     report.problems += p.problems
     try:
@@ -118,13 +119,15 @@ def write_plain_summary(p: Published) -> None:
 
 def write_metrics(p: Published) -> None:
     """metrics.prom (burnin/report/metrics.py)."""
+    from burnin.figures import replace_soon
     from burnin.report import metrics
     # A record with a figure that is not a number would stop metrics.render: left out.
     readable = [r for r in p.records if id(r) not in p.unreadable]
     metrics.write(p.run_dir / "metrics.prom",
                   metrics.render(p.cluster, p.run_id, time.time(), p.verdicts, readable,
                                  p.quarantined, p.speeds)
-                  + incidents_report.prom(p.cluster, p.incidents))
+                  + incidents_report.prom(p.cluster, p.incidents)
+                  + metrics.replace_soon(p.cluster, replace_soon.load(p.run_dir)))
 
 
 # In order: the page links the evidence folders, metrics.prom leaves out what the page

@@ -50,6 +50,7 @@ class PageRun:
     speeds: dict[str, tuple[float, str]] = field(default_factory=dict)  # junit.xml's
     costs: dict[str, float] = field(default_factory=dict)  # node-hours per job-hour, junit's
     history: dict | None = None  # what the ledger remembered at the run's end (track.py)
+    replace_soon: list | None = None  # the replace-soon list (burnin/figures/replace_soon.py)
     incidents: list = field(default_factory=list)  # shared causes (burnin/gate/incidents.py)
 
     @cached_property

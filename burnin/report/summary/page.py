@@ -20,7 +20,7 @@ from typing import cast
 from burnin.model.outcome import Outcome
 from burnin.report import incidents as incidents_report
 from burnin.report.summary import fleet as fleet_mod
-from burnin.report.summary import ledger_part
+from burnin.report.summary import ledger_part, replace_soon_part
 from burnin.report.summary import trend as trend_mod
 from burnin.report.summary.model import PageRun, group_key, guarded
 from burnin.report.summary.script import HTML_SAFE, SCRIPT
@@ -122,6 +122,7 @@ def render(report: PageRun) -> str:
         guarded("fleet grid", fleet_mod.grid, report),
         f"<h2>Fleet charts</h2><div class='charts'>{charts}</div>" if charts else "",
         guarded("goodput and the ledger", ledger_part.render, report),
+        guarded("replace soon", replace_soon_part.render, report),
         guarded("trend", trend_mod.movers, report.trend, nodes),
         guarded("table", _table, report, nodes),
         "<h2 id='sections'>Nodes</h2>", *inline,
