@@ -103,8 +103,16 @@ def read(nv, handle) -> dict:
     return _common(info, "nvmlDeviceGetGpuFabricInfo", None)
 
 
+def _state(info) -> int:
+    """The registration state: one byte. nvml.h declares nvmlGpuFabricState_t an
+    unsigned char, where nvidia-ml-py 13.615's structs give it a c_uint; the three bytes
+    after it are padding a driver need not zero, so only the state's own byte is read
+    (little-endian hosts: x86-64, aarch64)."""
+    return ctypes.c_uint8.from_buffer(info, type(info).state.offset).value
+
+
 def _common(info, api: str, version) -> dict:
-    state = int(info.state)
+    state = _state(info)
     return {"api": api, "version": None if version is None else int(version) >> 24,
             "state": STATES.get(state, f"unknown {state}"), "status": int(info.status),
             "clique_id": int(info.cliqueId), "cluster_uuid": _uuid(info.clusterUuid)}

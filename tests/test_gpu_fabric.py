@@ -41,8 +41,10 @@ def gb200(i: int, fabric) -> dict:
     return {"name": "NVIDIA GB200", "uuid": f"GPU-{i}", "fabric": fabric}
 
 
-def node(model: str, gpus: int) -> Node:
-    return Node(name="tray1", address="tray1", transport="local", gpus=gpus, gpu_model=model)
+def node(model: str, gpus: int, domain: str | None = None, imex: bool | None = None) -> Node:
+    """A tray; `domain`: the NVLink domain the inventory declares for it (an NVL72 rack)."""
+    return Node(name="tray1", address="tray1", transport="local", gpus=gpus, gpu_model=model,
+                nvlink_domain=domain, imex_channels=imex)
 
 
 def health(n: Node, dev_root: Path) -> ProbeOutcome:
@@ -85,7 +87,7 @@ def test_a_gb200_tray_fails_each_gpu_whose_fabric_is_not_completed_or_degraded(n
         gb200(5, {"state": 1}),  # not started: the fabric manager never registered it
         gb200(6, None),          # NVML says the GPU is in no fabric
     ])
-    n = node("GB200-186GB", 7)
+    n = node("GB200-186GB", 7, domain="nvl72-a")
     out = health(n, dev_root)
     fab = {d["index"]: d["fabric"] for d in out.data["devices"]}
     assert fab[0]["state"] == "completed" and fab[0]["summary"] == "healthy"
@@ -104,24 +106,24 @@ def test_a_gb200_tray_fails_each_gpu_whose_fabric_is_not_completed_or_degraded(n
         "0 (success)",
         "GPU 5 (GPU-5): NVLink fabric registration is not started, expected completed "
         "(clique 1, cluster 5e1f4a0c-9b7d-0000-b0a4-d00000000001)",
-        "GPU 6 (GPU-6): NVML reports no NVLink fabric state (the model's GPUs must join a "
-        "fabric: is the fabric manager or NVLink supported here?)"]
+        "GPU 6 (GPU-6): NVML reports no NVLink fabric state (the node's NVLink domain needs "
+        "one: is the fabric manager running, NVLink supported here?)"]
 
 
 def test_a_healthy_gb200_tray_passes_and_one_without_an_imex_channel_fails(nvml, dev_root,
                                                                            tmp_path):
     nvml(driver_branch="R570", devices=[gb200(i, {"state": 3, "health_mask": HEALTHY})
                                         for i in range(4)])
-    n = node("GB200-186GB", 4)
+    n = node("GB200-186GB", 4, domain="nvl72-a", imex=True)
     out = health(n, dev_root)
     assert {d["fabric"]["version"] for d in out.data["devices"]} == {2}, "R570: v2 only"
     assert fabric_lines(failures(n, out)) == []
     bare = tmp_path / "bare-dev"
     bare.mkdir()
     assert fabric_lines(failures(n, health(n, bare))) == [
-        f"no IMEX channel in {bare}/nvidia-caps-imex-channels (the model's multi-node "
-        "NVLink needs one: the driver's NVreg_CreateImexChannel0=1, or the channel made by "
-        "hand)"]
+        f"no IMEX channel in {bare}/nvidia-caps-imex-channels (imex_channels: true: the "
+        "driver's NVreg_CreateImexChannel0=1, or the channel made by hand; they do not "
+        "survive a reboot)"]
 
 
 @pytest.mark.parametrize("branch, api, fails", [
@@ -131,7 +133,7 @@ def test_a_healthy_gb200_tray_passes_and_one_without_an_imex_channel_fails(nvml,
 def test_an_older_driver_reads_what_it_has_and_a_gb200_without_any_fails(nvml, dev_root,
                                                                          branch, api, fails):
     nvml(driver_branch=branch, devices=[gb200(0, {"state": 3})])
-    n = node("GB200-186GB", 1)
+    n = node("GB200-186GB", 1, domain="nvl72-a")
     out = health(n, dev_root)
     (dev,) = out.data["devices"]
     assert (dev["fabric"] or {}).get("api") == api
@@ -196,6 +198,6 @@ def test_the_health_mask_reads_as_nvml_h_defines_it():
 def test_imex_is_judged_only_where_the_model_needs_it():
     assert imex_faults(None, required=False) == []
     assert imex_faults(None, required=True) == [
-        "IMEX channels were not looked for (the model needs them)"]
+        "IMEX channels were not looked for (imex_channels: true needs them)"]
     assert imex_faults({"error": "/dev/x: Permission denied"}, required=True) == [
         "IMEX channels unreadable: /dev/x: Permission denied"]

@@ -28,9 +28,13 @@ def imex_dev(root: Path, channels: int = 1) -> Path:
     return root
 
 
-def run(nvml_in_process, dev_root: Path, model: str | None, devices: list, **scenario):
+def run(nvml_in_process, dev_root: Path, model: str | None, devices: list,
+        domain: str | None = "nvl72-a", imex: bool | None = True, **scenario):
+    """node-check on a tray; by default one the inventory puts in an NVLink domain (an
+    NVL72 rack) and requires IMEX channels of."""
     nv = nvml_in_process(devices=devices, **scenario)
-    node = Node(name="tray1", address="tray1", gpus=len(devices), gpu_model=model)
+    node = Node(name="tray1", address="tray1", gpus=len(devices), gpu_model=model,
+                nvlink_domain=domain, imex_channels=imex)
     # gpu.check reads in a child process; here the same reader and judge in this one
     return gpu.judge(node, GPU_MODELS[model] if model else None,
                      {**HEALTH, "dev_root": str(dev_root)}, {},
@@ -75,23 +79,24 @@ def test_each_gpu_whose_fabric_is_not_completed_or_degraded_is_a_finding(nvml_in
         "0 (success)",
         f"GPU 5 (GPU-5): NVLink fabric registration is not started, expected completed "
         f"(clique 1, cluster {CLUSTER})",
-        "GPU 6 (GPU-6): NVML reports no NVLink fabric state (the model's GPUs must join a "
-        "fabric: is the fabric manager or NVLink supported here?)"]
+        "GPU 6 (GPU-6): NVML reports no NVLink fabric state (the node's NVLink domain needs "
+        "one: is the fabric manager running, NVLink supported here?)"]
     assert all(f.check == "gpu" for f in result.findings)
 
 
-@pytest.mark.parametrize("model, name, fails", [
-    ("H100-SXM5-80GB", "NVIDIA H100 80GB HBM3", False),  # no fabric call: nothing to judge
-    ("GB200-186GB", "NVIDIA GB200", True),                # its GPUs must be in a fabric
-    (None, "NVIDIA GB200", False),  # no gpu_model: as the run, only a reported fabric
+@pytest.mark.parametrize("model, name, domain, fails", [
+    ("H100-SXM5-80GB", "NVIDIA H100 80GB HBM3", None, False),  # no fabric call, no domain
+    ("GB200-186GB", "NVIDIA GB200", "nvl72-a", True),  # a declared domain needs a fabric
+    ("GB200-186GB", "NVIDIA GB200", None, False),      # an NVL4 tray: no domain
 ])
-def test_a_driver_without_the_fabric_call_is_a_finding_only_where_the_model_needs_one(
-        nvml_in_process, tmp_path, model, name, fails):
+def test_a_driver_without_the_fabric_call_is_a_finding_only_where_the_node_needs_one(
+        nvml_in_process, tmp_path, model, name, domain, fails):
     devices = [{"name": name, "uuid": "GPU-0", "fabric": {"state": 3}}]
-    result = run(nvml_in_process, imex_dev(tmp_path), model, devices, driver_branch="R525")
+    result = run(nvml_in_process, imex_dev(tmp_path), model, devices, domain=domain,
+                 driver_branch="R525")
     assert texts(result) == ([
-        "GPU 0 (GPU-0): NVML reports no NVLink fabric state (the model's GPUs must join a "
-        "fabric: is the fabric manager or NVLink supported here?)"] if fails else [])
+        "GPU 0 (GPU-0): NVML reports no NVLink fabric state (the node's NVLink domain needs "
+        "one: is the fabric manager running, NVLink supported here?)"] if fails else [])
 
 
 def test_an_older_driver_without_the_health_mask_is_judged_on_what_it_reports(
@@ -107,7 +112,8 @@ def test_an_older_driver_without_the_health_mask_is_judged_on_what_it_reports(
 def test_an_h100_outside_any_fabric_passes_and_its_reported_fabric_is_judged(
         nvml_in_process, tmp_path):
     devices = [{"uuid": "GPU-0"}, {"uuid": "GPU-1", "fabric": {"state": 2}}]
-    result = run(nvml_in_process, tmp_path, "H100-SXM5-80GB", devices)  # no IMEX: not needed
+    result = run(nvml_in_process, tmp_path, "H100-SXM5-80GB", devices, domain=None,
+                 imex=None)  # no IMEX: not needed
     assert texts(result) == [
         f"GPU 1 (GPU-1): NVLink fabric registration is in progress, expected completed "
         f"(clique 1, cluster {CLUSTER})"]
@@ -119,13 +125,19 @@ def test_a_gb200_without_an_imex_channel_is_a_finding(nvml_in_process, tmp_path)
     bare.mkdir()
     assert texts(run(nvml_in_process, bare, "GB200-186GB", devices,
                      driver_branch="R570")) == [
-        f"no IMEX channel in {bare}/nvidia-caps-imex-channels (the model's multi-node NVLink "
-        "needs one: the driver's NVreg_CreateImexChannel0=1, or the channel made by hand)"]
+        f"no IMEX channel in {bare}/nvidia-caps-imex-channels (imex_channels: true: the "
+        "driver's NVreg_CreateImexChannel0=1, or the channel made by hand; they do not "
+        "survive a reboot)"]
     empty = imex_dev(tmp_path / "empty-dev", channels=0)
     assert texts(run(nvml_in_process, empty, "GB200-186GB", devices,
                      driver_branch="R570")) == [
-        f"no IMEX channel in {empty}/nvidia-caps-imex-channels (the model's multi-node NVLink "
-        "needs one: the driver's NVreg_CreateImexChannel0=1, or the channel made by hand)"]
+        f"no IMEX channel in {empty}/nvidia-caps-imex-channels (imex_channels: true: the "
+        "driver's NVreg_CreateImexChannel0=1, or the channel made by hand; they do not "
+        "survive a reboot)"]
+    # Without imex_channels: true (channels are the administrator's, gone after a
+    # reboot): no finding.
+    assert texts(run(nvml_in_process, bare, "GB200-186GB", devices, imex=None,
+                     driver_branch="R570")) == []
 
 
 def test_an_nvml_error_reading_the_fabric_is_a_finding_not_a_pass(nvml_in_process, tmp_path):
@@ -137,8 +149,8 @@ def test_an_nvml_error_reading_the_fabric_is_a_finding_not_a_pass(nvml_in_proces
                       driver_branch="R580"))
     assert found == [  # the second as the run's health check says it too
         "GPU 0 (GPU-0): NVML error (Unknown Error) reading fabric",
-        "GPU 0 (GPU-0): NVML reports no NVLink fabric state (the model's GPUs must join a "
-        "fabric: is the fabric manager or NVLink supported here?)"]
+        "GPU 0 (GPU-0): NVML reports no NVLink fabric state (the node's NVLink domain needs "
+        "one: is the fabric manager running, NVLink supported here?)"]
 
 
 def test_node_check_drains_a_gb200_node_for_its_fabric_read_from_the_inventory(tmp_path,
@@ -149,7 +161,8 @@ def test_node_check_drains_a_gb200_node_for_its_fabric_read_from_the_inventory(t
                                             degraded_bandwidth=TRUE)})])
     bare = tmp_path / "bare-dev"
     bare.mkdir()
-    inv = make_inventory(tmp_path, {"gpus": 2, "gpu_model": "GB200-186GB"},
+    inv = make_inventory(tmp_path, {"gpus": 2, "gpu_model": "GB200-186GB",
+                                    "nvlink_domain": "nvl72-a", "imex_channels": True},
                          checks={"fabric": {"sysfs_root": str(tmp_path / "no-hcas")},
                                  "health": {"dev_root": str(bare), "kernel_log": "off"}})
     res = node_check(inv, "--json")
@@ -157,6 +170,6 @@ def test_node_check_drains_a_gb200_node_for_its_fabric_read_from_the_inventory(t
     assert [f for f in findings(res) if f.startswith("gpu: ")] == [
         f"gpu: GPU 1 (GPU-1): NVLink bandwidth is degraded (fabric health mask "
         f"{mask(degraded_bandwidth=TRUE)})",
-        f"gpu: no IMEX channel in {bare}/nvidia-caps-imex-channels (the model's multi-node "
-        "NVLink needs one: the driver's NVreg_CreateImexChannel0=1, or the channel made by "
-        "hand)"]
+        f"gpu: no IMEX channel in {bare}/nvidia-caps-imex-channels (imex_channels: true: "
+        "the driver's NVreg_CreateImexChannel0=1, or the channel made by hand; they do not "
+        "survive a reboot)"]

@@ -12,8 +12,9 @@ configuration has drifted (burnin/checks/drift.py: persistence, MIG and compute 
 foreign processes, power limit, versions the inventory's `expect:` pins); an XID is in
 the kernel log since boot, a GPU runs application or locked clocks not declared, or the
 host differs (burnin/checks/host.py: CPU count, memory, swap, EDAC memory errors); a
-GPU's NVLink fabric registration is not completed or its health says degraded, or the
-model needs a fabric or IMEX channels the node lacks (burnin/checks/gpu_fabric.py).
+GPU's NVLink fabric registration is not completed or its health says degraded, the
+node's declared NVLink domain needs a fabric or IMEX channels it lacks, or its GPUs (or
+the domain's nodes) disagree on cluster and clique (burnin/checks/gpu_fabric.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ from burnin.checks.base import (
 )
 from burnin.checks.drift import COMPUTE_MODES, device_drift, pinned_versions
 from burnin.checks.fabric import SNAPSHOT
-from burnin.checks.gpu_fabric import fabric_faults, imex_faults
+from burnin.checks.gpu_fabric import (
+    agreement_faults,
+    domain_faults,
+    domain_summary,
+    fabric_faults,
+    fabric_required,
+    imex_faults,
+    imex_required,
+    imex_warnings,
+)
 from burnin.checks.host import GIB, clock_rules, host_rules, kernel_log_rules
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict, majority
@@ -110,6 +120,7 @@ def fleet_summary(fleet: Fleet) -> dict:
     for what, per_model in hosts.items():  # (majority value or None, nodes)
         out[what] = {key: (majority(values)[0], len(values))
                      for key, values in per_model.items()}
+    out["nvlink_domains"] = domain_summary(fleet.outcomes, fleet.nodes)
     return out
 
 
@@ -150,7 +161,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                                          f"{node.gpus}"))
         elif node.gpus is None:
             failures += _count_against_peers(len(devices), j)
-        in_fabric = bool(j.model and j.model.nvlink_fabric)
+        in_fabric = fabric_required(node, j.model)
         for dev in devices:
             failures += _device_faults(node, dev, j.model)
             failures += fabric_faults(_gpu(dev), dev.get("fabric"), in_fabric)
@@ -160,7 +171,11 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
                 warnings.append(f"{_gpu(dev)}: {dev['ecc_uncorrected_aggregate']} uncorrectable "
                                 "ECC errors over its lifetime (aggregate counter)")
 
-        failures += imex_faults(gpu.get("imex"), bool(j.model and j.model.imex_channels))
+        imex = imex_required(node, j.model)
+        failures += imex_faults(gpu.get("imex"), imex)
+        warnings += imex_warnings(gpu.get("imex"), node, imex)
+        failures += agreement_faults(devices, _gpu)
+        failures += domain_faults(node, devices, summary.get("nvlink_domains"))
         failures += pinned_versions(node, gpu.get("driver"), gpu.get("cuda_driver"))
     host = figures.get("host") or {}
     gpu_node = bool(node.gpus) or bool(devices)

@@ -166,7 +166,8 @@ class Run:
         assert summarize is not None  # the caller asks only of a check with a summary
 
         def over(names: Iterable[str]) -> object:
-            return summarize(Fleet({k: outcomes[k] for k in names}, devices, models))
+            return summarize(Fleet({k: outcomes[k] for k in names}, devices, models,
+                                   {n.name: n for n in self.nodes}))
         try:
             return over(outcomes)
         except Exception:  # whose document it was is found next

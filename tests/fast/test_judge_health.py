@@ -298,11 +298,12 @@ def test_the_fleet_majorities():
     assert summary("health", outcomes, models=models) == {
         "driver": ("550", "", 4), "torch": ("2.13", "", 4),
         "gpus": {"H100": (8, "", 3), "": (4, "", 1)},
-        "cpus": {"H100": (64, 3)}, "memory_gib": {"H100": (None, 2), "": (512, 1)}}
+        "cpus": {"H100": (64, 3)}, "memory_gib": {"H100": (None, 2), "": (512, 1)},
+        "nvlink_domains": {}}
     empty = summary("health", {})
     assert empty == {"driver": (None, "no node reported a value", 0),
                      "torch": (None, "no node reported a value", 0), "gpus": {}, "cpus": {},
-                     "memory_gib": {}}
+                     "memory_gib": {}, "nvlink_domains": {}}
 
 
 def test_evidence_keeps_the_facts_that_identify_the_node():

@@ -73,11 +73,11 @@ def fabric(**over):
     (FABRIC_OK, True, []),
     (None, False, []),
     ({"state": "not_supported"}, False, []),
-    (None, True, ["g: NVML reports no NVLink fabric state (the model's GPUs must join a "
-                  "fabric: is the fabric manager or NVLink supported here?)"]),
+    (None, True, ["g: NVML reports no NVLink fabric state (the node's NVLink domain needs "
+                  "one: is the fabric manager running, NVLink supported here?)"]),
     ({"state": "not_supported"}, True, ["g: NVML reports no NVLink fabric state (the "
-                                        "model's GPUs must join a fabric: is the fabric "
-                                        "manager or NVLink supported here?)"]),
+                                        "node's NVLink domain needs one: is the fabric "
+                                        "manager running, NVLink supported here?)"]),
     (fabric(state="in_progress"), False, [
         "g: NVLink fabric registration is in progress, expected completed (clique 4, "
         "cluster c)"]),
@@ -113,12 +113,13 @@ def test_imex_channels_where_the_model_needs_them():
     assert imex_faults({"count": 0, "path": "/dev/x"}, required=False) == []
     assert imex_faults({"count": 1, "path": "/dev/x", "error": None}, required=True) == []
     assert imex_faults({"count": 0, "path": "/dev/x", "error": None}, required=True) == [
-        "no IMEX channel in /dev/x (the model's multi-node NVLink needs one: the driver's "
-        "NVreg_CreateImexChannel0=1, or the channel made by hand)"]
+        "no IMEX channel in /dev/x (imex_channels: true: the driver's "
+        "NVreg_CreateImexChannel0=1, or the channel made by hand; they do not survive a "
+        "reboot)"]
     assert imex_faults({"count": 0, "error": "/dev/x: denied"}, required=True) == [
         "IMEX channels unreadable: /dev/x: denied"]
     assert imex_faults({}, required=True) == [
-        "IMEX channels were not looked for (the model needs them)"]
+        "IMEX channels were not looked for (imex_channels: true needs them)"]
 
 
 GB200 = GpuModel("GB200", ("NVIDIA GB200",), nvlink_fabric=True, imex_channels=True)
@@ -150,7 +151,7 @@ def test_health_judges_fabric_imex_and_the_datasheets_pcie_link():
         state="in_progress"))), model=GB200, fleet=FLEET)
     assert [x for x in f if "fabric" in x or "IMEX" in x] == [
         "GPU 0 (GPU-0): NVLink fabric registration is in progress, expected completed "
-        "(clique 4, cluster c)", "IMEX channels were not looked for (the model needs them)"]
+        "(clique 4, cluster c)", "IMEX channels were not looked for (imex_channels: true needs them)"]
     f, _ = judge("health", health(health_gpu("NVIDIA GB200", fabric=FABRIC_OK),
                                   imex={"count": 1, "path": "/dev/x", "error": None}),
                  model=GB200, fleet=FLEET)
@@ -160,8 +161,8 @@ def test_health_judges_fabric_imex_and_the_datasheets_pcie_link():
                                   imex={"count": 1, "path": "/dev/x", "error": None}),
                  model=GB200, fleet=FLEET)
     assert [x for x in f if "fabric" in x] == [
-        "GPU 0 (GPU-0): NVML reports no NVLink fabric state (the model's GPUs must join a "
-        "fabric: is the fabric manager or NVLink supported here?)"]
+        "GPU 0 (GPU-0): NVML reports no NVLink fabric state (the node's NVLink domain needs "
+        "one: is the fabric manager running, NVLink supported here?)"]
     f, _ = judge("health", health(health_gpu("NVIDIA H100 80GB HBM3")), model=H100,
                  fleet=FLEET)
     assert [x for x in f if "fabric" in x] == []

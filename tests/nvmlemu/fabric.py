@@ -27,6 +27,7 @@ from .declarations import DEVICE, P, export, struct_version
 KEYS = {"state": 3, "status": "SUCCESS", "clique_id": 1,
         "cluster_uuid": "5e1f4a0c9b7d0000b0a4d00000000001", "health_mask": 0,
         "health_summary": 1}
+PADDING = b"\xa5\xa5\xa5"
 V2 = struct_version(nv.c_nvmlGpuFabricInfo_v2_t, 2)
 V3 = struct_version(nv.c_nvmlGpuFabricInfo_v3_t, 3)
 
@@ -46,7 +47,11 @@ def _fill(emu, dev, info) -> int:
     if spec is None:
         return sc.NOT_SUPPORTED
     now = {k: sc.at(spec.get(k, default), emu.elapsed()) for k, default in KEYS.items()}
-    info.state = now["state"]
+    # nvml.h: nvmlGpuFabricState_t is an unsigned char. A driver that copies its own
+    # struct leaves whatever its padding held in the three bytes after it: written here
+    # as 0xA5, so that a reader of four bytes (pynvml's c_uint) reads them too.
+    offset = type(info).state.offset
+    ctypes.memmove(ctypes.addressof(info) + offset, bytes([now["state"] & 0xFF]) + PADDING, 4)
     info.status = sc.code(now["status"], "fabric.status")
     info.cliqueId = now["clique_id"]
     raw = bytes.fromhex(now["cluster_uuid"])
