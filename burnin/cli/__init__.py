@@ -19,6 +19,7 @@ from pathlib import Path
 
 from burnin import __version__
 from burnin.checks import CHECKS
+from burnin.cli import incident as cli_incident
 from burnin.cli import ledger as cli_ledger
 from burnin.cli import quarantine as cli_quarantine
 from burnin.core.shipped_files import inventory as shipped_inventory
@@ -117,6 +118,7 @@ def _admit(args) -> int:
             inventory_nodes = [n.name for n in inv.nodes]
             inventory_require = list(inv.require) if inv.require else None
         quarantined = _quarantined(args, path, inv)
+        held = cli_incident.holds(args, path, inv)
     except ReportError as e:
         print(f"burnin admit: {e}; no node is admitted", file=sys.stderr)
         return 2
@@ -128,7 +130,7 @@ def _admit(args) -> int:
               file=sys.stderr)
         return 2
     decisions = decide(report, required, inventory_nodes, inventory_require, quarantined,
-                       args.min_speed)
+                       args.min_speed, held)
     admitted = [d.node for d in decisions if d.admitted]
     rejected = {d.node: list(d.reasons) for d in decisions if not d.admitted}
     out_file = Path(args.admitted_file) if args.admitted_file else path.parent / "admitted.txt"
@@ -336,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     # every quarantine action (argparse's parents share them), and their SUPPRESS
     history.set_defaults(func=cli_ledger.history, action="show")
     cli_ledger.add_parser(sub)
+    cli_incident.add_parser(sub)
     node_check = sub.add_parser(
         "node-check", help="on a node, between runs: the fast checks (NVML, XIDs since the "
                            "last check, fabric ports, storage mount, host, DCGM health) as "

@@ -113,11 +113,14 @@ def decide(report: Report, required: list[str] | None = None,
            inventory_nodes: list[str] | None = None,
            inventory_require: list[str] | None = None,
            quarantined: dict[str, str] | None = None,
-           min_speed: float | None = None) -> list[Decision]:
+           min_speed: float | None = None,
+           incidents: dict[str, str] | None = None) -> list[Decision]:
     """One decision per node of the report (and of the inventory, when given). Required:
     `required` when given (--require), else the inventory's admission.require, else what
     the report says applies to each node (Report.required). A node in `quarantined`
-    ({node: why}, from the ledger) is refused whatever the report says of it; with
+    ({node: why}, from the ledger) is refused whatever the report says of it, and so is
+    one an open shared-cause incident holds (`incidents`: {node: why}, from the ledger,
+    burnin/ledger/incidents.py) until a person closes it or a run passes them all; with
     `min_speed`, so is one slower than that against its fleet, or of unknown speed."""
     nodes = report.cases
     names = list(nodes)
@@ -134,6 +137,8 @@ def decide(report: Report, required: list[str] | None = None,
         reasons = []
         if quarantined and name in quarantined:
             reasons.append(f"in quarantine: {quarantined[name]}")
+        if incidents and name in incidents:
+            reasons.append(f"held by an open shared-cause incident: {incidents[name]}")
         if min_speed is not None:
             reasons += too_slow(report.properties.get(name, {}), min_speed)
         checks = required or inventory_require or report.required(name)

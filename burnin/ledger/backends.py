@@ -31,7 +31,7 @@ from burnin.ledger.url import shown
 
 BUSY_TIMEOUT_S = 60
 CONNECT_TIMEOUT_S = 10
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # pg_advisory_xact_lock's key for migrations: b"burnin" read as an integer.
 MIGRATION_LOCK = 0x6275726E696E
 
@@ -123,6 +123,8 @@ def _migrations(real: str, serial: str) -> dict[int, tuple[str, ...]]:
                 figures TEXT NOT NULL)   -- JSON: what set the speed""",),
         # Shared-cause incidents (burnin/gate/incidents.py): its SQL lives with its methods.
         4: incidents_ledger.migration(real, serial),
+        # An incident is open until a person or a passing run closes it.
+        5: incidents_ledger.closing_migration(real),
     }
 
 

@@ -1,7 +1,12 @@
 """The ledger's memory of shared-cause incidents (burnin/gate/incidents.py): one row per
 incident of a run, kept beside the quarantine and never quarantining anyone.
 
-Its table's SQL in both engines' words (`migration`, schema step 4 of
+An incident is open from the run that found it until a person closes it (`burnin incident
+close ID`) or a later run passes every one of its nodes in its check. While it is open its
+nodes are held as its members: no fault counted, no action, no drain, but `burnin admit
+--inventory/--ledger` refuses them (`incident_holds`), and every run's outputs show it.
+
+Its table's SQL in both engines' words (`migration`, schema steps 4 and 5 of
 burnin/ledger/backends.py) and the ledger methods over it (`IncidentLog`, a mixin of
 burnin.ledger.api.Ledger, whose transactions `_write` and `_read` it uses)."""
 
@@ -10,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from burnin.core.safetext import safe_text
@@ -38,13 +43,30 @@ def migration(real: str, serial: str) -> tuple[str, ...]:
             "CREATE INDEX IF NOT EXISTS incidents_time ON incidents (time)")
 
 
+def closing_migration(real: str) -> tuple[str, ...]:
+    """Schema step 5: an incident is open until closed (`closed`: when, by whom, why).
+    Incidents kept before this step held nobody: they are closed by it, saying so."""
+    return (f"ALTER TABLE incidents ADD COLUMN closed {real}",
+            "ALTER TABLE incidents ADD COLUMN closed_by TEXT",
+            "ALTER TABLE incidents ADD COLUMN closed_why TEXT",
+            "UPDATE incidents SET closed = time, closed_by = 'burnin', closed_why = "
+            "'kept before incidents held their nodes' WHERE closed IS NULL")
+
+
+class IncidentError(Exception):
+    """An incident that cannot be closed: none of that number, or closed already."""
+
+
 @dataclass(frozen=True)
 class KeptIncident:
     """One incident as the ledger keeps it."""
 
     run_id: str
     time: float
-    incident: Incident
+    incident: Incident     # with its id and run_id
+    closed: float | None = None
+    closed_by: str = ""
+    closed_why: str = ""
 
 
 T = TypeVar("T")
@@ -55,6 +77,11 @@ class IncidentLog:
 
     if TYPE_CHECKING:  # burnin.ledger.api.Ledger's, for the type checker only
         def _write(self, work: Callable[[Any], T]) -> T: ...
+        def _read(self, work: Callable[[Any], T]) -> T: ...
+
+        @staticmethod
+        def _log(db: Any, node: Any, event: Any, who: Any, why: Any, run_id: Any,
+                 now: Any) -> None: ...
 
     def record_incidents(self, cluster: str, run_id: str, incidents: list[Incident],
                          now: float | None = None) -> None:
@@ -75,15 +102,76 @@ class IncidentLog:
                        f"VALUES ({', '.join('?' * len(INCIDENT_COLUMNS))})", rows)
 
     def incidents(self, node: str | None = None, run_id: str | None = None,
-                  since: float = 0.0) -> list[KeptIncident]:
+                  since: float = 0.0, still_open: bool = False) -> list[KeptIncident]:
         """The kept incidents since `since`, oldest first: those naming `node`, or of
-        `run_id`, when given."""
-        rows = self._read(lambda db: db.execute(  # type: ignore[attr-defined]
-            "SELECT run_id, time, figures FROM incidents WHERE time >= ? ORDER BY time, id",
-            (since,)).fetchall())
-        out = []
-        for rid, t, figures in rows:
-            incident = Incident.of_dict(json.loads(figures))
-            if (node is None or node in incident.nodes) and (run_id is None or rid == run_id):
-                out.append(KeptIncident(rid, t, incident))
-        return out
+        `run_id`, when given; only the open ones with `still_open`."""
+        where = " AND closed IS NULL" if still_open else ""
+        rows = self._read(lambda db: db.execute(
+            f"{SELECT} WHERE time >= ?{where} ORDER BY time, id", (since,)).fetchall())
+        out = [_kept(row) for row in rows]
+        return [k for k in out if (node is None or node in k.incident.nodes)
+                and (run_id is None or k.run_id == run_id)]
+
+    def incident_holds(self) -> dict[str, str]:
+        """{node: why} of every node an open incident holds: `burnin admit` refuses them."""
+        held: dict[str, str] = {}
+        for k in self.incidents(still_open=True):
+            for node in k.incident.nodes:
+                held.setdefault(node, k.incident.still_open)
+        return held
+
+    def close_incident(self, number: int, why: str, who: str) -> KeptIncident:
+        """A person closes open incident `number`: its nodes are held no more (each node's
+        history says so). IncidentError when there is none open of that number."""
+        now = time.time()
+
+        def work(db) -> KeptIncident:
+            row = db.execute(f"{SELECT} WHERE id = ?", (number,)).fetchone()
+            if row is None:
+                raise IncidentError(f"no incident {number} in the ledger")
+            kept = _kept(row)
+            if kept.closed is not None:
+                raise IncidentError(f"incident {number} was closed already by "
+                                    f"{kept.closed_by}: {kept.closed_why}")
+            return self._close_in(db, kept, who, safe_text(why), now)
+        return self._write(work)
+
+    def settle_incidents(self, run_id: str, passed: dict[str, set[str]],
+                         who: str = "burnin") -> list[KeptIncident]:
+        """Close every open incident of an earlier run whose nodes all passed its check in
+        run `run_id` (`passed`: {check: nodes that passed it}), in one transaction; the
+        ones closed."""
+        now = time.time()
+
+        def work(db) -> list[KeptIncident]:
+            rows = db.execute(f"{SELECT} WHERE closed IS NULL ORDER BY id").fetchall()
+            done = []
+            for kept in map(_kept, rows):
+                i = kept.incident
+                if kept.run_id != run_id and set(i.nodes) <= passed.get(i.check, set()):
+                    done.append(self._close_in(
+                        db, kept, who, f"run {run_id} passed all its nodes in {i.check}", now))
+            return done
+        return self._write(work)
+
+    def _close_in(self, db, kept: KeptIncident, who: str, why: str,
+                  now: float) -> KeptIncident:
+        why = why[:MESSAGE_CHARS]
+        db.execute("UPDATE incidents SET closed = ?, closed_by = ?, closed_why = ? "
+                   "WHERE id = ?", (now, who, why, kept.incident.id))
+        for node in kept.incident.nodes:
+            self._log(db, node, "incident-closed", who,
+                      f"incident {kept.incident.id} ({kept.incident.name}) closed: {why}",
+                      kept.run_id, now)
+        return replace(kept, closed=now, closed_by=who, closed_why=why)
+
+
+SELECT = ("SELECT id, run_id, time, figures, closed, closed_by, closed_why FROM incidents")
+
+
+def _kept(row) -> KeptIncident:
+    number, rid, t, figures, closed, by, why = row
+    incident = replace(Incident.of_dict(json.loads(figures)), id=int(number),
+                       run_id=str(rid))
+    return KeptIncident(str(rid), float(t), incident,
+                        None if closed is None else float(closed), by or "", why or "")

@@ -36,7 +36,8 @@ def html(incidents: list[Incident]) -> str:
     if not incidents:
         return ""
     items = "".join(
-        f"<li><b>{escape(i.message)}</b><br><span class='dim'>{len(i.nodes)} node(s): "
+        f"<li><b>{escape(i.message)}</b><br>{escape(_open(i))}<span class='dim'>"
+        f"{len(i.nodes)} node(s): "
         f"{escape(', '.join(i.nodes[:50]))}{' ...' if len(i.nodes) > 50 else ''}</span></li>"
         for i in incidents)
     return ("<section id='incidents' class='warn'><h2>Shared-cause incidents</h2>"
@@ -46,6 +47,11 @@ def html(incidents: list[Incident]) -> str:
             "<code>burnin quarantine add --run RUN --check CHECK --reason WHY</code> "
             "(docs/operator/incidents.md)."
             f"</p><ul>{items}</ul></section>")
+
+
+def _open(i: Incident) -> str:
+    """An incident the ledger holds open: its number, its run, and how it ends."""
+    return f"{i.still_open}. " if i.id else ""
 
 
 def _esc(v: str) -> str:
@@ -61,6 +67,15 @@ def prom(cluster: str, incidents: list[Incident]) -> str:
              "(failed, not quarantined: a person decides).",
              "# TYPE burnin_incident_nodes gauge"]
     for i in incidents:
+        if i.run_id:
+            continue  # an earlier run's, still open: burnin_incident_open_nodes below
         lines.append(f'burnin_incident_nodes{{cluster="{_esc(cluster)}",check="{_esc(i.check)}",'
                      f'rule="{_esc(i.rule)}",component="{_esc(i.component)}"}} {len(i.nodes)}')
+    held = [i for i in incidents if i.id]
+    if held:  # open in the ledger: shown by every run until closed
+        lines += ["# HELP burnin_incident_open_nodes Nodes an open shared-cause incident "
+                  "holds out of admission, until a person closes it or a run passes them "
+                  "all.", "# TYPE burnin_incident_open_nodes gauge"]
+        lines += [f'burnin_incident_open_nodes{{cluster="{_esc(cluster)}",incident="{i.id}",'
+                  f'check="{_esc(i.check)}"}} {len(i.nodes)}' for i in held]
     return "\n".join(lines) + "\n"
