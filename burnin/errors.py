@@ -71,6 +71,10 @@ class LedgerLost(BurninError):
     start anew)."""
 
 
+class IncidentError(BurninError):
+    """`burnin incident close`: no incident of that number, or it is closed already."""
+
+
 # --- the controller and its run ----------------------------------------------------------
 
 class NotReady(BurninError):

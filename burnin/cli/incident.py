@@ -16,9 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+from burnin.errors import IncidentError
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import Ledger, LedgerError, LedgerLost, LedgerUrlError
-from burnin.ledger.incidents import IncidentError, KeptIncident
+from burnin.ledger.incidents import KeptIncident
 from burnin.ledger.open import open_configured
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from burnin.core.safetext import safe_text
+from burnin.errors import IncidentError
 from burnin.model.incident import Incident
 
 INCIDENT_COLUMNS = ("cluster", "run_id", "time", "check_name", "rule", "component", "nodes",
@@ -51,10 +52,6 @@ def closing_migration(real: str) -> tuple[str, ...]:
             "ALTER TABLE incidents ADD COLUMN closed_why TEXT",
             "UPDATE incidents SET closed = time, closed_by = 'burnin', closed_why = "
             "'kept before incidents held their nodes' WHERE closed IS NULL")
-
-
-class IncidentError(Exception):
-    """An incident that cannot be closed: none of that number, or closed already."""
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ class FailureKind:
     own: bool
     doc: str = ""
 
-    def __call__(self, text: str) -> Failure:
+    def __call__(self, text: str) -> str:
+        """`text`, a Failure of this kind (a str to the lists judges build)."""
         return Failure(text, self)
 
 
@@ -46,7 +47,8 @@ class Failure(str):
         f.kind = kind
         return f
 
-    def __reduce__(self):  # pickled whole (xdist, copies): its kind travels with it
+    # Pickled whole (xdist, copies): its kind travels with it.
+    def __reduce__(self) -> tuple[type, tuple[str, FailureKind | None]]:
         return (Failure, (str(self), self.kind))
 
 
