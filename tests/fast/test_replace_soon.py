@@ -67,6 +67,15 @@ def test_a_climb_that_reaches_its_limit_after_the_horizon_is_not_listed():
 
 def test_noise_is_no_trend():
     assert listed(daily("retired_pages", [10, 30, 12, 31, 11, 29, 12])) == []
+    # a line through these climbs 1.9 a day (the limit in 23 days) but explains 6% of them
+    assert listed(daily("retired_pages", [10, 40, 12, 45, 15, 50, 20])) == []
+
+
+def test_a_trend_away_from_its_limit_is_not_listed():
+    cooling = [point(4 - i, thermal_margin={"node": 2 + 2 * i}) for i in range(5)]
+    assert listed(cooling) == []
+    faster = [point(4 - i, speed=0.92 + 0.01 * i) for i in range(5)]
+    assert listed(faster, speed_floor=0.9) == []
 
 
 def test_too_few_runs_or_one_afternoon_say_nothing():

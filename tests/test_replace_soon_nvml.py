@@ -1,0 +1,133 @@
+"""The replace-soon list end to end: real runs of the health check, on nodes whose NVML is
+the emulator (tests/nvmlemu), one node's corrected-ECC count growing run after run and
+another's flat. The runs are a day apart to the ledger (each run's kept verdicts are moved
+a day back before the next): the growing node lands on the list with the day its count
+reaches the limit, in replace_soon.json, summary.html, metrics.prom and
+`burnin history --watch`; the flat one does not."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+import nvmlemu
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from support.incli import burnin
+from support.suiterun import junit_cases, run_suite
+
+from burnin.figures import replace_soon
+from burnin.ledger.api import Ledger
+
+DAY = 86400.0
+GROWING = (0, 30_000, 60_000)  # corrected ECC errors over the GPU's life, a run a day
+FLAT = 5_000
+
+
+def scenario(path, corrected: int):
+    return nvmlemu.write_scenario(path, {"devices": [
+        {"uuid": f"GPU-{path.stem}", "pci_bus_id": "0000:18:00.0",
+         "ecc_errors": {"corrected_aggregate": corrected}}]})
+
+
+def test_a_growing_corrected_ecc_count_is_listed_with_its_day_and_a_flat_one_is_not(
+        pytester, tmp_path):
+    ledger = tmp_path / "ledger.db"
+    Ledger(ledger)  # created on purpose, as `burnin ledger init` does
+    nodes = []
+    for name in ("worn", "flat"):
+        scen = scenario(tmp_path / f"{name}.json", 0 if name == "worn" else FLAT)
+        nodes.append({"name": name, "python": nvmlemu.python_wrapper(
+            tmp_path / f"py-{name}", scen)})
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(json.dumps({
+        "version": 1, "cluster": "wear",
+        "defaults": {"transport": "local", "gpus": 1, "gpu_model": "H100-SXM5-80GB"},
+        "checks": {"health": {"kernel_log": False}}, "nodes": nodes,
+        "quarantine": {"ledger": str(ledger)}}))
+    for count in GROWING:
+        scenario(tmp_path / "worn.json", count)
+        result, reports = run_suite(pytester, inv, "-k", "health")
+        assert junit_cases(reports) == {n: {"health": ("passed", "")} for n in ("worn", "flat")}
+        if count != GROWING[-1]:  # the next run a day later, to the ledger
+            with sqlite3.connect(ledger) as db:
+                db.execute("UPDATE runs SET time = time - ?", (DAY,))
+    ended = time.time()
+    kept = Ledger(ledger, create=False).runs("worn")
+    assert [r.figures["wear"].get("ecc_corrected", {}).get("0") for r in kept] == \
+        [None, 30_000.0, 60_000.0]
+    assert all("ecc_corrected" in r.figures["wear_read"] for r in kept)
+
+    listed = replace_soon.load(reports / "latest")
+    assert listed is not None and [[f.node for f in fs] for fs in listed] == [["worn"]]
+    [found] = listed[0]
+    limit = replace_soon.rules().limits["ecc_corrected"].limit
+    # 30,000 a day from 60,000: the limit in (limit - 60,000) / 30,000 days
+    days = (limit - 60_000) / 30_000
+    assert (found.counter, found.device, found.value) == ("ecc_corrected", "0", 60_000)
+    assert found.per_day == pytest.approx(30_000, rel=0.01)
+    assert found.projected == pytest.approx(ended + days * DAY, abs=300)
+
+    page = (reports / "latest" / "summary.html").read_text()
+    section = page[page.index("id='replace-soon'"):]
+    assert "worn" in section and "corrected ECC errors (lifetime) 60000" in section
+    assert "href='#n-flat'" not in section
+
+    prom = {f.name: f for f in text_string_to_metric_families(
+        (reports / "latest" / "metrics.prom").read_text())}
+    on = {(s.labels["node"], s.labels["reason"], s.labels["device"]): s.value
+          for s in prom["burnin_replace_soon"].samples}
+    assert on == {("worn", "ecc_corrected", "0"): 1}
+    [when] = prom["burnin_replace_soon_projected_timestamp_seconds"].samples
+    assert when.value == pytest.approx(found.projected, abs=1)
+
+    watched = burnin("history", "--watch", "--ledger", str(ledger))
+    assert watched.returncode == 1, watched.stderr
+    assert "1. worn" in watched.stdout and "flat" not in watched.stdout
+    assert "corrected ECC errors (lifetime) 60000" in watched.stdout
+    as_json = json.loads(burnin("history", "--watch", "--json", "--ledger",
+                                str(ledger)).stdout)
+    assert [n["node"] for n in as_json] == ["worn"]
+    assert as_json[0]["reasons"][0]["counter"] == "ecc_corrected"
+    assert burnin("history", "--watch", "flat", "--ledger", str(ledger)).returncode == 0
+
+
+# --- the command on a generated ledger ---------------------------------------------------
+
+def generated(path, days: int = 5) -> str:
+    """A ledger of two nodes' daily runs ending now: n1's retired pages on GPU 2 climbing
+    8 a day, n2's flat at 20."""
+    from burnin.gate.quarantine import node_runs
+    from burnin.model.outcome import CaseResult, Outcome
+    ledger, now = Ledger(path), time.time()
+    for day in range(days):
+        t = now - (days - 1 - day) * DAY
+        cases = {n: [CaseResult(n, "health", Outcome.PASSED, "", "")] for n in ("n1", "n2")}
+        worn = {"n1": {"wear": {"retired_pages": {"2": 10.0 + 8 * day}},
+                       "wear_read": ["retired_pages"]},
+                "n2": {"wear": {"retired_pages": {"2": 20.0}}, "wear_read": ["retired_pages"]}}
+        ledger.record_runs("c", node_runs(f"r{day}", cases, {}, t, worn), 90, now=t)
+    return str(path)
+
+
+def test_history_watch_exit_codes_and_what_it_says(tmp_path):
+    ledger = generated(tmp_path / "q.db")
+    listed = burnin("history", "--watch", "--ledger", ledger)
+    assert listed.returncode == 1
+    assert "replace soon: 1 node(s)" in listed.stdout
+    assert "n1" in listed.stdout and "GPU 2: retired pages 42" in listed.stdout
+    assert "n2" not in listed.stdout
+    clear = burnin("history", "--watch", "n2", "--ledger", ledger)
+    assert clear.returncode == 0 and "replace soon: no node" in clear.stdout
+    # without --watch, NODES is the quarantine history as before
+    shown = burnin("history", "n1", "--ledger", ledger)
+    assert shown.returncode == 0 and "n1: 5 run(s) kept" in shown.stdout
+    for argv, said in ((("history", "--ledger", ledger), "NODES expected"),
+                       (("history", "--watch", "n[1-", "--ledger", ledger), "not a hostlist"),
+                       (("history", "--watch", "--ledger", str(tmp_path / "none.db")),
+                        "cannot read the quarantine ledger")):
+        bad = burnin(*argv)
+        assert bad.returncode == 2 and said in bad.stderr, (argv, bad.stderr)
+        assert "Traceback" not in bad.stderr
+    assert not (tmp_path / "none.db").exists(), "a missing ledger is said, never created"
