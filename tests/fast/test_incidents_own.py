@@ -112,3 +112,11 @@ def test_every_check_declares_the_kinds_its_failures_carry_and_own_ones_are_mark
     assert {"wrong result", "digest", "xid", "ecc", "device count", "diverged",
             "memory pattern"} <= declared
     assert {k.name for k in CHECKS["sdc"].failure_kinds} >= {"wrong result", "digest"}
+
+
+def test_a_probe_reporting_fewer_devices_than_the_node_has_is_its_own_evidence():
+    from burnin.checks.base import count_problem
+    from burnin.model.verdict import kind_of
+    (lost,) = count_problem([{}] * 7, Judging(settings={}, devices=8))
+    assert kind_of(lost) is DEVICE_COUNT and DEVICE_COUNT.own
+    assert count_problem([{}] * 8, Judging(settings={}, devices=8)) == []
