@@ -134,8 +134,13 @@ def measure_both(dev, host, device, back: Back, seconds: float, min_copies: int)
     end = time.monotonic()
     busy = end - start
     moved = 2 * pairs * host.numel()
+    # gbps sums both directions; stream_gbps is one direction's bytes over the same time,
+    # the figure nvbandwidth's CE bidirectional tests report ("CE bidir. bandwidth = (size
+    # of data on measured stream) / (time on measured stream)", its README.md): a floor
+    # taken from nvbandwidth is doubled to hold gbps.
     return {"bytes": moved, "copies": pairs, "seconds": round(busy, 6),
             "gbps": round(moved / busy / 1e9, 4) if busy > 0 else 0.0,
+            "stream_gbps": round(moved / 2 / busy / 1e9, 4) if busy > 0 else 0.0,
             "start": start, "end": end}
 
 
@@ -287,8 +292,8 @@ def run(devs, payload: dict, settings: dict, records: list[dict], errors: list[s
 
 
 def _public(result: dict | None) -> dict | None:
-    return None if result is None else {k: result[k] for k in ("bytes", "copies", "seconds",
-                                                                 "gbps")}
+    return None if result is None else {k: result[k] for k in (
+        "bytes", "copies", "seconds", "gbps", "stream_gbps") if k in result}
 
 
 def _aggregate(results: list[dict]) -> dict | None:

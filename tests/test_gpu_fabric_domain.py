@@ -161,3 +161,24 @@ def test_the_fabric_state_is_one_byte_whatever_its_padding_holds():
     assert info["state"] == "completed"
     assert int(raw.state) == 0xA5A5A503, "pynvml's c_uint reads the padding too"
     assert info["cluster_uuid"] == "5e1f4a0c-9b7d-0000-b0a4-d00000000001"
+
+
+def test_the_inventory_declares_a_nodes_nvlink_domain_and_imex_channels(tmp_path):
+    from burnin.errors import BurninError
+    from burnin.inventory.schema import load_inventory
+    inv = tmp_path / "rack.yaml"
+    inv.write_text("version: 1\ncluster: c\n"
+                   "defaults: {transport: local, gpus: 4, gpu_model: GB200-186GB,\n"
+                   "           nvlink_domain: nvl72-a}\n"
+                   "nodes:\n  - {name: 'tray[1-2]'}\n"
+                   "  - {name: tray3, imex_channels: true}\n"
+                   "  - {name: nvl4, nvlink_domain: null}\n")
+    with pytest.raises(BurninError):
+        load_inventory(inv)  # null is no domain name: an NVL4 tray leaves the key out
+    inv.write_text(inv.read_text().replace("  - {name: nvl4, nvlink_domain: null}\n", ""))
+    nodes = {n.name: n for n in load_inventory(inv).nodes}
+    assert [(n.nvlink_domain, n.imex_channels) for n in nodes.values()] == [
+        ("nvl72-a", None), ("nvl72-a", None), ("nvl72-a", True)]
+    inv.write_text(inv.read_text().replace("imex_channels: true", "imex_channels: yes please"))
+    with pytest.raises(BurninError, match="imex_channels"):
+        load_inventory(inv)

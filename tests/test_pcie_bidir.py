@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from test_pcie import H100, SETTINGS, device, outcome, pcie_probe, verdicts
 
 from burnin.checks import Fleet, Judging
@@ -41,6 +43,9 @@ def test_the_probe_measures_both_directions_at_once_alone_and_all_together(nvml)
     assert data["figures"]["directions"] == ["h2d", "d2h", "bidir"]
     for d in data["devices"]:
         assert d["bidir"]["gbps"] > 0 and d["bidir"]["bytes"] == 2 * d["bidir"]["copies"] << 20
+        # nvbandwidth's CE bidirectional figure is the measured stream alone (its
+        # README.md): half of burnin's summed figure, and what its floors are read from.
+        assert d["bidir"]["stream_gbps"] == pytest.approx(d["bidir"]["gbps"] / 2, abs=1e-4)
         assert d["concurrent"]["bidir"]["gbps"] > 0
         assert len(d["rounds"]["bidir"]) == 1
     assert data["figures"]["aggregate"]["bidir"]["gpus"] == 2
@@ -57,7 +62,8 @@ def test_a_gpu_slow_only_both_ways_fails_by_its_peers_and_by_the_floor():
     v = verdicts({"g1": measured("g1", *devs)}, min_bidir_gbps=60)["g1"]
     assert v.failures[0] == (
         f"cuda:3 ({H100}, GPU-3): bidirectional (host-to-device and device-to-host at once) "
-        "55.000 GB/s, below the floor of 60 GB/s (link x16 Gen5)")
+        "55.000 GB/s, below the floor of 60 GB/s (both directions summed: twice "
+        "nvbandwidth's bidirectional figure) (link x16 Gen5)")
     assert v.floors["pcie bidirectional"] == 60
 
 
@@ -68,7 +74,8 @@ def test_the_models_bidirectional_floor_is_the_default():
                    Judging(SETTINGS, fleet_summary(Fleet({"g1": o}, {"g1": 1})), model, 1, 1))
     assert v.failures == (
         f"cuda:0 ({H100}, GPU-0): bidirectional (host-to-device and device-to-host at once) "
-        "65.000 GB/s, below the floor of 70 GB/s (link x16 Gen5)",)
+        "65.000 GB/s, below the floor of 70 GB/s (both directions summed: twice "
+        "nvbandwidth's bidirectional figure) (link x16 Gen5)",)
 
 
 def test_a_document_that_says_it_measured_both_ways_must_hold_the_figure():

@@ -140,7 +140,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
             spread, within = summary.get("spread", {}).get(dev.get("name"), {}).get(
                 direction, (None, None))
             if floor is not None and rate < floor:
-                failures.append(f"{at}, below the floor of {floor:g} GB/s{link(dev)}")
+                failures.append(f"{at}, below the floor of {floor:g} GB/s"
+                                f"{_summed(direction)}{link(dev)}")
             elif fraction and nodes >= PEERS and rate < (
                     b := peer_bound(fleet, spread, fraction, spreads, "GB/s"))[0]:
                 failures.append(f"{at}, below {b[1]}, the median of the run's {nodes} nodes "
@@ -160,6 +161,15 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     # Verdict leaves out a floor that is None; so does this, for its type.
     floors: dict[str, float] = {k: v for k, v in held_to.items() if v is not None}
     return Verdict(node.name, "pcie", tuple(failures), floors=floors)
+
+
+def _summed(direction: str) -> str:
+    """How a bidirectional figure and its floor read: both directions summed, where
+    nvbandwidth's CE bidirectional tests report the measured stream only (its README.md:
+    "CE bidir. bandwidth = (size of data on measured stream) / (time on measured
+    stream)"), so a floor read off nvbandwidth is twice its figure."""
+    return " (both directions summed: twice nvbandwidth's bidirectional figure)" \
+        if direction == "bidir" else ""
 
 
 def _aggregate_rules(data: dict, direction: str, devices: list[dict], settings: dict,
@@ -223,7 +233,7 @@ def evidence(record: dict) -> dict[str, object]:
 
 
 RATE = Obj(required=("gbps",), bytes=COUNT, copies=COUNT, seconds=Num(0),
-           gbps=Num(0, 1e4), null=True)
+           gbps=Num(0, 1e4), stream_gbps=Num(0, 1e4), null=True)
 LINK = Obj(gen=Int(0, 64, null=True), width=Int(0, 64, null=True),
            max_gen=Int(0, 64, null=True), max_width=Int(0, 64, null=True), null=True)
 AFFINITY = Obj(required=("bound",), bound=Bool(), numa_node=Int(0, 1 << 16, null=True),
@@ -258,8 +268,9 @@ CHECK = Check(
         "min_gbps": Setting("positive", None,
                             "per GPU and direction; default: the gpu_model's pcie_gbps"),
         "min_bidir_gbps": Setting("positive", None,
-                                  "per GPU, both directions at once (their sum); default: "
-                                  "the gpu_model's pcie_bidir_gbps"),
+                                  "per GPU, both directions at once (their sum: twice "
+                                  "nvbandwidth's bidirectional figure); default: the "
+                                  "gpu_model's pcie_bidir_gbps"),
         "min_aggregate_gbps": Setting("positive", None,
                                       "floor of the node's all-GPUs-at-once total"),
         "peer_fraction": Setting("fraction", 0.8,

@@ -208,10 +208,11 @@ def test_pcie_bidirectional_floor_peers_and_all_at_once():
     f, _ = judge("pcie", pcie(pcie_gpu(0, 60.0, 60.0)), fleet=EMPTY, devices=1,
                  model=GpuModel("m", ("x",), pcie_bidir_gbps=70.0))
     assert f == (f"cuda:0 (NVIDIA H100 80GB HBM3, GPU-0): {BIDIR} 60.000 GB/s, below the "
-                 "floor of 70 GB/s",)
+                 "floor of 70 GB/s (both directions summed: twice nvbandwidth's "
+                 "bidirectional figure)",)
     f, _ = judge("pcie", pcie(pcie_gpu(0, 60.0, 60.0)), fleet=EMPTY, devices=1,
                  settings={"min_bidir_gbps": 65})
-    assert f[0].endswith("below the floor of 65 GB/s")
+    assert "below the floor of 65 GB/s (both directions summed" in f[0]
     lagging = pcie_gpu(3, 90.0, 30.0)
     f, _ = judge("pcie", pcie(*ok, lagging), fleet=EMPTY, devices=4)
     assert f == (f"cuda:3 (NVIDIA H100 80GB HBM3, GPU-3): {BIDIR} 30.000 GB/s with all GPUs "
