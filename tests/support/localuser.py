@@ -42,3 +42,17 @@ def as_user(uid: int, gid: int, argv: list[str], **kw) -> subprocess.CompletedPr
     """argv run by that account (what a hostile local user can do)."""
     return subprocess.run(argv, user=uid, group=gid, extra_groups=[], capture_output=True,
                           text=True, timeout=60, **kw)
+
+
+@contextlib.contextmanager
+def reachable_dir() -> Iterator:
+    """A directory of root's that another account can reach (pytest's tmp_path is under
+    a 0700 directory of root's), removed afterwards."""
+    import tempfile
+    from pathlib import Path
+    where = Path(tempfile.mkdtemp(prefix="burnin-user-"))
+    where.chmod(0o755)
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
