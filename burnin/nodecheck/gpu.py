@@ -40,6 +40,7 @@ CHECK = "gpu"
 # not idling, not a power cap the operator set).
 SLOWDOWNS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown",
              0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
+KILL_MARGIN_S = 0.25
 MAX_OUTPUT = 4 * 1024 * 1024  # a document of 64 GPUs' readings is well under this
 
 
@@ -57,7 +58,8 @@ def check(node: Node, model: GpuModel | None, settings: dict, last_good: dict,
     except OSError as e:
         return CheckResult(CHECK, (fail(CHECK, f"could not start its NVML reader: {e}"),))
     try:
-        out, err = proc.communicate(timeout=remaining(deadline))
+        # a moment before the checks' deadline, so that what is said is why
+        out, err = proc.communicate(timeout=remaining(deadline - KILL_MARGIN_S))
     except subprocess.TimeoutExpired:
         proc.kill()  # a child blocked in the driver dies when the call returns: not waited
         return CheckResult(CHECK, (fail(CHECK, "NVML did not answer within the time budget "

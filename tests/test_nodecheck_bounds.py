@@ -1,0 +1,70 @@
+"""A hung NVML call cannot hold node-check past its budget: the GPU readings are taken in a
+child process (burnin/nodecheck/gpuread.py) that node-check kills at its deadline, as the
+storage check's. The NVML emulator (tests/nvmlemu) answers the GPUs; a site module of the
+test's own, loaded after it, makes nvmlDeviceGetCount never return and says which
+process made the call."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from test_nodecheck import HANG_S, ROOT, make_inventory
+
+HANG_SITE = """
+import os, time
+if os.environ.get("BURNIN_TEST_NVML_HANG"):
+    import pynvml
+
+    def never_returns(*args, **kwargs):
+        with open(os.environ["BURNIN_TEST_NVML_HANG"], "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(3600)
+
+    pynvml.nvmlDeviceGetCount = never_returns
+"""
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_hung_nvml_call_is_a_finding_within_the_budget_and_its_reader_is_killed(
+        tmp_path, nvml):
+    nvml(devices=[{}, {}])
+    site = tmp_path / "hang-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HANG_SITE)
+    said = tmp_path / "hung-pid"
+    inv = make_inventory(tmp_path, {"gpus": 2}, node_check={"budget_s": 3})
+    env = {**os.environ, "BURNIN_TEST_NVML_HANG": str(said),
+           "PYTHONPATH": os.pathsep.join([os.environ["PYTHONPATH"], str(ROOT), str(site)])}
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "burnin", "node-check", "--inventory",
+                             str(inv), "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    out, err = proc.communicate(timeout=HANG_S)
+    took = time.monotonic() - started
+    assert proc.returncode == 1, out + err
+    doc = json.loads(out)
+    gpu = next(c for c in doc["checks"] if c["check"] == "gpu")
+    assert gpu["finished"] is False
+    # (the budget's own words where the killed reader's answer came a moment too late)
+    assert [f["text"] for f in gpu["findings"]] in (
+        ["NVML did not answer within the time budget (a driver call hung?)"],
+        ["did not finish within its time budget (node_check.budget_s 3 s)"])
+    assert all(c["finished"] for c in doc["checks"] if c["check"] != "gpu")
+    assert doc["elapsed_s"] < 3.5 and took < HANG_S
+    hung = int(said.read_text())
+    assert hung != proc.pid  # the call hung in the reader, not in node-check
+    deadline = time.monotonic() + 10
+    while alive(hung) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(hung), "the hung reader was left running"
