@@ -24,6 +24,12 @@ def test_defaults_and_values(tmp_path):
                          "  min_free_gib: 0\n  dcgm: 'off'\n  skip: [dcgm, fabric]\n")
     assert got.node_check == NodeCheckSettings(2.5, "/opt/slurm/bin/scontrol", 0, "off",
                                                ("dcgm", "fabric"))
+    assert NodeCheckSettings().state_dir == "/var/lib/burnin/node-check"
+    assert NodeCheckSettings().textfile is None
+    got = load(tmp_path, "node_check:\n  state_dir: /srv/nc/{node}\n"
+                         "  textfile: /var/lib/node_exporter\n")
+    assert got.node_check.state_dir == "/srv/nc/{node}"
+    assert got.node_check.textfile == "/var/lib/node_exporter"
 
 
 @pytest.mark.parametrize("body, key, expected", [
@@ -34,6 +40,8 @@ def test_defaults_and_values(tmp_path):
     ("skip: [gpu, torch]", "node_check.skip", "a list of: gpu, xid, fabric, storage, host, dcgm"),
     ("min_free_gib: -1", "node_check.min_free_gib", "a number, 0 or above"),
     ("interval_s: 5", "node_check.interval_s", "unknown key"),
+    ("state_dir: state", "node_check.state_dir", "an absolute path"),
+    ("textfile: ''", "node_check.textfile", "an absolute path"),
 ])
 def test_wrong_values_are_named(tmp_path, body, key, expected):
     with pytest.raises(InventoryError) as e:

@@ -8,6 +8,7 @@ saw a person resume the node (or by a reboot); last_good changes only after a cl
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from burnin.errors import StateError
 from burnin.nodecheck import budget, state
@@ -57,8 +58,9 @@ def save(state_dir: Path, last: dict | None, results: list[CheckResult],
             if r is not None and r.finished:
                 good.update({k: v for k, v in r.state.items() if k in state.LAST_GOOD
                              and isinstance(v, int) and not isinstance(v, bool) and v >= 0})
-    merged = {"cursor": ours, "held": _held(list(before.get("held") or []), events),
-              "last_good": {**(before.get("last_good") or {}), **good}}
+    merged: dict[str, Any] = {"cursor": ours,
+                              "held": _held(list(before.get("held") or []), events),
+                              "last_good": {**(before.get("last_good") or {}), **good}}
 
     def keep() -> None:
         with state.locked(state_dir, deadline):
@@ -84,7 +86,7 @@ def save(state_dir: Path, last: dict | None, results: list[CheckResult],
     except (StateError, TimeoutError) as e:
         if last is not None:  # where it could not be read, that was said
             findings.append(Finding("state", f"node-check's state cannot be kept: {e}"))
-    return merged["held"]
+    return list(merged["held"])
 
 
 def _held(kept: list[str], found: list[str]) -> list[str]:

@@ -151,10 +151,11 @@ def _untrusted_executables(inventory: Inventory, node: Node, mode: str) -> str:
         names.append(("checks.dcgm.dcgmi", _dcgmi(inventory, node)))
     for what, name in names:
         path = shutil.which(name) or shutil.which(name, path=FALLBACK_PATH)
-        problem = untrusted(os.path.realpath(path)) if path else ""
-        problem = problem or (untrusted(path) if path else "")
+        if path is None:
+            continue  # not found: the check that runs it says so
+        problem = untrusted(path) or untrusted(os.path.realpath(path))
         if problem:
-            return refusal(f"{what}", path, problem)
+            return refusal(what, path, problem)
     return ""
 
 
