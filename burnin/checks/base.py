@@ -205,6 +205,8 @@ class Fleet:
     models: dict[str, GpuModel | None] = field(default_factory=dict)
     # Each node as the inventory gives it (its declared NVLink domain, say).
     nodes: dict[str, Node] = field(default_factory=dict)
+    # Each node's settings for the check: what its probe was sent (train: the job).
+    settings: dict[str, dict] = field(default_factory=dict)
 
     def voters(self):
         """(node, outcome) of every node that ran and reported the devices it must have."""

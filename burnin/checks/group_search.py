@@ -183,7 +183,8 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
     named: dict[str, str] = {}
     confirmed_with: dict[str, str] = {}
     suspected = set(suspects)
-    untested, partners = list(suspects), []
+    untested: list[str] = list(suspects)
+    partners: list[str] = []
     while untested or partners:
         # The partners slow one-node tests blamed are suspects too, confirmed once the
         # nodes they were slow with are: they stay partners meanwhile (a slow switch's

@@ -11,11 +11,14 @@ node one vote); one rank's forward and backward time stands out from the node's 
 ranks' (a straggler device: in a synchronous step every rank waits for it, so its own
 compute time is where it shows); its final digest differs from the one most of the
 run's nodes running the same deterministic job (model, steps, device model, world size,
-threads, torch and CUDA) produced: the odd one out, as in sdc's consensus.
+threads, torch and CUDA) produced: the odd one out, as in sdc's consensus; its document's
+job is not the one the controller sent, or names no job or digest, or it is alone in its
+job while at least PEERS nodes were sent the same one (burnin/checks/train_job.py).
 
 MFU: model FLOPs per token (PaLM's appendix B: 6N + 12 L H Q T, probes/traincore.py)
-times tokens/s, over the GPU model's dense BF16 datasheet peak (gpu_models.yaml
-`peak_tflops`) per device; on a CPU node, over the node's own GEMM rate the probe
+times tokens/s, over the GPU model's dense datasheet peak per device in the dtype the job
+ran (gpu_models.yaml `peak_tflops` is BF16's; with no peak for the dtype, MFU is not
+judged and the verdict says so); on a CPU node, over the node's own GEMM rate the probe
 measured in the training's compute type, since no datasheet peak applies there.
 """
 
@@ -44,6 +47,7 @@ from burnin.checks.base import (
     robust_spread,
     timeout,
 )
+from burnin.checks.train_job import job_problems, peak, peer_class, sent_job
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict, majority
 from burnin.probe.protocol import ProbeOutcome
@@ -73,10 +77,14 @@ def _nonfinite(x) -> bool:
 
 def fleet_summary(fleet: Fleet) -> dict:
     """Once per run: per speed key, the median tokens/s over nodes and its spread; per
-    job, the digest most nodes produced, as (digest, why, nodes). Each node one vote; a
-    node whose ranks disagree among themselves does not vote on the digest."""
+    job, the digest most nodes produced, as (digest, why, nodes); how many nodes ran each
+    job, and how many were sent each (peer_class). Each node one vote; a node whose ranks
+    disagree among themselves does not vote on the digest, and one whose document's job
+    is not the one it was sent votes nowhere."""
     speed: dict[str, list[float]] = {}
     digests: dict[str, dict[str, str]] = {}
+    jobs: dict[str, int] = {}
+    sent: dict[str, int] = {}
     for name, o in fleet.outcomes.items():
         # Fleet.voters() counts a node's devices, but a CPU node of one device runs
         # `ranks` ranks: a node votes when it ran as many ranks as it says, without error
@@ -85,13 +93,19 @@ def fleet_summary(fleet: Fleet) -> dict:
         if not o.ok or o.data.get("errors") or not devices or "tokens_per_s" not in fig \
                 or fig.get("world") != len(devices):
             continue
+        settings = fleet.settings.get(name, {})
+        if job_problems(fig, devices, sent_job(settings, None, None)):
+            continue
+        jobs[fig["job"]] = jobs.get(fig["job"], 0) + 1
+        cls = peer_class(settings, fleet.models.get(name), fleet.devices.get(name))
+        sent[cls] = sent.get(cls, 0) + 1
         key = _speed_key(devices[0].get("name") or "?", fig)
         if fig["tokens_per_s"] > 0:
             speed.setdefault(key, []).append(fig["tokens_per_s"])
         if fig.get("job") and not fig.get("diverged") and \
                 len({d.get("digest") for d in devices}) == 1:
             digests.setdefault(fig["job"], {})[name] = fig.get("digest")
-    out: dict = {"speed": {}, "digest": {}}
+    out: dict = {"speed": {}, "digest": {}, "jobs": jobs, "sent": sent}
     for key, v in speed.items():
         med = statistics.median(v)
         out["speed"][key] = {"median": med, "nodes": len(v),
@@ -193,12 +207,14 @@ def _stragglers(devices: list[dict], fraction: float) -> list[str]:
 
 
 def mfu(fig: dict, devices: list[dict], j: Judging) -> tuple[float | None, str]:
-    """The node's MFU and what it is over: a GPU model's datasheet peak per device, or on
-    a CPU node (or a GPU of no known peak) the GEMM rate the probe measured."""
-    peak = j.settings.get("peak_tflops") or (j.model.peak_tflops if j.model else None)
-    if j.gpus != 0 and peak and devices:
-        per_device = fig.get("model_tflops", 0.0) / len(devices)
-        return per_device / peak, f"of the {peak:g} TFLOPS dense BF16 peak per device"
+    """The node's MFU and what it is over: on a GPU node, the GPU model's datasheet peak
+    per device in the job's dtype ((None, why) where the table has none: not judged); on
+    a CPU node, the GEMM rate the probe measured in the training's compute type."""
+    if j.gpus != 0:
+        value, words = peak(j.settings, j.model, fig.get("dtype"))
+        if value is None or not devices:
+            return None, words
+        return fig.get("model_tflops", 0.0) / len(devices) / value, f"of {words}"
     if isinstance(fig.get("mfu"), (int, float)):
         return fig["mfu"], (f"of the node's own measured GEMM rate, "
                             f"{fig.get('gemm_tflops', 0):.4g} TFLOPS")
@@ -218,8 +234,15 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         return Verdict(node.name, NAME, (*failures, "no training result was reported"))
     failures += _replicas(devices, fig)
     failures += _loss(fig, settings)
+    # The job it was sent, and its document's word on it: peers and the fleet's digest
+    # only for a document that ran exactly that.
+    job_bad = job_problems(fig, devices, sent_job(settings, j.gpus, j.devices))
+    failures += job_bad
     floors: dict[str, float] = {}
+    warnings = []
     value, over = mfu(fig, devices, j)
+    if value is None and over:
+        warnings.append(over)
     if value is not None and j.gpus != 0 and value > 1.05:
         failures.append(f"implausible: MFU {value:.1%} {over}")
     floor = settings.get("min_mfu")
@@ -231,11 +254,17 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
         floors["train"] = floor_t
         if tokens < floor_t:
             failures.append(f"{tokens:.6g} tokens/s, below the floor of {floor_t:g}")
-    peers = summary["speed"].get(_speed_key(devices[0].get("name") or "?", fig), {})
+    peers = {} if job_bad else \
+        summary["speed"].get(_speed_key(devices[0].get("name") or "?", fig), {})
     fraction = settings.get("peer_fraction")
     if fraction is None:
         fraction = PEER_FRACTION[_cpu(j)]
-    warnings = []
+    sent = summary.get("sent", {}).get(peer_class(settings, j.model, j.devices), 0)
+    if not job_bad and sent >= PEERS and summary.get("jobs", {}).get(fig["job"], 0) <= 1:
+        failures.append(f"alone in its job: {sent} nodes were sent the same one (settings, GPU "
+                        f"model, device count), and none other ran what it ran ({fig['job'][:12]}"
+                        f": model shape {fig.get('shape')}, device, threads, torch, CUDA): its "
+                        "figures have no peers and its digest no consensus")
     if peers.get("nodes", 0) >= PEERS:
         bound, words = peer_bound(peers["median"], peers.get("spread"), fraction,
                                   settings.get("peer_spreads", PEER_SPREADS), "tokens/s")
@@ -321,7 +350,8 @@ SETTINGS = {
     "gemm_s": Setting("positive", 0.5, "seconds of the reference GEMM"),
     "min_loss_drop": Setting("fraction", 0.05, "the loss must fall by this share"),
     "min_mfu": Setting("fraction", None, "MFU floor; none until a real GPU run measures one"),
-    "peak_tflops": Setting("positive", None, "dense peak per device; default the gpu_model's"),
+    "peak_tflops": Setting("positive", None, "dense peak per device in the job's dtype; "
+                           "default the gpu_model's for bf16 (the table has no fp32 peak)"),
     "min_tokens_per_s": Setting("positive", None, "node tokens/s floor"),
     "peer_fraction": Setting("fraction", None, "fail below this share of the median tokens/s "
                              "of the run's nodes running the same job; default 0.9 on GPU "

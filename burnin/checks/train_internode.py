@@ -59,10 +59,29 @@ def _where(node: str, dev: dict) -> str:
     return f"rank {dev.get('rank')} on {node} ({dev.get('device')})"
 
 
+def seen_leaving(outcomes: dict[str, ProbeOutcome], nodes: list[Node], step: int,
+                 host: dict[int, tuple[str, dict]]) -> dict[int, int]:
+    """{rank: how many nodes saw it leave the others at `step`}: in each node's own event,
+    the ranks whose fingerprint differs from that event's majority (every rank gathers
+    every fingerprint, so every node sees every rank's)."""
+    out: dict[int, int] = {}
+    for n in nodes:
+        ev = next((e for e in outcomes[n.name].data["figures"].get("diverged") or []
+                   if e["step"] == step), None)
+        prints = dict(enumerate(ev["fingerprints"])) if ev else {}
+        common, _ = majority(prints) if prints else (None, "")
+        for r, p in prints.items():
+            if common is not None and p != common and r in host:
+                out[r] = out.get(r, 0) + 1
+    return out
+
+
 def replicas(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict[str, list[str]]:
     """{node: why its replicas left the others'}: per step at which any node saw replicas
     differ, each rank's fingerprint as its own node reported it; the ranks outside the
-    majority are named (with no majority, every rank: fail closed). Then the final digests."""
+    majority are named (with no majority, every rank: fail closed); and a rank most nodes
+    saw leave the others, whatever its own node says of it (a host that leaves its
+    divergence out, or says the common fingerprint, is no alibi). Then the final digests."""
     host: dict[int, tuple[str, dict]] = {}
     for n in nodes:
         for d in outcomes[n.name].data["devices"]:
@@ -91,6 +110,16 @@ def replicas(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict[str, 
                     f"parameters other than {'most ranks' if common is not None else 'any'} "
                     f"(fingerprint {p}, the others' {common}); expected bitwise identical"
                     + located(seen[name], r)))
+        for r, count in sorted(seen_leaving(outcomes, nodes, step, host).items()):
+            if 2 * count > len(nodes) and (prints.get(r) is None or prints[r] == common):
+                name, d = host[r]
+                said = "says nothing of it" if prints.get(r) is None else \
+                    f"gives it the common fingerprint {prints[r]}"
+                out.setdefault(name, []).append(DIVERGED(
+                    f"replicas differ after step {step} across nodes: {_where(name, d)} holds "
+                    f"parameters other than most ranks', as {count} of the {len(nodes)} "
+                    f"nodes saw it (its own node's document {said}); expected bitwise "
+                    "identical"))
         if out:
             return out  # the first step that differed says where
     finals = {r: d.get("digest") for r, (_, d) in host.items()}

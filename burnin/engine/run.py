@@ -161,13 +161,14 @@ class Run:
         devices = {n.name: n.gpus if spec.facts else self._devices_or_none(n)
                    for n in self.nodes}
         models = {n.name: self.inventory.model(n) for n in self.nodes}
+        settings = {n.name: self.settings(spec.name, n) for n in self.nodes}
 
         summarize = spec.summarize
         assert summarize is not None  # the caller asks only of a check with a summary
 
         def over(names: Iterable[str]) -> object:
             return summarize(Fleet({k: outcomes[k] for k in names}, devices, models,
-                                   {n.name: n for n in self.nodes}))
+                                   {n.name: n for n in self.nodes}, settings=settings))
         try:
             return over(outcomes)
         except Exception:  # whose document it was is found next

@@ -12,6 +12,7 @@ import pytest
 
 from burnin.checks import CHECKS, Fleet, Judging
 from burnin.checks.train import fleet_summary, judge
+from burnin.checks.train_job import job_id
 from burnin.inventory.schema import Node
 from burnin.model.gpu_reference import GPU_MODELS
 from burnin.probe.protocol import ProbeOutcome
@@ -116,10 +117,14 @@ def test_peers_are_the_nodes_running_the_same_job_only():
     for name, rate in (("a", 1000.0), ("b", 1010.0), ("c", 990.0), ("n1", 400.0)):
         d = doc()
         d["figures"]["tokens_per_s"] = rate
-        if name == "n1":
-            d["figures"]["shape"]["d_model"] = 64  # a bigger model: not comparable
+        if name == "n1":  # a bigger model, as its node group's settings sent it
+            for shape in (d["figures"]["shape"], d["figures"]["job_spec"]["shape"]):
+                shape["d_model"] = 64
+            d["figures"]["job"] = job_id(d["figures"]["job_spec"])
         fleet[name] = outcome(name, d)
-    assert verdict(fleet["n1"].data, fleet=fleet).passed
+    assert verdict(fleet["n1"].data, fleet=fleet, d_model=64).passed
+    # Its document's word alone is no bigger model: the controller sent it the others'.
+    assert not verdict(fleet["n1"].data, fleet=fleet, d_model=32).passed
 
 
 def test_a_straggler_rank_is_named_by_rank_and_device():

@@ -10,6 +10,7 @@ from support.judging import H100, failed, judge, outcome, summary
 
 from burnin.checks import CHECKS, Figure, Judging
 from burnin.checks.train import EVENT, figures
+from burnin.checks.train_job import job_id
 from burnin.model.nodes import Node
 
 NAME = "NVIDIA H100 80GB HBM3"
@@ -24,13 +25,22 @@ def rank(r: int, name: str | None = NAME, digest: str = D, compute_s: float = 0.
 
 
 def train(ranks: int = 2, node: str = "n1", errors=(), devices=None, **fig):
-    """A node's train outcome: `ranks` GPUs that agree, a loss that falls, one job."""
+    """A node's train outcome: `ranks` GPUs that agree, a loss that falls, one job: the
+    one the quick profile's settings send (its spec, and its id as the probe makes it)."""
     figs = {"world": ranks, "shape": {"d_model": 32, "layers": 1}, "dtype": "bf16",
-            "losses": [4.0, 3.0, 2.5, 2.0], "tokens_per_s": 1000.0, "job": "j1",
-            "digest": D, "diverged": []}
+            "losses": [4.0, 3.0, 2.5, 2.0], "tokens_per_s": 1000.0, "digest": D,
+            "diverged": []}
     figs.update(fig)
     figs = {k: v for k, v in figs.items() if v is not None}
     devs = [rank(r) for r in range(ranks)] if devices is None else devices
+    if "job_spec" not in fig:
+        figs["job_spec"] = {"shape": figs.get("shape"), "steps": 20, "warmup_steps": 3,
+                            "lr": 0.003, "dtype": figs.get("dtype"), "world": figs.get("world"),
+                            "device": devs[0].get("name") if devs else None, "threads": 1,
+                            "torch": "2.13.0", "cuda": "12.8"}
+    if "job" not in fig:
+        figs["job"] = job_id(figs["job_spec"])
+    figs = {k: v for k, v in figs.items() if v is not None}
     return outcome("train", devs, figs, errors, node=node)
 
 
@@ -61,11 +71,12 @@ def test_the_probes_own_errors_fail_the_node_when_its_rank_count_is_right():
 
 
 def test_a_gpu_node_must_report_one_rank_per_gpu_and_a_cpu_node_the_ranks_setting():
-    (failure,) = verdict(train(), gpus=4, devices=4)[0]
+    failure, job = verdict(train(), gpus=4, devices=4)[0]
     assert "reported 2 device(s), expected 4" in failure
+    assert "its job's world 2 differs from the 4 the controller sent" in job
     assert verdict(train(ranks=1), gpus=1, devices=1) == ((), ()), "one GPU, one rank"
-    cpu = train(devices=[rank(r, device="cpu") for r in range(2)])
-    (failure,) = verdict(cpu, gpus=0, devices=1, settings={"ranks": 3})[0]
+    cpu = train(devices=[rank(r, device="cpu") for r in range(2)], dtype="fp32")
+    failure, _ = verdict(cpu, gpus=0, devices=1, settings={"ranks": 3})[0]
     assert "reported 2 device(s), expected 3" in failure
     assert verdict(cpu, gpus=0, devices=1, settings={"ranks": 2}) == ((), ())
     assert verdict(cpu, gpus=0, devices=2, settings={"ranks": 3}) == ((), ()), \
@@ -202,7 +213,8 @@ def test_a_gpu_node_that_reports_no_model_flops_has_an_mfu_of_zero():
 
 @pytest.mark.parametrize("gemm, shown", [(0.1322, "0.1322"), (None, "0")])
 def test_a_cpu_nodes_mfu_names_its_measured_gemm_rate(gemm, shown):
-    o = train(devices=[rank(r, device="cpu") for r in range(2)], mfu=0.2, gemm_tflops=gemm)
+    o = train(devices=[rank(r, device="cpu") for r in range(2)], mfu=0.2, gemm_tflops=gemm,
+              dtype="fp32")
     assert verdict(o, gpus=0, devices=1, settings={"min_mfu": 0.3})[0] == (
         f"MFU 20.0% of the node's own measured GEMM rate, {shown} TFLOPS, below the floor "
         "of 30.0%",)
@@ -260,8 +272,8 @@ def test_two_nodes_are_warned_of_no_comparison_and_one_alone_is_not():
 
 def test_nodes_of_another_precision_or_world_are_not_peers():
     fleet = peers({"a": 1000.0, "b": 1010.0, "c": 990.0})
-    fleet["n1"] = train(tokens_per_s=400.0, dtype="fp32")
-    assert verdict(fleet["n1"], fleet) == ((), ())
+    fleet["n1"] = train(tokens_per_s=400.0, dtype="fp32")  # sent fp32 by its node group
+    assert verdict(fleet["n1"], fleet, settings={"dtype": "fp32"}) == ((), ())
     fleet["n1"] = train(ranks=4, tokens_per_s=400.0)
     assert verdict(fleet["n1"], fleet, gpus=4, devices=4) == ((), ())
 
@@ -363,10 +375,12 @@ def test_two_agreeing_nodes_judge_a_third_whose_ranks_disagree_and_one_does_not(
     assert replicas.startswith("final parameters differ between replicas: ")
 
 
-def test_a_node_that_reports_no_digest_is_not_compared():
+def test_a_node_that_reports_no_digest_fails():
     fleet = {n: train(node=n) for n in ("a", "b")}
     fleet["n1"] = train(digest=None)
-    assert verdict(fleet["n1"], fleet) == ((), ())
+    assert verdict(fleet["n1"], fleet) == ((
+        "its document names no digest: the job it ran and its final parameters cannot be "
+        "judged against the one the controller sent",), ())
 
 
 # --- the figures the report shows --------------------------------------------------------

@@ -22,6 +22,7 @@ tested here, on the documents the real probes print.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import shlex
@@ -120,7 +121,18 @@ def document(probe: str, payload: dict) -> dict:
                 d["uuid"] = f"GPU-replay-{d['rank']}"
         world = group["world"] if group else ranks
         doc["figures"].update(world=world, ranks_here=ranks)
-        doc["figures"]["job_spec"]["world"] = world
+        # The job it was sent, its id its spec's SHA-256 (probes/train.py: node_figures):
+        # the controller judges a document on the job it sent (burnin/checks/train_job.py).
+        spec = doc["figures"]["job_spec"]
+        spec.update(world=world, steps=int(settings.get("steps", 20)),
+                    warmup_steps=int(settings.get("warmup_steps", 3)),
+                    lr=float(settings.get("lr", 3e-3)),
+                    dtype=settings.get("dtype") or ("bf16" if gpus else "fp32"),
+                    shape={k: int(settings.get(k) or v) for k, v in spec["shape"].items()})
+        doc["figures"].update({k: copy.deepcopy(spec[k]) for k in ("steps", "warmup_steps",
+                                                                  "dtype", "shape")})
+        doc["figures"]["job"] = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()
+                                               ).hexdigest()
         if group:
             doc["figures"].update(first_rank=first, mode="inter-node")
     elif probe in ("health", "fabric", "pcie") and not gpus:
