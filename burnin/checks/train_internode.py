@@ -225,7 +225,9 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if not outcome.ok:
         return Verdict(node.name, NAME, (outcome.reason,))
     fig = outcome.data["figures"]
-    failures = [*outcome.data["errors"], *fig.get("replicas", [])]
+    # Each entry of `replicas` is a divergence the group named: the node's own evidence,
+    # also when the figures come back from results.jsonl (burnin rejudge).
+    failures = [*outcome.data["errors"], *map(DIVERGED, fig.get("replicas", []))]
     failures += [fig[k] for k in ("straggler", "group_failure") if fig.get(k)]
     return Verdict(node.name, NAME, tuple(failures))
 

@@ -120,3 +120,12 @@ def test_a_probe_reporting_fewer_devices_than_the_node_has_is_its_own_evidence()
     (lost,) = count_problem([{}] * 7, Judging(settings={}, devices=8))
     assert kind_of(lost) is DEVICE_COUNT and DEVICE_COUNT.own
     assert count_problem([{}] * 8, Judging(settings={}, devices=8)) == []
+
+
+def test_a_divergence_the_inter_node_job_named_stays_the_node_s_own_from_its_record():
+    # as results.jsonl gives it back (burnin rejudge): plain strings in the figures
+    from burnin.checks.train_internode import _outcome
+    o = _outcome("n2", replicas=["replicas differ after step 3 across nodes: rank 5"])
+    spec = CHECKS["train_internode"]
+    v = spec.judge(NODES[2], o, Judging(settings=spec.resolve("quick")))
+    assert v.own == ("diverged",) and v.failures[0].startswith("replicas differ")
