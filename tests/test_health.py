@@ -94,8 +94,11 @@ def test_healthy_gpus_pass_and_unsupported_readings_are_not_faults(nvml):
     out = probe(node)
     dev1 = out.data["devices"][1]
     # The emulated H100 is in no NVLink fabric (NVML: NOT_SUPPORTED), nor need it be.
-    assert sorted(dev1["unsupported"]) == ["fabric", "remapped_rows", "retired_pages_pending"]
+    # retired_pages: the count of retired pages the replace-soon list reads, said once
+    assert sorted(dev1["unsupported"]) == ["fabric", "remapped_rows", "retired_pages",
+                                           "retired_pages_pending"]
     assert dev1["retired_pages_pending"] is None and "remapped_rows" not in dev1
+    assert dev1["retired_pages"] is None and out.data["devices"][0]["retired_pages"] == 0
     verdict = judged(node, out, {node.name: out})
     assert verdict.passed, verdict.failures
     assert any("lifetime" in w for w in verdict.warnings)
