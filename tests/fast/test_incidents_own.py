@@ -129,3 +129,20 @@ def test_a_divergence_the_inter_node_job_named_stays_the_node_s_own_from_its_rec
     spec = CHECKS["train_internode"]
     v = spec.judge(NODES[2], o, Judging(settings=spec.resolve("quick")))
     assert v.own == ("diverged",) and v.failures[0].startswith("replicas differ")
+
+
+def test_burn_and_memory_tag_their_node_s_own_evidence():
+    from burnin.checks.base import MEMORY_PATTERN
+    from burnin.checks.burn import telemetry_rules
+    from burnin.checks.memory import device_rules
+    from burnin.model.verdict import kind_of
+    fail, _ = telemetry_rules({"xid": [{"t": 3.0, "xid": 79}],
+                               "before": {"ecc_uncorrected": 0},
+                               "after": {"ecc_uncorrected": 1,
+                                         "remapped_rows": {"pending": True}}}, {})
+    assert [kind_of(f) for f in fail] == [XID, ECC, ECC], fail
+    fail, _ = device_rules({"bytes": 1 << 30, "bad_words": 3, "patterns": 4, "bad": [],
+                            "nvml": {"before": {"ecc_uncorrected": 0, "retired_pages": 0},
+                                     "after": {"ecc_uncorrected": 2, "retired_pages": 1}}},
+                           {})
+    assert [kind_of(f) for f in fail] == [MEMORY_PATTERN, ECC, ECC], fail
