@@ -97,7 +97,10 @@ def fleet_summary(fleet: Fleet) -> dict:
         if job_problems(fig, devices, sent_job(settings, None, None)):
             continue
         jobs[fig["job"]] = jobs.get(fig["job"], 0) + 1
-        cls = peer_class(settings, fleet.models.get(name), fleet.devices.get(name))
+        node = fleet.nodes.get(name)
+        cls = peer_class(settings, fleet.models.get(name), fleet.devices.get(name),
+                         devices[0].get("name") if node is not None and node.gpus == 0
+                         else None)
         sent[cls] = sent.get(cls, 0) + 1
         key = _speed_key(devices[0].get("name") or "?", fig)
         if fig["tokens_per_s"] > 0:
@@ -259,7 +262,8 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     fraction = settings.get("peer_fraction")
     if fraction is None:
         fraction = PEER_FRACTION[_cpu(j)]
-    sent = summary.get("sent", {}).get(peer_class(settings, j.model, j.devices), 0)
+    sent = summary.get("sent", {}).get(peer_class(
+        settings, j.model, j.devices, devices[0].get("name") if node.gpus == 0 else None), 0)
     if not job_bad and sent >= PEERS and summary.get("jobs", {}).get(fig["job"], 0) <= 1:
         failures.append(f"alone in its job: {sent} nodes were sent the same one (settings, GPU "
                         f"model, device count), and none other ran what it ran ({fig['job'][:12]}"

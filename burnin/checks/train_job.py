@@ -61,11 +61,15 @@ def sent_job(settings: dict, gpus: int | None, devices: int | None) -> dict[str,
     return out
 
 
-def peer_class(settings: dict, model: GpuModel | None, devices: int | None) -> str:
+def peer_class(settings: dict, model: GpuModel | None, devices: int | None,
+               cpu: str | None = None) -> str:
     """Nodes the controller sent the same job: the same settings of the job, GPU model
-    and device count. A node alone in its job among PEERS or more of these fails."""
+    and device count; on a CPU-only node, of the same CPU (`cpu`, its ranks' device name:
+    the inventory names no CPU model, and CPUs of two kinds round differently, so an
+    honest fleet of two kinds runs two jobs). A node alone in its job among PEERS or more
+    of these fails."""
     mine = {k: settings.get(k) for k in (*SENT, *SHAPE_KEYS, "ranks")}
-    return json.dumps([mine, model.key if model else None, devices], sort_keys=True,
+    return json.dumps([mine, model.key if model else None, devices, cpu], sort_keys=True,
                       default=str)
 
 

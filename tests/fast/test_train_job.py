@@ -45,9 +45,11 @@ def judged(docs: dict[str, dict], node: str = "n1", sent: dict | None = None,
     names = list(docs)
     each = {n: (sent_to or {}).get(n, sent or settings()) for n in names}
     devices = 2 if gpus else 1
+    nodes = {n: Node(name=n, address=n, gpus=gpus) for n in names}
     fleet = Fleet({n: ProbeOutcome(n, "train", True, data=docs[n]) for n in names},
-                  dict.fromkeys(names, devices), dict.fromkeys(names, model), settings=each)
-    v = judge(Node(name=node, address=node), fleet.outcomes[node],
+                  dict.fromkeys(names, devices), dict.fromkeys(names, model), nodes,
+                  settings=each)
+    v = judge(nodes[node], fleet.outcomes[node],
               Judging(each[node], fleet_summary(fleet), model=model, gpus=gpus,
                       devices=devices))
     return v.failures, v.warnings
@@ -138,6 +140,30 @@ def test_a_node_alone_in_a_job_sized_from_its_device_fails_among_peers():
     fig["job"] = job_id(fig["job_spec"])
     fig["tokens_per_s"] = 1000.0
     assert judged(docs, sent=unsized, sent_to={"n1": dict(unsized, steps=7)})[0] == ()
+
+
+def test_a_cpu_node_of_another_kind_runs_a_job_of_its_own_and_is_not_alone():
+    """CPUs of two kinds round differently: an honest CPU fleet of two kinds runs two
+    jobs, and the inventory names no CPU model, so a CPU-only node's peers are the nodes
+    of its CPU."""
+    docs = {n: doc() for n in ("a", "b", "c", "n1")}
+    for d in docs["n1"]["devices"]:
+        d["name"] = "AMD EPYC"
+    fig = docs["n1"]["figures"]
+    fig["job_spec"]["device"] = "AMD EPYC"
+    fig["job"] = job_id(fig["job_spec"])
+    fig["digest"] = "e" * 64
+    for d in docs["n1"]["devices"]:
+        d["digest"] = "e" * 64
+    assert judged(docs) == ((), ())
+    # A GPU node's device is its inventory's GPU model: no such way out there.
+    gpu = {n: doc("gpu") for n in ("a", "b", "c", "n1")}
+    for d in gpu["n1"]["devices"]:
+        d["name"] = "NVIDIA H100 PCIe"
+    gpu["n1"]["figures"]["job_spec"]["device"] = "NVIDIA H100 PCIe"
+    gpu["n1"]["figures"]["job"] = job_id(gpu["n1"]["figures"]["job_spec"])
+    (failure,) = judged(gpu, gpus=2, model=H100)[0]
+    assert failure.startswith("alone in its job: 4 nodes were sent the same one")
 
 
 def test_a_document_whose_job_is_not_the_one_sent_votes_nowhere():
