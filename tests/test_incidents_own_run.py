@@ -95,6 +95,8 @@ def test_an_open_incident_holds_its_nodes_across_a_later_run_until_a_person_clos
     # Run 2 does not include storage: its report passes every node it ran...
     result, reports = run_suite(pytester, inventory(1e6), "-k", "health")
     assert result.ret == 0
+    result.stdout.fnmatch_lines([f"OPEN incident {number} of run {kept.run_id} still open "
+                                 "(storage on 6 of 6)*: n1, n2, n3, n4, n5, n6"])
     junit = str(reports / "latest" / "junit.xml")
     assert json.loads(cli("admit", junit, "--json", "--require", "health").stdout
                       )["rejected"] == {}

@@ -41,7 +41,7 @@ with a Hypothesis property)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from burnin.gate.actions import ActionResult
 from burnin.gate.actions import _run as run_argv
@@ -172,9 +172,10 @@ def page(template: tuple[str, ...], incident: Incident, run_id: str) -> ActionRe
                         "paged" if ok else f"page failed: {msg}")
 
 
-def summary_lines(incidents: list[Incident]) -> list[str]:
-    """The terminal summary's lines for a run's incidents, first of burnin's section."""
-    out = []
+def summary_lines(incidents: list[Incident], still_open: Sequence[Incident] = ()) -> list[str]:
+    """The terminal summary's lines for a run's incidents, first of burnin's section, and
+    for earlier runs' incidents the ledger holds open (`still_open`)."""
+    out = [f"OPEN {i.still_open}: {', '.join(i.nodes)}" for i in still_open]
     for i in incidents:
         out.append(f"INCIDENT {i.message}: {', '.join(i.nodes)}")
     if incidents:

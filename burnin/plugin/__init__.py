@@ -85,6 +85,7 @@ class BurninState(RunEnd):
         self.held: list[Node] = []  # left out of this run: in quarantine
         self.gate: GateReport | None = None
         self.incidents: list[Incident] = []  # shared causes of this run (incidents.py)
+        self.incidents_open: list[Incident] = []  # earlier runs' still open (the ledger's)
         self.speeds: dict[str, goodput.Speed] = {}  # nodes' relative speeds (goodput.py)
         self.tracked: track.FleetTrack | None = None  # what the ledger remembers of them
         self.job_nodes = 0
@@ -304,7 +305,7 @@ class BurninState(RunEnd):
         bad = {n: c for n, c in bad.items() if n not in held}
         tested = {name for name, _ in self.cases} - held
         tr.section("burnin")
-        for line in summary_lines(self.incidents):
+        for line in summary_lines(self.incidents, self.incidents_open):
             tr.write_line(line, red=True)
         if not tested:
             tr.write_line(f"nothing to test: every selected node is in quarantine "

@@ -45,6 +45,7 @@ class RunEnd:
     ledger: Ledger | None
     gate: GateReport | None
     incidents: list[Incident]
+    incidents_open: list[Incident]  # earlier runs' incidents still open after this one
     speeds: dict[str, Speed]
     job_nodes: int
     tracked: track.FleetTrack | None
@@ -101,8 +102,7 @@ class RunEnd:
                            self.config.getoption("revalidate"),
                            act=not self.config.getoption("no_quarantine"), speeds=self.speeds,
                            incidents=self.incidents, wear=worn)
-        if not self.config.getoption("no_quarantine"):
-            self._open_incidents(run)
+        self._open_incidents(run, settle=not self.config.getoption("no_quarantine"))
         os.replace(pending, junit)
         # `latest` has pointed at this run since it started (burnin/plugin/preflight.py), unless
         # another run has started since: a completed run is the one to admit from.
@@ -129,23 +129,28 @@ class RunEnd:
             self.report_problems.append(f"the replace-soon list not made: {e}")
         return worn
 
-    def _open_incidents(self, run: Run) -> None:
+    def _open_incidents(self, run: Run, settle: bool) -> None:
         """Earlier runs' incidents whose nodes this run passed all in their check are
-        closed; every incident still open (this run's, numbered, and earlier runs') goes
-        into incidents.json, so that summary.html and metrics.prom show each until it is
-        closed (burnin/ledger/incidents.py). A ledger that fails here leaves the run's own
-        incidents shown, and every hold where it was."""
+        closed (`settle`: a run that writes the ledger); every incident still open (this
+        run's, numbered, and earlier runs') goes into incidents.json, so that summary.html
+        and metrics.prom show each until it is closed (burnin/ledger/incidents.py), and
+        the earlier ones into the terminal summary. A ledger that fails here leaves the
+        run's own incidents shown, and every hold where it was."""
         passed: dict[str, set[str]] = {}
         for (node, check), case in self.cases.items():
             if case.outcome == Outcome.PASSED:
                 passed.setdefault(check, set()).add(node)
         try:
-            self._ledger().settle_incidents(run.run_id, passed)
+            if settle:
+                self._ledger().settle_incidents(run.run_id, passed)
             still = [replace(k.incident, run_id="") if k.run_id == run.run_id else k.incident
                      for k in self._ledger().incidents(still_open=True)]
         except LedgerError as e:
             self.report_problems.append(f"the open incidents not read from the ledger: {e}")
             return
+        if not settle:  # this run's own are in no ledger: shown as the run found them
+            still = [i for i in still if i.run_id] + self.incidents
+        self.incidents_open = [i for i in still if i.run_id]
         incidents_report.save(run.run_dir, still)
 
     # The cyclic collector is paused from the end of a run's collection until _let_go (or
