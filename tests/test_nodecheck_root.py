@@ -24,6 +24,14 @@ def said(res: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def burnin_run(inv, cwd) -> subprocess.CompletedProcess:
+    """`burnin run` as far as its collection: where the inventory is read and judged."""
+    return subprocess.run([sys.executable, "-m", "burnin", "run", "--inventory", str(inv),
+                           "-p", "no:cacheprovider", "--co", "-q"], capture_output=True,
+                          text=True, cwd=cwd, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
 def script(path, marker, body: str = "") -> str:
     path.write_text(f"#!/bin/sh\ntouch {marker}\n{body}")
     path.chmod(0o755)
@@ -41,10 +49,7 @@ def test_an_inventory_another_user_owns_or_can_change_is_refused(tmp_path):
                                f"inventory {inv} as root: {inv} is owned by uid {uid} "
                                f"({name})"), line
         assert FIX in line
-        run = subprocess.run([sys.executable, "-m", "burnin", "run", "--inventory", str(inv),
-                              "-p", "no:cacheprovider", "--co", "-q"], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=120,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        run = burnin_run(inv, tmp_path)
         assert run.returncode == 4 and f"{inv} is owned by uid {uid}" in run.stdout + \
             run.stderr, run.stdout + run.stderr
 
@@ -64,6 +69,16 @@ def test_an_inventory_another_user_owns_or_can_change_is_refused(tmp_path):
         os.chown(theirs, uid, gid)
         line = said(res := node_check(moved))
         assert res.returncode == 2 and f"{theirs} is owned by uid {uid}" in line, line
+
+        # root's file in root's directory, reached through a link the other user owns
+        link = shared / "inventory.yaml"
+        link.symlink_to(inv)
+        os.lchown(link, uid, gid)
+        line = said(res := node_check(link))
+        assert res.returncode == 2 and f"{link} is a symbolic link owned by uid {uid}" \
+            in line, line
+        os.lchown(link, 0, 0)
+        assert node_check(link).returncode == 0
 
 
 def test_an_executable_the_inventory_names_is_run_only_if_root_alone_can_change_it(tmp_path):
@@ -93,10 +108,7 @@ def test_an_executable_the_inventory_names_is_run_only_if_root_alone_can_change_
         doc = yaml.safe_load(inv.read_text())
         doc["quarantine"] = {"actions": ["command"], "command": [hook, "{node}"]}
         inv.write_text(yaml.safe_dump(doc))
-        run = subprocess.run([sys.executable, "-m", "burnin", "run", "--inventory", str(inv),
-                              "-p", "no:cacheprovider", "--co", "-q"], capture_output=True, text=True,
-                             cwd=tmp_path, timeout=120,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        run = burnin_run(inv, tmp_path)
         out = run.stdout + run.stderr
         assert run.returncode == 4, out
         assert f"quarantine.command: refusing the command hook {hook} as root: {hook} is " \

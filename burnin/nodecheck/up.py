@@ -52,7 +52,7 @@ def write(directory: str | None, up: bool, reason: str = "", failures: int = 0) 
         fd, tmp = tempfile.mkstemp(prefix=f".{FILE}.", dir=where)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text(up, reason, failures))
-        os.chmod(tmp, 0o644)  # node_exporter reads it as its own user
+            os.fchmod(f.fileno(), 0o644)  # node_exporter reads it as its own user
         os.replace(tmp, where / FILE)
     except OSError as e:
         if tmp:
