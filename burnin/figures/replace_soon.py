@@ -122,12 +122,11 @@ def series(points: list[Point]) -> dict[tuple[str, str], list[tuple[float, float
     that did not run, an older probe) is no point."""
     out: dict[tuple[str, str], list[tuple[float, float]]] = {}
     devices: dict[str, set[str]] = {}
-    for _, figures, _ in points:
-        wear, _read = wear_counters.kept(figures)
+    kept = [wear_counters.kept(figures) for _, figures, _ in points]
+    for wear, _ in kept:
         for counter, per in wear.items():
             devices.setdefault(counter, set()).update(per)
-    for t, figures, speed in points:
-        wear, read = wear_counters.kept(figures)
+    for (t, _, speed), (wear, read) in zip(points, kept, strict=True):
         for counter in read | set(wear):
             for device in devices.get(counter, ()):
                 out.setdefault((counter, device), []).append(
@@ -160,6 +159,8 @@ def project(node: str, counter: str, device: str, values: list[tuple[float, floa
         since = next((t for t, v in pts if limit.reached(v)), pts[-1][0])
         return Finding(node, counter, device, current, limit.limit, 0.0, since, True,
                        len(pts), limit.what, limit.source)
+    if all(v == current for _, v in pts):
+        return None  # flat, however high: no trend (most of a fleet's counters, most runs)
     line = trend(pts)
     if line is None or len(pts) < r.min_points or line.days < r.min_days \
             or line.fit < r.min_fit:
@@ -212,11 +213,19 @@ def of_ledger(ledger, now: float, nodes: set[str] | None = None,
     """The list from the ledger's kept runs (of `nodes`, or every node), each node's
     `current` point (a run's own, before the ledger holds it) the newest."""
     r = rules()
-    points = ledger.kept_since(now - r.window_days * DAY, nodes)
-    for node, point in (current or {}).items():
+    current = dict(current or {})
+    out: list[list[Finding]] = []
+
+    def visit(node: str, points: list[Point]) -> None:
+        mine = [*points, current.pop(node)] if node in current else points
+        found = of_node(node, mine, now, r, speed_floor)
+        if found:
+            out.append(found)
+    ledger.each_kept_since(now - r.window_days * DAY, visit, nodes)
+    for node, point in current.items():  # nodes the ledger kept no run of
         if nodes is None or node in nodes:
-            points.setdefault(node, []).append(point)
-    return ranked(points, now, r, speed_floor)
+            visit(node, [point])
+    return sorted(out, key=lambda fs: (fs[0].projected, fs[0].node))
 
 
 def save(run_dir: Path, listed: list[list[Finding]]) -> None:

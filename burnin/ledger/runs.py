@@ -17,6 +17,7 @@ DAY = 86400.0  # seconds
 RUN_COLUMNS = ("node", "cluster", "run_id", "time", "outcome", "checks", "reasons", "speed",
                "figures")
 REASON_CHARS = 1000  # of each reason a kept run holds: the evidence folder has the rest
+KEPT_CHUNK = 500  # nodes whose kept runs are read at once (each_kept_since)
 T = TypeVar("T")
 
 
@@ -87,20 +88,35 @@ class RunLog:
                    ) -> dict[str, list[tuple[float, dict, float | None]]]:
         """{node: [(time, kept figures, relative speed)] oldest first} of the runs kept
         since `since` (of `nodes`, or every node): what the replace-soon list's trends are
-        fitted to (burnin/figures/replace_soon.py). A row whose figures are not JSON reads
-        as none."""
+        fitted to (burnin/figures/replace_soon.py)."""
         out: dict[str, list[tuple[float, dict, float | None]]] = {}
-        for node, t, speed, figures in self._read(lambda db: db.execute(
-                "SELECT node, time, speed, figures FROM runs WHERE time >= ? "
-                "ORDER BY time, id", (since,)).fetchall()):
-            if nodes is not None and node not in nodes:
-                continue
-            try:
-                kept = json.loads(figures)
-            except (TypeError, ValueError):
-                kept = {}
-            out.setdefault(node, []).append((t, kept if isinstance(kept, dict) else {}, speed))
+        self.each_kept_since(since, out.__setitem__, nodes)
         return out
+
+    def each_kept_since(self, since: float,
+                        visit: Callable[[str, list[tuple[float, dict, float | None]]], None],
+                        nodes: set[str] | None = None) -> None:
+        """visit(node, its kept runs since `since` as kept_since gives them) for each
+        node (of `nodes`, or every node), a chunk of nodes read at a time in one snapshot:
+        a fleet's two months of runs are never all held at once. A row whose figures are
+        not JSON reads as none."""
+        def work(db) -> None:
+            names = sorted(r[0] for r in db.execute(
+                "SELECT DISTINCT node FROM runs WHERE time >= ?", (since,)).fetchall()
+                if nodes is None or r[0] in nodes)
+            for i in range(0, len(names), KEPT_CHUNK):
+                chunk = names[i:i + KEPT_CHUNK]
+                rows = db.execute(
+                    f"SELECT node, time, speed, figures FROM runs WHERE time >= ? AND node IN "
+                    f"({','.join('?' * len(chunk))}) ORDER BY node, time, id",
+                    (since, *chunk)).fetchall()
+                points: list[tuple[float, dict, float | None]] = []
+                for at, (node, t, speed, figures) in enumerate(rows):
+                    points.append((t, _figures(figures), speed))
+                    if at + 1 == len(rows) or rows[at + 1][0] != node:
+                        visit(node, points)
+                        points = []
+        self._read(work)
 
     def exposure_since(self, since: float) -> dict[str, tuple[float, int]]:
         """{node: (its first kept run since `since`, times quarantined since then)} for
@@ -114,6 +130,14 @@ class RunLog:
                                     ("quarantined", since)).fetchall())
             return {node: (t, times.get(node, 0)) for node, t in first}
         return self._read(work)
+
+
+def _figures(text) -> dict:
+    try:
+        kept = json.loads(text)
+    except (TypeError, ValueError):
+        return {}
+    return kept if isinstance(kept, dict) else {}
 
 
 def encode_runs(cluster: str, runs: list[NodeRun]) -> list[tuple]:

@@ -279,3 +279,23 @@ def test_the_shipped_limits_cite_their_source():
     with pytest.raises(ValueError, match="kind one of"):
         rs.rules_from({"counters": {"x": {"kind": "weekly", "what": "", "limit": 1,
                                           "source": ""}}, "horizon_days": 1})
+
+
+def test_the_kept_runs_are_read_a_chunk_of_nodes_at_a_time_each_node_whole(new_ledger,
+                                                                            monkeypatch):
+    from burnin.ledger import runs as kept_runs
+    monkeypatch.setattr(kept_runs, "KEPT_CHUNK", 2)
+    ledger = new_ledger()
+    names = [f"n{i}" for i in range(5)]
+    for day in range(3):
+        t = NOW - (2 - day) * DAY
+        ledger.record_runs("c", [NodeRun(n, f"r{day}", t, "passed",
+                                         figures={"wear": {"x": {"0": i + day}}})
+                                 for i, n in enumerate(names)], 90, now=t)
+    seen: list[tuple[str, list]] = []
+    ledger.each_kept_since(NOW - 10 * DAY, lambda n, pts: seen.append((n, pts)))
+    assert [n for n, _ in seen] == names
+    for i, (_, pts) in enumerate(seen):
+        assert [p[1]["wear"]["x"]["0"] for p in pts] == [i, i + 1, i + 2]
+    assert set(ledger.kept_since(NOW - 10 * DAY, {"n1", "n4"})) == {"n1", "n4"}
+    assert ledger.kept_since(NOW + DAY) == {}
