@@ -68,3 +68,27 @@ def test_a_hung_nvml_call_is_a_finding_within_the_budget_and_its_reader_is_kille
     while alive(hung) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(hung), "the hung reader was left running"
+
+
+def test_the_nvml_reader_never_imports_from_the_directory_node_check_was_started_in(
+        tmp_path, nvml):
+    nvml(devices=[{}])
+    planted = tmp_path / "cwd"
+    marker = tmp_path / "planted-code-ran"
+    (planted / "burnin" / "nodecheck").mkdir(parents=True)
+    (planted / "burnin" / "__init__.py").write_text("")
+    (planted / "burnin" / "nodecheck" / "__init__.py").write_text("")
+    (planted / "burnin" / "nodecheck" / "gpuread.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n")
+    inv = make_inventory(tmp_path, {"gpus": 1})
+    # node-check itself from the checkout, whatever its working directory holds
+    start = ("import sys; sys.path[:] = [p for p in sys.path if p not in ('', '.')]\n"
+             "from burnin.cli import main\n"
+             f"sys.exit(main(['node-check', '--inventory', {str(inv)!r}]))\n")
+    res = subprocess.run([sys.executable, "-c", start], capture_output=True, text=True,
+                         cwd=planted, timeout=HANG_S,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             [os.environ["PYTHONPATH"], str(ROOT)])})
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "[gpu, xid, fabric, storage, host]" in res.stdout
+    assert not marker.exists()

@@ -52,9 +52,11 @@ def check(node: Node, model: GpuModel | None, settings: dict, last_good: dict,
     holds the child, never node-check."""
     dev_root = str(settings.get("dev_root") or "/dev")
     try:
+        # cwd /: `-m` puts the working directory first on the module path, and the one
+        # slurmd or a person started node-check in may be another user's
         proc = subprocess.Popen([sys.executable, "-m", "burnin.nodecheck.gpuread", dev_root],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
+                                stderr=subprocess.PIPE, start_new_session=True, cwd="/")
     except OSError as e:
         return CheckResult(CHECK, (fail(CHECK, f"could not start its NVML reader: {e}"),))
     try:
