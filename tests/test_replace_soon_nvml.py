@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
 import time
 
 import nvmlemu
@@ -16,6 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from support.incli import burnin
 from support.suiterun import junit_cases, run_suite
+from test_metrics import need
 
 from burnin.figures import replace_soon
 from burnin.ledger.api import Ledger
@@ -81,6 +83,10 @@ def test_a_growing_corrected_ecc_count_is_listed_with_its_day_and_a_flat_one_is_
     assert on == {("worn", "ecc_corrected", "0"): 1}
     [when] = prom["burnin_replace_soon_projected_timestamp_seconds"].samples
     assert when.value == pytest.approx(found.projected, abs=1)
+    checked = subprocess.run([need("promtool", "prometheus"), "check", "metrics"],
+                             stdin=(reports / "latest" / "metrics.prom").open(),
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and not checked.stdout.strip(), checked.stdout
 
     watched = burnin("history", "--watch", "--ledger", str(ledger))
     assert watched.returncode == 1, watched.stderr
