@@ -74,6 +74,10 @@ def test_xid_79_ecc_and_a_lost_gpu_on_three_of_ten_are_each_its_node_s_own():
     assert judged["n0"].own == ("xid",) and "XID 79" in judged["n0"].failures[0]
     assert judged["n1"].own == ("ecc",)
     assert judged["n2"].own == ("device count",), judged["n2"].failures
+    # each kind a failure carries is one its Check declares
+    from burnin.model.verdict import kind_of
+    assert {kind_of(f) for v in judged.values() for f in v.failures} <= \
+        set(CHECKS["health"].failure_kinds)
     assert of_cases(as_cases(judged), NODES, SharedCauseSettings()) == []
     # Without the kinds, three of ten is more than the fraction: the incident that let
     # them escape quarantine.
