@@ -10,20 +10,15 @@ admission until `burnin incident close` (docs/operator/incidents.md)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import textwrap
 
+from support.incli import burnin as cli
 from support.replay import replay_python
 from support.suiterun import junit_cases, run_suite, script
 from test_sdc import FAULTY_TORCH
 
 from burnin.ledger.api import Ledger
-
-
-def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
-                          text=True, timeout=60)
 
 
 def test_three_of_ten_with_their_own_wrong_gemm_are_quarantined_not_an_incident(pytester):
