@@ -72,8 +72,9 @@ def test_a_growing_corrected_ecc_count_is_listed_with_its_day_and_a_flat_one_is_
     assert found.projected == pytest.approx(ended + days * DAY, abs=300)
 
     page = (reports / "latest" / "summary.html").read_text()
-    section = page[page.index("id='replace-soon'"):]
-    assert "worn" in section and "corrected ECC errors (lifetime) 60000" in section
+    start = page.index("id='replace-soon'")
+    section = page[start:page.index("<h2", start + 1)]
+    assert "worn" in section and "corrected ECC errors (lifetime) 60,000" in section
     assert "href='#n-flat'" not in section
 
     prom = {f.name: f for f in text_string_to_metric_families(
@@ -91,7 +92,7 @@ def test_a_growing_corrected_ecc_count_is_listed_with_its_day_and_a_flat_one_is_
     watched = burnin("history", "--watch", "--ledger", str(ledger))
     assert watched.returncode == 1, watched.stderr
     assert "1. worn" in watched.stdout and "flat" not in watched.stdout
-    assert "corrected ECC errors (lifetime) 60000" in watched.stdout
+    assert "corrected ECC errors (lifetime) 60,000" in watched.stdout
     as_json = json.loads(burnin("history", "--watch", "--json", "--ledger",
                                 str(ledger)).stdout)
     assert [n["node"] for n in as_json] == ["worn"]

@@ -102,11 +102,16 @@ class Finding:
     def reason(self) -> str:
         where = "" if self.device == "node" else f"GPU {self.device}: "
         if self.reached:
-            return (f"{where}{self.what} {self.value:g}, at or past the limit of "
-                    f"{self.limit:g} since {_day(self.projected)}")
-        return (f"{where}{self.what} {self.value:g}, moving {self.per_day:+.3g} a day over "
-                f"{self.runs} runs: reaches the limit of {self.limit:g} about "
-                f"{_day(self.projected)}")
+            return (f"{where}{self.what} {_num(self.value)}, at or past the limit of "
+                    f"{_num(self.limit)} since {_day(self.projected)}")
+        sign = "+" if self.per_day > 0 else "-"
+        return (f"{where}{self.what} {_num(self.value)}, moving {sign}"
+                f"{_num(abs(self.per_day))} a day over {self.runs} runs: reaches the limit "
+                f"of {_num(self.limit)} about {_day(self.projected)}")
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def _day(t: float) -> str:
