@@ -92,3 +92,27 @@ def test_the_nvml_reader_never_imports_from_the_directory_node_check_was_started
     assert res.returncode == 0, res.stdout + res.stderr
     assert "[gpu, xid, fabric, storage, host]" in res.stdout
     assert not marker.exists()
+
+
+def test_a_storage_check_that_hangs_is_killed_before_the_checks_deadline(tmp_path, monkeypatch):
+    from burnin.nodecheck import budget, storage
+    # A stat on a hard-mounted NFS server that went away, planted as a child that sleeps.
+    said = tmp_path / "child-pid"
+    monkeypatch.setattr(storage, "CHILD", f"import os, time; open({str(said)!r}, 'w')"
+                                          f".write(str(os.getpid())); time.sleep(600)")
+    started = time.monotonic()
+    out = budget.run_checks({"storage": lambda: storage.check(
+        str(tmp_path), None, "n1", started + 1.5)}, started + 1.5, 1.5)
+    assert time.monotonic() - started < HANG_S
+    assert not out[0].finished
+    # its own words, not the budget's (where the machine is too loaded to answer in the
+    # margin, the budget's)
+    assert [f.text for f in out[0].failures] in (
+        [f"storage.path {tmp_path} did not answer a stat, write, fsync and read-back within "
+         "the time budget (a hung file system?)"],
+        ["did not finish within its time budget (node_check.budget_s 1.5 s)"])
+    child = int(said.read_text())
+    deadline = time.monotonic() + 10
+    while alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(child), "the hung storage check was left running"

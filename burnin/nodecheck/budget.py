@@ -73,6 +73,11 @@ def bounded(name: str, fn: Callable[[], object], deadline: float):
     return value
 
 
+# A child killed at the deadline is killed this long before it, so that its own finding
+# (what hung) is in before run_checks stops waiting and says only "did not finish".
+KILL_MARGIN_S = 0.25
+
+
 def remaining(deadline: float, floor: float = 0.05) -> float:
     """Seconds left before `deadline` (at least `floor`, so that a timeout is never 0)."""
     return max(floor, deadline - time.monotonic())

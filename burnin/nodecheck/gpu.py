@@ -32,7 +32,7 @@ from burnin.checks.health import _device_faults, _gpu
 from burnin.checks.host import clock_rules
 from burnin.model.gpu_reference import GpuModel
 from burnin.model.nodes import Node
-from burnin.nodecheck.budget import remaining
+from burnin.nodecheck.budget import KILL_MARGIN_S, remaining
 from burnin.nodecheck.model import CheckResult, fail
 
 CHECK = "gpu"
@@ -40,7 +40,6 @@ CHECK = "gpu"
 # not idling, not a power cap the operator set).
 SLOWDOWNS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown",
              0x40: "hardware thermal slowdown", 0x80: "hardware power brake"}
-KILL_MARGIN_S = 0.25
 MAX_OUTPUT = 4 * 1024 * 1024  # a document of 64 GPUs' readings is well under this
 
 
@@ -60,7 +59,6 @@ def check(node: Node, model: GpuModel | None, settings: dict, last_good: dict,
     except OSError as e:
         return CheckResult(CHECK, (fail(CHECK, f"could not start its NVML reader: {e}"),))
     try:
-        # a moment before the checks' deadline, so that what is said is why
         out, err = proc.communicate(timeout=remaining(deadline - KILL_MARGIN_S))
     except subprocess.TimeoutExpired:
         proc.kill()  # a child blocked in the driver dies when the call returns: not waited

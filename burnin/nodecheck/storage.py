@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-from burnin.nodecheck.budget import remaining
+from burnin.nodecheck.budget import KILL_MARGIN_S, remaining
 from burnin.nodecheck.model import CheckResult, fail
 
 CHECK = "storage"
@@ -76,7 +76,7 @@ def check(path: str, mount: str | None, host: str, deadline: float) -> CheckResu
     except OSError as e:
         return CheckResult(CHECK, (fail(CHECK, f"could not start its check: {e}"),))
     try:
-        out, err = proc.communicate(timeout=remaining(deadline))
+        out, err = proc.communicate(timeout=remaining(deadline - KILL_MARGIN_S))
     except subprocess.TimeoutExpired:
         proc.kill()  # a child blocked in the kernel dies when the call returns: not waited
         return CheckResult(CHECK, (fail(CHECK, f"storage.path {path} did not answer a stat, "
