@@ -320,8 +320,14 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("--run", help="with --check: the nodes of that run's shared-cause "
                                    "incident of that check (a person judged them node faults)")
     add.add_argument("--check", help="the incident's check (with --run)")
+    reconcile = q_sub.add_parser(
+        "reconcile", parents=[where],
+        help="drain in Slurm every node of --inventory the ledger holds that Slurm has in "
+             "service, with its ledger reason (an administrator's drain stays); for a "
+             "timer: exit 0 done or nothing to do, 1 some could not be drained, 2 bad input")
     for a in (add, release):
         a.add_argument("--reason", required=True)
+    for a in (add, release, reconcile):
         a.add_argument("--who", help="who does it (default: the current user)")
     q.set_defaults(func=cli_quarantine.run)
     history = sub.add_parser("history", parents=[where],

@@ -1,10 +1,12 @@
 """`burnin quarantine list | show NODE | add NODES | add --run RUN --check CHECK |
-release NODES`: the ledger by hand.
+release NODES | reconcile --inventory FILE`: the ledger by hand.
 
 NODES is a Slurm hostlist (gpu[001-004],gpu017). Exit 0 when done; 1 when a named node
 was not in quarantine (release, show: nothing to do for it; the others are done) or a
 quarantine action failed (add: the ledger entry stays); 2 when the ledger, the inventory
-or a hostlist cannot be used."""
+or a hostlist cannot be used. reconcile (burnin/gate/reconcile.py): 0 when nothing was
+to be done or every held node in service was drained, 1 when some could not be drained
+(they may take jobs), 2 on bad input (no inventory, a ledger that cannot be used)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from burnin.gate import actions
 from burnin.gate.quarantine import quarantine_actions
+from burnin.gate.reconcile import Reconciled, reconcile
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError
 from burnin.ledger.open import open_configured
@@ -49,6 +52,13 @@ def _run(args) -> int:
         return 2
     if args.action == "list":
         return _list(ledger, args.json)
+    if args.action == "reconcile":
+        if inventory is None:
+            print("burnin quarantine reconcile: --inventory FILE expected: its nodes, and "
+                  "whether its quarantine.actions drain in Slurm", file=sys.stderr)
+            return 2
+        return _reconcile(ledger, reconcile(inventory, ledger, None,
+                                            who=args.who or getpass.getuser()), args.json)
     if args.action == "add" and (getattr(args, "run", None) or getattr(args, "check", None)):
         return _add_incident(ledger, inventory, args)
     if not args.nodes:
@@ -222,6 +232,28 @@ def _release(ledger: Ledger, nodes: list[str], reason: str, who: str, as_json: b
         print(f"not in quarantine, nothing to release: {NodeSet.fromlist(missing)}",
               file=sys.stderr)
     return 1 if missing else 0
+
+
+def _reconcile(ledger: Ledger, done: Reconciled, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps({"ledger": ledger.where, "slurm": done.checked,
+                          "reconciled": [{"node": r.node, "message": r.message}
+                                         for r in done.drained],
+                          "not_reconciled": [{"node": r.node, "message": r.message}
+                                             for r in done.failed],
+                          "left_to_administrator": done.left,
+                          "not_recorded": done.unrecorded}, indent=2))
+    elif not done.checked:
+        print("quarantine.actions has no slurm: burnin does not drain in Slurm; nothing to "
+              "reconcile")
+    else:
+        for line, _ in done.lines():
+            print(line, file=sys.stderr if line.startswith(("NOT", "not")) else sys.stdout)
+        for node, reason in sorted(done.left.items()):
+            print(f"{node}: held, drained by someone else ({reason}): left as it is")
+        print(f"reconciled with the ledger: {len(done.drained)} held node(s) drained, "
+              f"{len(done.failed)} could not be")
+    return 1 if done.failed else 0
 
 
 def _when(t: float) -> str:

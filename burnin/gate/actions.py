@@ -8,7 +8,7 @@ import re
 import subprocess
 
 from burnin.model.outcome import ActionResult  # noqa: F401  (callers read it here)
-from burnin.transports.slurmctl import NODE_CHECK_PREFIX, REASON_PREFIX  # noqa: F401
+from burnin.transports.slurmctl import NODE_CHECK_PREFIX, REASON_PREFIX, SlurmNode, show_nodes
 
 # Slurm keeps longer reasons, but sinfo's columns and people's terminals do not.
 REASON_MAX = 200
@@ -61,6 +61,10 @@ def drain_reason(checks: list[str], reasons: list[str]) -> str:
             room -= length
     details = [d if len(d) <= cap else d[:max(cap - 3, 0)].rstrip() + "..." for d in details]
     text = "; ".join([head, *details]) if checks else " ".join([head, *details])
+    if text.startswith(NODE_CHECK_PREFIX):
+        # A reason given by hand that begins "node-check:" would read as node-check's own
+        # drain, which node-check lifts once its checks pass.
+        text = f"{REASON_PREFIX} held:{text[len(REASON_PREFIX):]}"
     return text if len(text) <= REASON_MAX else text[:REASON_MAX - 3].rstrip() + "..."
 
 
@@ -70,17 +74,27 @@ def _one_line(text: str) -> str:
 
 def slurm_drain(node: str, checks: list[str],
                 reasons: list[str] | tuple[str, ...] = ()) -> ActionResult:
-    """Drain the node with burnin's reason (drain_reason), unless someone else already
-    drained it: their drain and reason stay, and burnin will never resume it."""
-    current = slurm_reason(node)
-    if current and (not current.startswith(REASON_PREFIX)
-                    or current.startswith(NODE_CHECK_PREFIX)):
+    """Drain the node with burnin's reason (drain_reason). A drain of burnin's own,
+    node-check's included, takes the new reason: node-check lifts only a drain whose
+    reason is still its own, and a node in quarantine must stay drained. A drain someone
+    else set stays, with their reason, and burnin will never resume it."""
+    now = show_nodes([node]).get(node)
+    if now is not None and someone_elses(now):
         return ActionResult("slurm", node, True,
-                            f"already drained by someone else ({current!r}); left as it is")
+                            f"already drained by someone else ({now.reason!r}); left as it is")
     reason = drain_reason(list(checks), list(reasons))
     ok, msg = _run(["scontrol", "update", f"nodename={node}", "state=drain",
                     f"reason={reason}"])
-    return ActionResult("slurm", node, ok, f"drained: {reason}" if ok else msg, drained=ok)
+    replaced = f" (in place of {now.reason!r})" if ok and now is not None and now.drained \
+        and now.reason and now.reason != reason else ""
+    return ActionResult("slurm", node, ok, f"drained: {reason}{replaced}" if ok else msg,
+                        drained=ok)
+
+
+def someone_elses(node: SlurmNode) -> bool:
+    """Drained, with a reason that is not burnin's: an administrator's (or Slurm's own)
+    drain, which burnin neither rewrites nor lifts."""
+    return node.drained and not node.reason.startswith(REASON_PREFIX)
 
 
 def slurm_reason(node: str) -> str | None:

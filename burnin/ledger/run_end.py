@@ -141,6 +141,21 @@ class RunEndWrites:
                                (node,))
         self._write(work)
 
+    def record_reconciled(self, node: str, result: ActionResult, run_id: str | None,
+                          who: str = "burnin") -> None:
+        """A node the ledger holds that Slurm had in service (or under node-check's drain,
+        which node-check lifts), drained again with its ledger reason, or not: the
+        `reconciled` (or `reconcile-failed`) event in its history and, in the same
+        transaction, whether burnin drained it (marked before the drain was asked for)."""
+        now = time.time()
+
+        def work(db) -> None:
+            self._log(db, node, "reconciled" if result.drained else "reconcile-failed", who,
+                      f"{result.action}: {result.message}", run_id, now)
+            db.execute("UPDATE quarantine SET drained_by_burnin = ? WHERE node = ?",
+                       (int(result.drained), node))
+        self._write(work)
+
 
 def encode_failures(failures: list[tuple[str, list, list, dict]]) -> list[tuple]:
     """A run's failures as the ledger stores them: (node, checks, reasons, figures, why).

@@ -329,6 +329,8 @@ class BurninState(RunEnd):
         for line, red in self.gate.lines(run.inventory.quarantine.release_after) \
                 if self.gate else ():
             tr.write_line(line, red=red)
+        for line, red in self.reconciled.lines():  # held nodes Slurm had in service
+            tr.write_line(line, red=red)
         for problem in self.report_problems:
             tr.write_line(f"report: {problem}", red=True)
         if self.fault:

@@ -23,12 +23,14 @@ from burnin.figures import track_record as track
 from burnin.figures.goodput import Speed
 from burnin.gate import incidents
 from burnin.gate.quarantine import GateReport, settle
+from burnin.gate.reconcile import Reconciled, reconcile
 from burnin.ledger.api import Ledger, LedgerError
 from burnin.model.incident import Incident
 from burnin.model.nodes import Node
 from burnin.model.outcome import CaseResult, Outcome
 from burnin.plugin.collection import is_check
 from burnin.report import incidents as incidents_report
+from burnin.report import reconciled as reconciled_report
 from burnin.report.junit import point_latest, render_junit, write_junit
 
 REPORT_FORMAT = "1"  # junit.xml's burnin_report property: burnin wrote this report
@@ -44,6 +46,8 @@ class RunEnd:
     held: list[Node]
     ledger: Ledger | None
     gate: GateReport | None
+    # held nodes Slurm had in service, drained at the run's end (burnin/gate/reconcile.py)
+    reconciled: Reconciled = Reconciled()
     incidents: list[Incident]
     incidents_open: list[Incident]  # earlier runs' incidents still open after this one
     speeds: dict[str, Speed]
@@ -95,6 +99,10 @@ class RunEnd:
                                             run.inventory.quarantine.shared_cause)
         incidents.mark(self.cases, self.incidents)
         incidents_report.save(run.run_dir, self.incidents)
+        # Nothing reconciled yet: the count the report is written with before the ledger
+        # holds the run, where the run will reconcile (quarantine.actions has slurm).
+        self.reconciled = Reconciled(checked="slurm" in run.inventory.quarantine.actions
+                                     and not self.config.getoption("no_quarantine"))
         pending = junit.with_name(".junit.xml.pending")  # not a name admit is given
         write_atomically(pending, self._junit(run, self._report_properties(
             run, session.exitstatus)), durable=True)
@@ -103,10 +111,33 @@ class RunEnd:
                            act=not self.config.getoption("no_quarantine"), speeds=self.speeds,
                            incidents=self.incidents, wear=worn)
         self._open_incidents(run, settle=not self.config.getoption("no_quarantine"))
+        before = self.reconciled.properties()
+        self.reconciled = self._reconcile(run)
+        if self.reconciled.properties() != before:
+            # What the ledger holds and Slurm had in service is known only now, after the
+            # run's transaction: the report written before it takes the count.
+            write_atomically(pending, self._junit(run, self._report_properties(
+                run, session.exitstatus)), durable=True)
         os.replace(pending, junit)
         # `latest` has pointed at this run since it started (burnin/plugin/preflight.py), unless
         # another run has started since: a completed run is the one to admit from.
         point_latest(run.reports_dir, run.run_id)
+
+    def _reconcile(self, run: Run) -> Reconciled:
+        """Held nodes of the inventory that Slurm has in service, drained again
+        (burnin/gate/reconcile.py), and kept for metrics.prom; a ledger or Slurm that fails
+        here is said in the report, the run's verdicts stand."""
+        if not self.reconciled.checked:
+            return self.reconciled
+        try:
+            done = reconcile(run.inventory, self._ledger(), run.run_id)
+        except LedgerError as e:
+            done = Reconciled(checked=True, unreachable=f"the ledger failed: {e}")
+        try:
+            reconciled_report.save(run.run_dir, done)
+        except OSError as e:
+            self.report_problems.append(f"what was reconciled not kept for metrics.prom: {e}")
+        return done
 
     def _replace_soon(self, run: Run) -> dict[str, dict]:
         """Each node's wear counters (the ledger keeps them with the run), and the
@@ -235,7 +266,8 @@ class RunEnd:
         requested = self.requested or {c for _, c in self.cases}
         return {**self._run_properties(run), "complete": "true",
                 "exit_status": str(int(status)),
-                "requested_checks": ",".join(c for c in CHECKS if c in requested)}
+                "requested_checks": ",".join(c for c in CHECKS if c in requested),
+                **self.reconciled.properties()}
 
     def _node_properties(self, run: Run, node: Node) -> dict[str, str]:
         gpus, equipped = run.known_gpus(node), run.known_equipped(node)
@@ -244,4 +276,5 @@ class RunEnd:
                 "equipped_checks": "unknown" if equipped is None else ",".join(sorted(equipped)),
                 "applicable_checks": ",".join(applicable(gpus, len(run.nodes), equipped)),
                 **(speed.properties(self.job_nodes) if speed else {}),
-                **(self.tracked.properties(node.name) if self.tracked else {})}
+                **(self.tracked.properties(node.name) if self.tracked else {}),
+                **self.reconciled.node_properties(node.name)}

@@ -120,14 +120,15 @@ def write_plain_summary(p: Published) -> None:
 def write_metrics(p: Published) -> None:
     """metrics.prom (burnin/report/metrics.py)."""
     from burnin.figures import replace_soon
-    from burnin.report import metrics
+    from burnin.report import metrics, reconciled
     # A record with a figure that is not a number would stop metrics.render: left out.
     readable = [r for r in p.records if id(r) not in p.unreadable]
     metrics.write(p.run_dir / "metrics.prom",
                   metrics.render(p.cluster, p.run_id, time.time(), p.verdicts, readable,
                                  p.quarantined, p.speeds)
                   + incidents_report.prom(p.cluster, p.incidents)
-                  + metrics.replace_soon(p.cluster, replace_soon.load(p.run_dir)))
+                  + metrics.replace_soon(p.cluster, replace_soon.load(p.run_dir))
+                  + reconciled.prom(p.cluster, reconciled.load(p.run_dir)))
 
 
 # In order: the page links the evidence folders, metrics.prom leaves out what the page

@@ -17,8 +17,10 @@ TIMEOUT_S = 60
 # How burnin's own drains start (burnin/gate/actions.py writes them, the allocation
 # recognises them): burnin recognises its own drains by it: never change it.
 REASON_PREFIX = "burnin:"
-# `burnin node-check` (on the node, as Slurm's HealthCheckProgram) drains with this: the
-# run neither overwrites nor resumes such a drain, and node-check lifts only these.
+# `burnin node-check` (on the node, as Slurm's HealthCheckProgram) drains with this, and
+# lifts only drains whose reason starts with it. The run never resumes such a drain, and
+# a node the ledger holds gets the ledger's reason in its place (burnin/gate/actions.py),
+# so that node-check cannot lift it: a run's reason never starts with this.
 NODE_CHECK_PREFIX = "burnin: node-check:"
 # Base states and flags under which Slurm gives a node to nobody (scontrol's State=).
 REFUSING = ("DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWERED_DOWN",
@@ -59,6 +61,12 @@ class SlurmNode:
     def flags(self) -> set[str]:
         return set(self.state.split("+"))
 
+    @property
+    def drained(self) -> bool:
+        """Drained or draining: Slurm gives it no new job until someone resumes it. A node
+        only DOWN is not: it comes back into service when its slurmd registers again."""
+        return "DRAIN" in self.flags
+
 
 def gres_gpus(gres: str) -> int:
     """GPUs in a Gres= field: gpu:8, gpu:h100:8(S:0-1), gpu:a:2,gpu:b:2 -> 8, 8, 4."""
@@ -67,12 +75,19 @@ def gres_gpus(gres: str) -> int:
 
 def show_nodes(names: list[str]) -> dict[str, SlurmNode]:
     """Every named node Slurm knows, in one call (an unknown name is simply absent)."""
+    return read_nodes(names)[0]
+
+
+def read_nodes(names: list[str]) -> tuple[dict[str, SlurmNode], str]:
+    """(every named node Slurm knows, why Slurm could not be asked: '' when it could). An
+    unknown name is simply absent: scontrol names it on stderr and exits non-zero, but
+    still shows the others."""
     try:
         res = subprocess.run(["scontrol", "show", "node", "--oneliner",
                               str(NodeSet.fromlist(names))],
                              capture_output=True, text=True, timeout=TIMEOUT_S, env=slurm_env())
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {}, f"scontrol show node: {e}"
     out = {}
     for line in res.stdout.splitlines():
         fields = dict(re.findall(r"(?:^| )(NodeName|State|Gres)=(\S*)", line))
@@ -82,7 +97,10 @@ def show_nodes(names: list[str]) -> dict[str, SlurmNode]:
             if " Reason=" in line else ""
         out[fields["NodeName"]] = SlurmNode(fields["NodeName"], fields.get("State", ""),
                                             reason, gres_gpus(fields.get("Gres", "")))
-    return out
+    said = (res.stderr or res.stdout).strip().splitlines()
+    why = "" if out or res.returncode == 0 else \
+        f"scontrol show node exited {res.returncode}: {said[-1] if said else 'no output'}"
+    return out, why
 
 
 def refusal(node: SlurmNode) -> str:
