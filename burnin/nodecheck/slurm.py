@@ -50,6 +50,9 @@ def checks_named(reason: str) -> set[str]:
 
 
 def ours(reason: str) -> bool:
+    """A drain node-check set, and so may lift. A run's reason never starts with the
+    prefix (burnin/gate/actions.py), and a run that quarantines a node node-check drained
+    replaces the reason with its own: node-check never resumes a node the ledger holds."""
     return reason.startswith(NODE_CHECK_PREFIX)
 
 
