@@ -1,6 +1,10 @@
 """The first hour on a GPU machine: every measurement benchmarks/RESULTS.md still lacks,
 in one command, with rows to paste into RESULTS.md and the raw figures kept.
 
+    python benchmarks/gpu_first_run.py --device-call    # one device call: under 6 minutes,
+                                                        # most useful first, into $OUT
+                                                        # (benchmarks/device_call.py)
+
     python benchmarks/gpu_first_run.py --out /tmp/first-run      # on a GPU machine
     python benchmarks/gpu_first_run.py --smoke --out /tmp/smoke    # anywhere, tiny sizes
 
@@ -223,10 +227,21 @@ def train(gpus, small: bool) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True, help="folder for the raw figures")
+    p.add_argument("--out", type=Path, help="folder for the raw figures (--device-call: "
+                   "default $OUT)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, the CPU: does it run?")
-    p.add_argument("--storage-path", default="/tmp")
+    p.add_argument("--storage-path", default=None, help="where storage writes (default "
+                   "/tmp; --device-call: a folder beside this checkout, removed after)")
+    p.add_argument("--device-call", action="store_true", help="the steps that fit one "
+                   "device call of under 6 minutes, most useful first "
+                   "(benchmarks/device_call.py)")
     args = p.parse_args()
+    if args.device_call:
+        import device_call
+        return device_call.run(device_call.out_dir(args.out), args.smoke, args.storage_path)
+    if args.out is None:
+        p.error("--out is required")
+    args.storage_path = args.storage_path or "/tmp"
     args.out.mkdir(parents=True, exist_ok=True)
     import torch
     gpu = torch.cuda.is_available() and not args.smoke

@@ -156,3 +156,58 @@ def test_the_first_run_judges_health_fabric_and_dcgm_as_the_suite_does(nvml, tmp
     assert judged["fabric"]["read"]["nvlink"] == [18, 18]
     assert judged["dcgm"]["read"]["applies"] in (True, False)
     assert "failed" not in judged["dcgm"]
+
+
+def test_the_device_call_runs_its_steps_in_order_and_writes_each_as_it_lands(nvml, tmp_path):
+    """`--device-call --smoke`: the steps one device call runs, on the CPU, with NVML the
+    emulator's (an NVLink 5 GPU whose fabric padding is not zero): every step done, each
+    with its budget, the raw NVML reads showing what burnin reads through them."""
+    nvml(driver_branch="R580", devices=[{"name": "NVIDIA B200", "uuid": "GPU-b",
+                                         "fabric": {"state": 3},
+                                         "nvlink": {"generation": 5, "links": 18}}])
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_first_run.py"),
+                           "--device-call", "--smoke", "--storage-path",
+                           str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "OUT": str(out)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith("device call on CPU: 6 of 6 steps done in "), last
+    steps = json.loads((out / "first_run.json").read_text())["steps"]
+    assert list(steps) == ["facts", "nvml_raw", "probes_judged", "train_twice",
+                           "sdc_exactness", "ratios_vs_cublas"]
+    assert sum(s["budget_s"] for s in steps.values()) < 360, "one call of under 6 minutes"
+    (gpu,) = steps["nvml_raw"]["result"]["gpus"]
+    assert gpu["fabric"]["state_byte"] == 3 and gpu["fabric"]["state_as_c_uint"] != 3
+    assert gpu["fabric_read"]["state"] == "completed"
+    assert gpu["fields_all_links"]["221"] == {"return": 0, "type": 3, "value": 0}
+    assert gpu["nvlink5_read"]["gpu"]["symbol_ber"] == 0xFFF
+    assert isinstance(gpu["dl_counters_link0"]["0"], dict), "Blackwell refuses DL counters"
+    judged = steps["probes_judged"]["result"]
+    assert judged["health"]["verdict"] and judged["fabric"]["seconds"] >= 0
+    assert all(judged[p]["verdict"] for p in ("sdc", "storage", "fabric"))
+    assert judged["burn"] == "not run in smoke: its own tests run it on the CPU"
+    assert steps["train_twice"]["result"]["same_digest"] is True
+    assert steps["sdc_exactness"]["result"][0]["exact"] is True
+    assert ratios(steps["ratios_vs_cublas"]["result"]["sdc"], "probe/bare")
+    assert not (tmp_path / "store").exists(), "its storage removed after"
+    assert "step               status" in done.stdout
+
+
+def test_a_device_call_short_of_time_skips_what_no_longer_fits_and_says_so(tmp_path):
+    first = load("device_call")
+    calls = []
+    first.facts = lambda gpu: calls.append("facts") or {"device": "X"}
+    # Written as it lands: when the second step runs, the file already holds the first.
+    first.nvml_raw = lambda: calls.append("nvml_raw") or {"file_then": list(json.loads(
+        (tmp_path / "first_run.json").read_text())["steps"])}
+    first.sdc_exactness = lambda gpu, small: calls.append("sdc_exactness") or []
+    # 30 s: what is left after the first two fits the exactness step's 25 s alone.
+    code = first.run(tmp_path, smoke=False, storage=str(tmp_path / "s"), deadline_s=30)
+    steps = json.loads((tmp_path / "first_run.json").read_text())["steps"]
+    assert calls == ["facts", "nvml_raw", "sdc_exactness"] and code == 1
+    assert steps["probes_judged"]["status"] == "skipped"
+    assert steps["probes_judged"]["result"].endswith("s left, 170 s budgeted")
+    assert [s["status"] for s in steps.values()] == ["done", "done", "skipped", "skipped",
+                                                     "done", "skipped"]
+    assert steps["nvml_raw"]["result"] == {"file_then": ["facts"]}

@@ -13,13 +13,13 @@ from pathlib import Path
 import nvmlemu
 import pytest
 
+from burnin.checks.base import Judging
 from burnin.checks.fabric import (
     ber_parts,
     effective_ber_exceeded,
     judge,
     symbol_ber_exceeded,
 )
-from burnin.checks.base import Judging
 from burnin.model.gpu_reference import GPU_MODELS
 from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from test_pcie import H100, SETTINGS, device, outcome, pcie_probe, verdicts
 
 from burnin.checks import Fleet, Judging

@@ -151,7 +151,8 @@ def test_health_judges_fabric_imex_and_the_datasheets_pcie_link():
         state="in_progress"))), model=GB200, fleet=FLEET)
     assert [x for x in f if "fabric" in x or "IMEX" in x] == [
         "GPU 0 (GPU-0): NVLink fabric registration is in progress, expected completed "
-        "(clique 4, cluster c)", "IMEX channels were not looked for (imex_channels: true needs them)"]
+        "(clique 4, cluster c)",
+        "IMEX channels were not looked for (imex_channels: true needs them)"]
     f, _ = judge("health", health(health_gpu("NVIDIA GB200", fabric=FABRIC_OK),
                                   imex={"count": 1, "path": "/dev/x", "error": None}),
                  model=GB200, fleet=FLEET)
