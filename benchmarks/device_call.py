@@ -225,8 +225,9 @@ def probes_judged(gpus: int, storage: str, small: bool, left) -> dict:
         extra = {"baseline": facts_baseline(facts_outcome, name)} \
             if spec.baseline is not None else None
         try:
+            # Twice its budget at most, and never past what is left of the step.
             out[name], _ = judged(name, node, model, overrides, extra,
-                                  timeout_s=max(budget * 2, 30))
+                                  timeout_s=max(5.0, min(budget * 2, left())))
         except Exception as e:  # one probe's failure is that probe's result
             out[name] = {"failed": f"{type(e).__name__}: {e}"}
     return out

@@ -161,8 +161,8 @@ def domain_summary(outcomes: dict, nodes: dict) -> dict[str, tuple]:
     for name, o in outcomes.items():
         domain = getattr(nodes.get(name), "nvlink_domain", None)
         p = node_place(o.data["devices"]) if domain and o.ok else None
-        if p is not None:
-            votes.setdefault(domain, {})[name] = p
+        if domain and p is not None:
+            votes.setdefault(str(domain), {})[name] = p
     return {d: (_leader(v), len(v)) for d, v in votes.items()}
 
 
