@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from burnin.model.gpu_reference import GpuModel
+from burnin.model.remediation import RemediationSettings
 
 # The staging directory on a node: under the login user's home, never a shared /tmp
 # path that another local user could create first (see transports).
@@ -140,6 +141,7 @@ class Inventory:
     require: tuple[str, ...] | None = None  # admission.require; None: every check that applies
     goodput: GoodputSettings = field(default_factory=GoodputSettings)
     node_check: NodeCheckSettings = field(default_factory=NodeCheckSettings)
+    remediation: RemediationSettings = field(default_factory=RemediationSettings)
     version: int = 1
 
     def node(self, name: str) -> Node:
