@@ -87,3 +87,27 @@ def test_bounded_returns_raises_or_gives_up_at_the_deadline():
         assert time.monotonic() - t0 < 30
     finally:
         release.set()
+
+
+def test_a_checks_child_still_running_when_node_check_ends_is_killed():
+    import subprocess
+    import sys
+
+    procs = []
+
+    def waits_on_its_child():
+        proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        procs.append(proc)
+        with budget.child(proc):
+            proc.wait()  # its thread is left at the deadline, still waiting
+        return CheckResult("waits")
+
+    try:
+        out = budget.run_checks({"waits": waits_on_its_child}, time.monotonic() + 0.5, 0.5)
+        assert not out[0].finished and procs
+        assert budget.kill_children() == 1
+        assert procs[0].wait(30) == -9
+        assert budget.kill_children() == 0
+    finally:
+        for p in procs:
+            p.kill()

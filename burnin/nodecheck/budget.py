@@ -8,9 +8,11 @@ instead (storage.py), killed at the deadline."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from burnin.nodecheck.model import CheckResult, fail
 
@@ -81,3 +83,32 @@ KILL_MARGIN_S = 0.25
 def remaining(deadline: float, floor: float = 0.05) -> float:
     """Seconds left before `deadline` (at least `floor`, so that a timeout is never 0)."""
     return max(floor, deadline - time.monotonic())
+
+
+# The checks' children still running: killed when node-check ends, whatever their thread
+# was doing (a thread left at the deadline never kills its child itself).
+_CHILDREN: set[subprocess.Popen] = set()
+_CHILDREN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def child(proc: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """`proc` is a check's child until the block ends."""
+    with _CHILDREN_LOCK:
+        _CHILDREN.add(proc)
+    try:
+        yield proc
+    finally:
+        with _CHILDREN_LOCK:
+            _CHILDREN.discard(proc)
+
+
+def kill_children() -> int:
+    """Kill every check's child still running (never waited for: one blocked in the kernel
+    dies when its call returns); how many there were."""
+    with _CHILDREN_LOCK:
+        left = [p for p in _CHILDREN if p.poll() is None]
+    for p in left:
+        with contextlib.suppress(OSError):
+            p.kill()
+    return len(left)

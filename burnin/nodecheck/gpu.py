@@ -32,6 +32,7 @@ from burnin.checks.health import _device_faults, _gpu
 from burnin.checks.host import clock_rules
 from burnin.model.gpu_reference import GpuModel
 from burnin.model.nodes import Node
+from burnin.nodecheck import budget
 from burnin.nodecheck.budget import KILL_MARGIN_S, remaining
 from burnin.nodecheck.model import CheckResult, fail
 
@@ -58,12 +59,13 @@ def check(node: Node, model: GpuModel | None, settings: dict, last_good: dict,
                                 stderr=subprocess.PIPE, start_new_session=True, cwd="/")
     except OSError as e:
         return CheckResult(CHECK, (fail(CHECK, f"could not start its NVML reader: {e}"),))
-    try:
-        out, err = proc.communicate(timeout=remaining(deadline - KILL_MARGIN_S))
-    except subprocess.TimeoutExpired:
-        proc.kill()  # a child blocked in the driver dies when the call returns: not waited
-        return CheckResult(CHECK, (fail(CHECK, "NVML did not answer within the time budget "
-                                               "(a driver call hung?)"),), finished=False)
+    with budget.child(proc):
+        try:
+            out, err = proc.communicate(timeout=remaining(deadline - KILL_MARGIN_S))
+        except subprocess.TimeoutExpired:
+            proc.kill()  # a child blocked in the driver dies when the call returns: not waited
+            return CheckResult(CHECK, (fail(CHECK, "NVML did not answer within the time budget "
+                                                   "(a driver call hung?)"),), finished=False)
     try:
         if len(out) > MAX_OUTPUT:
             raise ValueError("too long")

@@ -116,6 +116,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         return _main(args, seen)
     except Exception as e:  # never silent: one line for slurmd's log, and the textfile's 0
+        budget.kill_children()
         return _cannot(seen, INTERNAL, "internal", f"internal error: {type(e).__name__}: {e}")
 
 
@@ -217,6 +218,7 @@ def _main(args: argparse.Namespace, seen: _Seen) -> int:
         print(f"burnin node-check: {why}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
+    budget.kill_children()
     if any(t.name.startswith("node-check-") and t.is_alive() for t in threading.enumerate()):
         os._exit(code)  # a hung check's thread is left behind, never waited for
     return code

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 
+from burnin.nodecheck import budget
 from burnin.nodecheck.budget import KILL_MARGIN_S, remaining
 from burnin.nodecheck.model import CheckResult, fail
 
@@ -75,14 +76,15 @@ def check(path: str, mount: str | None, host: str, deadline: float) -> CheckResu
                                 start_new_session=True)
     except OSError as e:
         return CheckResult(CHECK, (fail(CHECK, f"could not start its check: {e}"),))
-    try:
-        out, err = proc.communicate(timeout=remaining(deadline - KILL_MARGIN_S))
-    except subprocess.TimeoutExpired:
-        proc.kill()  # a child blocked in the kernel dies when the call returns: not waited
-        return CheckResult(CHECK, (fail(CHECK, f"storage.path {path} did not answer a stat, "
-                                               "write, fsync and read-back within the time "
-                                               "budget (a hung file system?)"),),
-                           finished=False)
+    with budget.child(proc):
+        try:
+            out, err = proc.communicate(timeout=remaining(deadline - KILL_MARGIN_S))
+        except subprocess.TimeoutExpired:
+            proc.kill()  # a child blocked in the kernel dies when the call returns: not waited
+            return CheckResult(CHECK, (fail(CHECK, f"storage.path {path} did not answer a stat, "
+                                                   "write, fsync and read-back within the time "
+                                                   "budget (a hung file system?)"),),
+                               finished=False)
     try:
         problems = json.loads(out)["problems"]
     except (ValueError, KeyError, TypeError):
