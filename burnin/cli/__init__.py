@@ -22,6 +22,7 @@ from burnin.checks import CHECKS
 from burnin.cli import incident as cli_incident
 from burnin.cli import ledger as cli_ledger
 from burnin.cli import quarantine as cli_quarantine
+from burnin.cli import remediate as cli_remediate
 from burnin.core.shipped_files import inventory as shipped_inventory
 from burnin.core.shipped_files import shipped
 from burnin.gate.admit import ReportError, decide, read_junit, write_admitted
@@ -269,7 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     # Parsed by pytest, not here (see main): listed for --help.
     sub.add_parser("run", help="run the acceptance suites: burnin run [--inventory FILE] "
-                               "[pytest args] (see burnin run --help)")
+                               "[pytest args] (see burnin run --help); with --rolling, "
+                               "re-validate a fleet in production in waves "
+                               "(docs/operator/rolling.md)")
     inv = sub.add_parser("inventory", help="work with inventories")
     inv_sub = inv.add_subparsers(dest="action", required=True)
     check = inv_sub.add_parser("check", help="validate FILE and print its expanded nodes")
@@ -345,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     history.set_defaults(func=cli_ledger.history, action="show")
     cli_ledger.add_parser(sub)
     cli_incident.add_parser(sub)
+    cli_remediate.add_parser(sub)
     node_check = sub.add_parser(
         "node-check", help="on a node, between runs: the fast checks (NVML, XIDs since the "
                            "last check, fabric ports, storage mount, host, DCGM health) as "
@@ -379,6 +383,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"] and "--rolling" in argv[1:]:  # waves of runs (cli/rolling.py)
+        from burnin.cli import rolling
+        return rolling.main(argv[1:])
     if argv[:1] == ["run"]:  # everything after `run` is pytest's (and burnin's plugin's)
         return run_suites(argv[1:])
     args = build_parser().parse_args(argv)
