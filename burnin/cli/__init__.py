@@ -270,9 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     # Parsed by pytest, not here (see main): listed for --help.
     sub.add_parser("run", help="run the acceptance suites: burnin run [--inventory FILE] "
-                               "[pytest args] (see burnin run --help); with --rolling, "
-                               "re-validate a fleet in production in waves "
-                               "(docs/operator/rolling.md)")
+                               "[pytest args] (see burnin run --help)")
     inv = sub.add_parser("inventory", help="work with inventories")
     inv_sub = inv.add_subparsers(dest="action", required=True)
     check = inv_sub.add_parser("check", help="validate FILE and print its expanded nodes")
@@ -383,9 +381,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["run"] and "--rolling" in argv[1:]:  # waves of runs (cli/rolling.py)
-        from burnin.cli import rolling
-        return rolling.main(argv[1:])
     if argv[:1] == ["run"]:  # everything after `run` is pytest's (and burnin's plugin's)
         return run_suites(argv[1:])
     args = build_parser().parse_args(argv)
