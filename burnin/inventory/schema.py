@@ -18,6 +18,7 @@ from burnin.checks import CHECKS, Kind
 from burnin.errors import InventoryError  # noqa: F401  (raised here, caught by callers)
 from burnin.inventory import yamlsource
 from burnin.inventory.remediation import remediation as _remediation
+from burnin.inventory.rolling import rolling as _rolling
 from burnin.inventory.yamlsource import Mapping, Sequence, SourceError, SourceErrors
 from burnin.ledger.backends import LedgerUrlError, parse_location, transport_problem
 from burnin.model import environment
@@ -139,7 +140,7 @@ MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
             "gpu_models": "mapping", "goodput": "mapping", "node_check": "mapping",
-            "remediation": "mapping"}
+            "remediation": "mapping", "rolling": "mapping"}
 # A node's name becomes a file name in reports and a Slurm argument: hostname characters.
 NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
@@ -273,12 +274,14 @@ def load_inventory(path: str | Path) -> Inventory:
             values["skip"] = tuple(values["skip"])
         node_check = NodeCheckSettings(**values)
     remediation = _remediation(c, doc, top)
+    rolling = _rolling(c, doc, top)
     if c.errors:
         raise InventoryError(c.errors)
     return Inventory(path=shown, cluster=top.get("cluster", path.stem), nodes=tuple(nodes),
                      checks=checks, quarantine=quarantine, gpu_models=models,
                      require=tuple(require) if require else None, goodput=goodput,
-                     node_check=node_check, remediation=remediation)
+                     node_check=node_check, remediation=remediation,
+                     rolling=rolling)
 
 
 def _gpu_models(c: _Checker, doc: Mapping, top: dict) -> dict:

@@ -30,6 +30,7 @@ from burnin.ledger.backends import (  # noqa: F401  (callers catch and read them
     parse_location,
 )
 from burnin.ledger.incidents import INCIDENT_COLUMNS, IncidentLog
+from burnin.ledger.rolling import RollingLog
 from burnin.ledger.read import (  # noqa: F401  (Entry: callers)
     HISTORY_COLUMNS,
     QUARANTINE_COLUMNS,
@@ -51,7 +52,7 @@ WRITE_ATTEMPTS = 20
 PAUSE_S = 1.0
 
 
-class Ledger(RunEndWrites, RunLog, IncidentLog, LedgerReads):
+class Ledger(RunEndWrites, RunLog, IncidentLog, RollingLog, LedgerReads):
     def __init__(self, where: str | Path, create: bool = True):
         """Open the ledger at `where` (a path, sqlite:///path, postgresql://... or another
         scheme of BACKENDS), creating it where there is none at all (`create`): the

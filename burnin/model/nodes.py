@@ -11,6 +11,7 @@ from typing import Any
 
 from burnin.model.gpu_reference import GpuModel
 from burnin.model.remediation import RemediationSettings
+from burnin.model.rolling import RollingSettings
 
 # The staging directory on a node: under the login user's home, never a shared /tmp
 # path that another local user could create first (see transports).
@@ -142,6 +143,7 @@ class Inventory:
     goodput: GoodputSettings = field(default_factory=GoodputSettings)
     node_check: NodeCheckSettings = field(default_factory=NodeCheckSettings)
     remediation: RemediationSettings = field(default_factory=RemediationSettings)
+    rolling: RollingSettings = field(default_factory=RollingSettings)
     version: int = 1
 
     def node(self, name: str) -> Node:
