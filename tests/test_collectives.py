@@ -11,9 +11,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+from support.hooked import hooked_python
 from support.judging import outcome
 from support.replay import CORPUS, replay_python
-from support.suiterun import REPO, junit_cases, script
+from support.suiterun import REPO, junit_cases
 
 from burnin import cli
 from burnin.checks import CHECKS, Fleet, Judging, resolve_settings
@@ -117,40 +118,10 @@ def test_the_real_probe_is_exact_and_a_slowed_send_recv_fails_alone():
     assert not any(f.startswith(("all-gather", "all-to-all")) for f in got["c"]), got["c"]
 
 
-# A node's python that runs the real probe with test_hooks added to its payload line,
-# relaying the rest of stdin (the controller's lifeline) to it.
-HOOKED = '''\
-import json, os, subprocess, sys, threading
-argv = sys.argv[1:]
-if not argv or not argv[0].endswith("collectives.py"):
-    os.execv(REPLAY, [REPLAY, *argv])
-payload = json.loads(sys.stdin.buffer.readline())
-payload["test_hooks"] = HOOKS
-child = subprocess.Popen([sys.executable, *argv], stdin=subprocess.PIPE)
-child.stdin.write((json.dumps(payload) + "\\n").encode())
-child.stdin.flush()
-def relay():
-    try:
-        for chunk in iter(lambda: sys.stdin.buffer.read1(4096), b""):
-            child.stdin.write(chunk)
-            child.stdin.flush()
-    except (OSError, ValueError):
-        pass
-    try:
-        child.stdin.close()
-    except OSError:
-        pass
-threading.Thread(target=relay, daemon=True).start()
-os._exit(child.wait())  # the relay thread may still hold stdin: no interpreter teardown
-'''
-
-
 def test_a_slow_collective_fails_its_node_in_every_output(pytester, capsys):
     replay = replay_python(pytester.path / "replay")
-    hooked = pytester.path / "hooked.py"
-    hooked.write_text(HOOKED.replace("REPLAY", repr(replay)).replace(
-        "HOOKS", repr({"slow": {"op": "send_recv", "rank": 1, "delay_s": 0.03}})))
-    py3 = script(pytester.path / "py3", f"exec {sys.executable} {hooked} \"$@\"\n")
+    py3 = hooked_python(pytester.path / "py3", "collectives",
+                        {"slow": {"op": "send_recv", "rank": 1, "delay_s": 0.03}}, replay)
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent(f"""\
         version: 1
@@ -174,7 +145,8 @@ def test_a_slow_collective_fails_its_node_in_every_output(pytester, capsys):
     assert outcome_ == "failure" and "send/recv busbw" in message, message
     latest = (reports / "latest").resolve()
     prom = (latest / "metrics.prom").read_text()
-    assert 'burnin_collectives_busbw_bytes_per_second{cluster="coll",node="n1",op="send_recv"' in prom
+    assert ('burnin_collectives_busbw_bytes_per_second{cluster="coll",node="n1",'
+            'op="send_recv"') in prom
     assert ('burnin_check_outcome{cluster="coll",node="n3",check="collectives",'
             'outcome="failed"} 1') in prom
     page = (latest / "summary.html").read_text()

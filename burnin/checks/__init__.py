@@ -18,6 +18,7 @@ from burnin.checks import (
     collectives,
     dcgm,
     fabric,
+    gpupairs,
     health,
     memory,
     pcie,
@@ -40,13 +41,14 @@ from burnin.checks.base import (
 
 # Table order is run order: single-node checks first; group checks take only nodes that
 # passed them. After health, the short hardware checks (as DCGM's diagnostic orders them:
-# PCIe, then memory) and DCGM's own diagnostic where it is installed, before the long
-# burn; the collectives beside all-reduce after it; train, a real job over the parts the
-# checks before it measured one by one; fabric after the load, judging its counters' growth since health read them; the
-# train job across nodes after the inter-node all-reduce, as one over that fabric.
+# PCIe, the copies between GPU pairs, then memory) and DCGM's own diagnostic where it is
+# installed, before the long burn; the collectives beside all-reduce after it; train, a
+# real job over the parts the checks before it measured one by one; fabric after the
+# load, judging its counters' growth since health read them; the train job across nodes
+# after the inter-node all-reduce, as one over that fabric.
 CHECKS: dict[str, Check] = {c.name: c for c in (
-    health.CHECK, pcie.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK, burn.CHECK,
-    storage.CHECK, allreduce.CHECK, collectives.CHECK, train.CHECK, fabric.CHECK,
+    health.CHECK, pcie.CHECK, gpupairs.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK,
+    burn.CHECK, storage.CHECK, allreduce.CHECK, collectives.CHECK, train.CHECK, fabric.CHECK,
     allreduce_internode.CHECK, train_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)

@@ -135,6 +135,12 @@ def document(probe: str, payload: dict) -> dict:
                                                ).hexdigest()
         if group:
             doc["figures"].update(first_rank=first, mode="inter-node")
+    elif probe == "gpupairs" and gpus:
+        # As probes/gpupairs.py: every ordered pair of the node's GPUs, at one speed.
+        doc["devices"] = _resize(doc["devices"], devices, True)
+        first = doc["figures"]["pairs"][0]
+        doc["figures"]["pairs"] = [dict(first, src=f"cuda:{i}", dst=f"cuda:{j}")
+                                   for i in range(gpus) for j in range(gpus) if i != j]
     elif probe in ("health", "fabric", "pcie") and not gpus:
         pass  # a CPU node's facts, ports and PCIe say no GPU: as recorded
     else:
