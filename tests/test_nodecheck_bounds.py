@@ -2,7 +2,8 @@
 child process (burnin/nodecheck/gpuread.py) that node-check kills at its deadline, as the
 storage check's. The NVML emulator (tests/nvmlemu) answers the GPUs; a site module of the
 test's own, loaded after it, makes nvmlDeviceGetCount never return and says which
-process made the call."""
+process made the call (and, in one case, keeps the check's own thread from killing its
+child, which node-check must then kill as it ends)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from test_nodecheck import HANG_S, ROOT, make_inventory
 
 HANG_SITE = """
@@ -25,6 +27,16 @@ if os.environ.get("BURNIN_TEST_NVML_HANG"):
         time.sleep(3600)
 
     pynvml.nvmlDeviceGetCount = never_returns
+if os.environ.get("BURNIN_TEST_LATE_KILL"):
+    import subprocess, threading
+    _kill = subprocess.Popen.kill
+
+    def late(self):
+        if threading.current_thread().name.startswith("node-check-"):
+            time.sleep(3600)  # the check's own thread never gets to kill its child
+        _kill(self)
+
+    subprocess.Popen.kill = late
 """
 
 
@@ -36,8 +48,10 @@ def alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.parametrize("late_kill", [False, True], ids=["killed-by-its-check",
+                                                        "killed-when-node-check-ends"])
 def test_a_hung_nvml_call_is_a_finding_within_the_budget_and_its_reader_is_killed(
-        tmp_path, nvml):
+        tmp_path, nvml, late_kill):
     nvml(devices=[{}, {}])
     site = tmp_path / "hang-site"
     site.mkdir()
@@ -45,6 +59,7 @@ def test_a_hung_nvml_call_is_a_finding_within_the_budget_and_its_reader_is_kille
     said = tmp_path / "hung-pid"
     inv = make_inventory(tmp_path, {"gpus": 2}, node_check={"budget_s": 3})
     env = {**os.environ, "BURNIN_TEST_NVML_HANG": str(said),
+           **({"BURNIN_TEST_LATE_KILL": "1"} if late_kill else {}),
            "PYTHONPATH": os.pathsep.join([os.environ["PYTHONPATH"], str(ROOT), str(site)])}
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "burnin", "node-check", "--inventory",
