@@ -114,3 +114,26 @@ def test_an_executable_the_inventory_names_is_run_only_if_root_alone_can_change_
         assert f"quarantine.command: refusing the command hook {hook} as root: {hook} is " \
                f"owned by uid {uid}" in out and FIX in out, out
         assert not ran.exists()
+
+
+def test_the_way_to_a_file_is_followed_through_relative_links_and_dot_dot(tmp_path):
+    from burnin.core.rootfiles import untrusted
+    real = tmp_path / "etc" / "burnin"
+    real.mkdir(parents=True)
+    (real / "inventory.yaml").write_text("version: 1\n")
+    (tmp_path / "conf").symlink_to("etc/burnin")
+    assert untrusted(tmp_path / "conf" / "inventory.yaml") == ""
+    assert untrusted(tmp_path / "conf" / ".." / "etc" / "burnin" / "inventory.yaml") == ""
+    assert untrusted(tmp_path / "missing.yaml") == ""  # the reader says what is missing
+    os.chown(tmp_path / "etc", 4242, 4242)  # a directory on the way, through the link
+    assert untrusted(tmp_path / "conf" / "inventory.yaml").startswith(
+        f"{tmp_path / 'etc'} is owned by uid 4242")
+    os.chown(tmp_path / "etc", 0, 0)
+    (tmp_path / "etc").chmod(0o1777)  # sticky: others cannot rename what is root's
+    assert untrusted(tmp_path / "conf" / "inventory.yaml") == ""
+    (real / "inventory.yaml").chmod(0o1777)  # but a file others can write, sticky or not
+    assert "is writable by group or others (mode 1777)" in untrusted(
+        tmp_path / "conf" / "inventory.yaml")
+    loop = tmp_path / "loop"
+    loop.symlink_to("loop")
+    assert untrusted(loop).endswith("too many symbolic links")
