@@ -1,0 +1,109 @@
+"""The remediation ladder's parts without hosts: the inventory's `remediation:` section,
+the kind a held node's reasons show, the plan, fail-closed busy checks, bounded output,
+and `burnin remediate`'s exit codes (the ladder end to end: test_remediation_hosts.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support.incli import burnin
+
+from burnin.gate import remediation, remediation_steps
+from burnin.inventory.schema import InventoryError, load_inventory
+from burnin.ledger.api import Ledger
+from burnin.model.remediation import kind_of_reasons
+
+
+def write(tmp: Path, remediation_yaml: str, quarantine: str = "") -> Path:
+    inv = tmp / "inv.yaml"
+    inv.write_text(f"""version: 1
+cluster: c
+defaults: {{transport: local, gpus: 0}}
+nodes: [{{name: n1, address: n1}}, {{name: n2, address: n2}}]
+quarantine: {{ledger: {tmp / 'q.db'}{quarantine}}}
+{remediation_yaml}""")
+    return inv
+
+
+@pytest.mark.parametrize("body, error", [
+    ("remediation: {ladder: {xid: [reset]}}", "remediation.ladder.xid: expected the last step "
+                                              "to be rma"),
+    ("remediation: {ladder: {gremlins: [rma]}}", "remediation.ladder.gremlins: unknown kind"),
+    ("remediation: {ladder: {ecc: [reset, reset, rma]}}", "remediation.ladder.ecc: expected a list of steps, each once"),
+    ("remediation: {ladder: {ecc: [wipe, rma]}}", "remediation.ladder.ecc: expected a list of steps, each once"),
+    ("remediation: {reboot: command}", "remediation.reboot_command: missing"),
+    ("remediation: {reboot: ipmi}", "remediation.reboot: expected one of: auto, slurm, command"),
+    ("remediation: {max_remediations: 0}", "remediation.max_remediations: expected an integer"),
+    ("remediation: {output_bytes: -1}", "remediation.output_bytes: expected an integer from 0"),
+    ("remediation: {sweep: yes}", "remediation.sweep: unknown key"),
+])
+def test_a_bad_remediation_section_is_refused_with_its_line_and_key(tmp_path, body, error):
+    with pytest.raises(InventoryError) as e:
+        load_inventory(write(tmp_path, body))
+    assert f"inv.yaml:6: {error}" in str(e.value)
+
+
+@pytest.mark.parametrize("checks, reasons, kind", [
+    (("health",), ("health: GPU 2 (GPU-2): XID 79 (fell off the bus)",), "xid"),
+    (("health",), ("health: GPU 3 (GPU-3): row remap pending",), "ecc"),
+    (("memory",), ("memory: GPU 0: 3 uncorrectable ECC errors",), "ecc"),
+    (("health",), ("health: GPU count is 7, most of the run's 4 nodes of this model have 8",),
+     "device_count"),
+    (("sdc",), ("sdc: GPU 1: wrong result in 2 of 40 GEMMs",), "wrong_result"),
+    (("burn",), ("burn: GPU 0: 512 TFLOPS, below 0.9 x 700 TFLOPS",), "slow"),
+    (("allreduce_internode",), ("allreduce_internode: 3.1 GB/s, below 0.5 x 40 GB/s",), "link"),
+    (("storage",), ("storage: the node is unreachable: no route",), "other"),
+])
+def test_the_kind_a_held_nodes_reasons_show(checks, reasons, kind):
+    assert kind_of_reasons(checks, reasons) == kind
+
+
+def test_the_plan_follows_the_ladder_skips_steps_the_site_cannot_take_and_ends_at_rma(
+        tmp_path):
+    inv = load_inventory(write(tmp_path, "remediation: {ladder: {xid: [reset, reboot, rma]}}"))
+    ledger = Ledger(tmp_path / "q.db")
+    ledger.record_failure("n1", "c", ["health"], ["health: GPU 0: XID 48"], {}, "r1")
+    (p,) = remediation.plan(inv, ledger)
+    # not on Slurm and no reboot_command: a reboot is not a step this site allows
+    assert (p.node, p.kind, p.steps) == ("n1", "xid", ("reset", "rma"))
+    ledger.note("n1", "remediation", "reset for xid: not healed; exit 0")
+    (p,) = remediation.plan(inv, ledger)
+    assert p.steps == ("rma",)  # the reset was taken for this quarantine: next step
+    ledger.note("n1", "remediation", "rma for xid: sent; bundle x")
+    (p,) = remediation.plan(inv, ledger)
+    assert p.steps == () and "waiting for a person" in p.why
+
+
+def test_busy_is_fail_closed(tmp_path):
+    inv = load_inventory(write(tmp_path, "remediation: {}"))
+    node = inv.node("n1")
+    assert "cannot be told" in remediation_steps.busy(inv, node)  # no hook, no Slurm
+    for code, busy in ((0, True), (1, False), (2, True)):
+        hooked = load_inventory(write(tmp_path, f"remediation: {{busy_command: [sh, -c, "
+                                                f"'exit {code}']}}"))
+        assert bool(remediation_steps.busy(hooked, hooked.node("n1"))) is busy, code
+
+
+def test_a_steps_output_is_bounded_and_made_safe():
+    said = remediation_steps.bounded("x" * 5000 + "\x1b[31mdone", 100)
+    assert said.startswith("[4912 characters left out] ") and len(said) < 140
+    assert "\x1b" not in said and said.endswith("done")
+
+
+def test_remediate_exit_codes(tmp_path):
+    assert burnin("remediate", "--inventory", str(tmp_path / "none.yaml")).returncode == 2
+    inv = write(tmp_path, "remediation: {}")
+    missing = burnin("remediate", "--inventory", str(inv), "--dry-run")
+    assert missing.returncode == 2 and "ledger" in missing.stderr  # never created here
+    Ledger(tmp_path / "q.db")
+    assert burnin("remediate", "--inventory", str(inv)).returncode == 0  # nobody held
+    Ledger(tmp_path / "q.db").record_failure("n2", "c", ["health"], ["health: XID 79"], {},
+                                             "r1")
+    held = burnin("remediate", "--inventory", str(inv), "--dry-run", "--json")
+    assert held.returncode == 0
+    assert json.loads(held.stdout)[0]["steps"] == ["reset", "rma"]
+    # no busy hook and no Slurm: nothing runs, the node stays held
+    done = burnin("remediate", "--inventory", str(inv))
+    assert done.returncode == 1 and "not idle" in done.stdout
