@@ -15,6 +15,25 @@ from typing import Protocol
 from burnin.transports import STDERR_TAIL_BYTES
 
 POLL_S = 1.0  # the longest the loop waits before it looks at the deadline and cancel again
+# The longest line a transport reads from a node outside a probe's output (the SSH holder's
+# `ready <dir>` and `staged <n>`, Slurm's job facts): a path or a reason fits many times
+# over; a node that prints more without an end of line is failed rather than buffered.
+LINE_MAX = 64 * 1024
+# The most of a node's own words that a failure message repeats: a message is read by a
+# person and kept in every report, and a node decides what it says.
+MESSAGE_MAX = 1000
+
+
+def capped(text: str, limit: int = MESSAGE_MAX) -> str:
+    """`text`, cut to `limit` characters with the count of those left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def too_long(line: bytes) -> bool:
+    """A line read with a limit of LINE_MAX bytes that stopped at the limit, not at its end."""
+    return len(line) >= LINE_MAX and not line.endswith(b"\n")
 
 
 class Source(Protocol):

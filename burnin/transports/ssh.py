@@ -34,7 +34,7 @@ import paramiko
 from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreachable, Transport
 from burnin.transports.fanout import start_gate
 from burnin.transports.nodeside import HOLDER
-from burnin.transports.reading import POLL_S, read_bounded
+from burnin.transports.reading import LINE_MAX, POLL_S, capped, read_bounded, too_long
 from burnin.transports.sshbounds import Bound, bounded, within
 from burnin.transports.sshconnect import connect, hang_up, transport_of
 
@@ -93,36 +93,45 @@ class SshTransport(Transport):
             what = "the command that holds the node (it never said ready)"
             with self._bounded(timeout) as bound:
                 chan.settimeout(timeout)  # a stalled node cannot hold us
-                answers = chan.makefile("r")
-                answer = answers.readline().strip()
+                answers = chan.makefile("rb")
+                first = answers.readline(LINE_MAX)
         except Exception as e:
             raise NodeUnreachable(f"cannot start a command on {self.where}: "
                                   f"{self._hung(bound, what, e) or e}") from None
+        if too_long(first):
+            within(self._bounded(wait), chan.close)
+            raise NodeUnreachable(f"the command that holds {self.where} printed more than "
+                                  f"{LINE_MAX} bytes without an end of line instead of ready: "
+                                  f"{capped(first.decode(errors='replace'))}")
+        answer = first.decode(errors="replace").strip()
         word, _, rest = answer.partition(" ")
         if word != "ready":
             status = chan.exit_status if chan.status_event.wait(5) else None
             within(self._bounded(wait), chan.close)
             if word == "busy":
-                raise NodeBusy(f"under test by {rest}")
+                raise NodeBusy(f"under test by {capped(rest)}")
             if word == "unsafe":
                 raise NodeUnreachable(f"refusing to stage probes in workdir "
-                                      f"{self.node.workdir} on {self.where}: {rest}")
+                                      f"{self.node.workdir} on {self.where}: {capped(rest)}")
             if status == 127:
                 raise NodeUnreachable(f"could not start: interpreter or probe not found "
                                       f"(status 127: {self.python} on {self.where})")
             raise NodeUnreachable(f"cannot prepare {self.node.workdir} on {self.where} "
-                                  f"(status {status}): {answer or 'no answer'}")
+                                  f"(status {status}): {capped(answer) or 'no answer'}")
         self._holder = chan
         try:
             with self._bounded(timeout) as bound:
                 archive = probes_archive(self.probes_dir)
                 chan.sendall(b"probes %d\n" % len(archive) + archive)
-                staged = answers.readline().strip()
+                said = answers.readline(LINE_MAX)
+            staged = (f"more than {LINE_MAX} bytes without an end of line: "
+                      f"{said.decode(errors='replace')}" if too_long(said)
+                      else said.decode(errors="replace").strip())
         except Exception as e:
             staged = self._hung(bound, "the probes sent to it", e) or f"{type(e).__name__}: {e}"
         if not staged.startswith("staged "):
-            raise NodeUnreachable(f"cannot stage probes into {rest} on {self.where}: "
-                                  f"{staged.removeprefix('unstaged ') or 'no answer'}")
+            raise NodeUnreachable(f"cannot stage probes into {capped(rest)} on {self.where}: "
+                                  f"{capped(staged.removeprefix('unstaged ')) or 'no answer'}")
         self._staged = rest
         return rest
 
