@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 import pytest
-from support.localuser import as_user, local_user
+from support.localuser import as_user, local_user, reachable_dir
 from test_nodecheck import kernel_line, make_inventory, node_check
 
 from burnin.nodecheck import state, storage
@@ -74,10 +72,8 @@ def test_the_state_directory_is_made_0700_and_its_files_are_private(tmp_path):
 @pytest.fixture
 def shared_tmp():
     """A directory another local user can reach (pytest's own are root's, 0700)."""
-    where = Path(tempfile.mkdtemp(prefix="burnin-nodecheck-"))
-    where.chmod(0o755)
-    yield where
-    shutil.rmtree(where, ignore_errors=True)
+    with reachable_dir() as where:
+        yield where
 
 
 def test_a_state_directory_another_user_owns_or_can_write_is_said_and_never_used(shared_tmp):
