@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 
 class BurninError(Exception):
-    """An error burnin reports to its user: the message says what is wrong and what to do."""
+    """An error burnin reports to its user: the message says what is wrong and what to do.
+
+    `burnin`'s commands end with `exit_code` when one reaches them (burnin.cli.main prints
+    the message, never a traceback): 2, bad input or a state that cannot be used, and
+    nothing was decided or changed (docs/reference/exit-codes.md)."""
+
+    exit_code: int = 2
 
 
 # --- files a user wrote: the inventory ---------------------------------------------------
@@ -47,11 +53,12 @@ class InventoryError(SourceErrors):
 # --- the quarantine ledger ---------------------------------------------------------------
 
 class LedgerError(BurninError):
-    """The ledger's database refused or could not be reached: a controller fault, never a
-    node's. The message names the ledger and what the database said."""
+    """The ledger's database refused or could not be reached, or is not one burnin may
+    open: a controller fault, never a node's. The message names the ledger and what the
+    database said. Every ledger error below is one, so that a command catches one type."""
 
 
-class LedgerUrlError(BurninError, ValueError):
+class LedgerUrlError(LedgerError, ValueError):
     """quarantine.ledger (or --ledger) is not a ledger burnin can open; the message says
     what is accepted."""
 
@@ -61,11 +68,11 @@ class LedgerMissing(LedgerError):
     created on purpose (`burnin ledger init`), never where one was expected."""
 
 
-class LedgerNotEmpty(BurninError):
+class LedgerNotEmpty(LedgerError):
     """`burnin ledger copy` would overwrite a ledger that holds something."""
 
 
-class LedgerLost(BurninError):
+class LedgerLost(LedgerError):
     """A ledger that existed is gone, emptied or lost tables: starting an empty one would
     release every node it held, so nothing opens it until a person restores it (or says to
     start anew)."""
@@ -85,6 +92,8 @@ class ControllerFault(BurninError):
     """The controller itself failed (its reports or ledger cannot be written, the disk is
     full, a bug outside any one node's document): the run ends incomplete, no report of
     it is admissible, and no node is blamed."""
+
+    exit_code = 3
 
 
 class NotShipped(BurninError, RuntimeError):
@@ -113,7 +122,10 @@ class NodeCheckUsage(BurninError):
 
 
 class SlurmError(BurninError):
-    """scontrol could not be run or refused: the message says why."""
+    """scontrol could not be run or refused: the message says why (node-check's exit 3:
+    the node could not be read, drained or resumed)."""
+
+    exit_code = 3
 
 
 class StateError(BurninError):

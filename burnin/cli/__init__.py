@@ -1,9 +1,8 @@
-"""The `burnin` command: run, inventory check, admit, quarantine, ledger, report, compare,
-rejudge, node-check.
-
-Exit codes are documented per command in README.md; commands that print state take
---json for machines. `burnin = burnin.cli:main` (pyproject.toml); the commands with
-more to them each have a module here (ledger, quarantine, compare, rejudge).
+"""The `burnin` command's parser and its commands; `main` is its one error boundary: a
+BurninError that reaches it is printed as its message and ends the command with its
+exit_code (burnin/errors.py), never a traceback. What --help says to the user is in
+burnin/cli/usage.py; the commands with more to them each have a module here (ledger,
+quarantine, incident, compare, rejudge).
 
 Layer 12: may import every layer; nothing of burnin imports it but `python -m burnin`."""
 
@@ -23,11 +22,13 @@ from burnin.cli import incident as cli_incident
 from burnin.cli import ledger as cli_ledger
 from burnin.cli import quarantine as cli_quarantine
 from burnin.cli import remediate as cli_remediate
+from burnin.cli import usage
 from burnin.core.shipped_files import inventory as shipped_inventory
 from burnin.core.shipped_files import shipped
+from burnin.errors import BurninError, NotShipped
 from burnin.gate.admit import ReportError, decide, read_junit, write_admitted
 from burnin.inventory.schema import InventoryError, load_inventory
-from burnin.ledger.api import LedgerError, LedgerLost, LedgerUrlError
+from burnin.ledger.api import LedgerError
 from burnin.ledger.open import open_configured
 from burnin.model.verdict import clean
 from burnin.nodecheck import run as nodecheck_run
@@ -46,7 +47,11 @@ def run_suites(pytest_args: list[str]) -> int:
     validates this machine. Returns pytest's exit code."""
     import pytest
 
-    from burnin.errors import NotShipped
+    if "-h" in pytest_args or "--help" in pytest_args:  # pytest's help, after burnin's
+        from burnin.cli import usage
+        print(f"usage: burnin run [--inventory FILE] [pytest args]\n\n"
+              f"{usage.COMMANDS['run'][0]}\n\n{usage.epilog('run')}\n\n"
+              "pytest's help follows; burnin's own options are under 'burnin':\n")
     try:
         suites = shipped("suites")
     except NotShipped as e:
@@ -126,7 +131,7 @@ def _admit(args) -> int:
     except InventoryError as e:
         print(f"burnin admit: invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+    except (OSError, LedgerError) as e:
         print(f"burnin admit: cannot read the quarantine ledger: {e}; no node is admitted",
               file=sys.stderr)
         return 2
@@ -168,11 +173,7 @@ def _quarantined(args, junit: Path, inv) -> dict[str, str] | None:
 
 def _report(args) -> int:
     run_dir = Path(args.dir)
-    try:
-        report = read_junit(run_dir / "junit.xml", strict=False)
-    except ReportError as e:
-        print(f"burnin report: {e}", file=sys.stderr)
-        return 2
+    report = read_junit(run_dir / "junit.xml", strict=False)  # ReportError: main says it
     cluster = _junit_property(run_dir / "junit.xml", "cluster") or "?"
     verdicts: dict[str, dict[str, tuple[str, str]]] = {
         n: {c: (o, m) for c, o, m in cases} for n, cases in report.cases.items()}
@@ -190,13 +191,10 @@ def _junit_property(path: Path, name: str) -> str | None:
 
 
 def _compare(args) -> int:
-    from burnin.cli.compare import RunError, compare, run_figures
-    try:
-        result = compare(run_figures(Path(args.run_a)), run_figures(Path(args.run_b)),
-                         args.threshold)
-    except RunError as e:
-        print(f"burnin compare: {e}", file=sys.stderr)
-        return 2
+    from burnin.cli.compare import compare, run_figures
+    # a RunError (no results.jsonl) is said by main
+    result = compare(run_figures(Path(args.run_a)), run_figures(Path(args.run_b)),
+                     args.threshold)
     regressed = result.regressions
     if args.json:
         print(json.dumps({"run_a": args.run_a, "run_b": args.run_b,
@@ -223,13 +221,9 @@ def _compare(args) -> int:
 
 
 def _rejudge(args) -> int:
-    from burnin.cli.rejudge import RejudgeError, rejudge
-    try:
-        total, changes = rejudge(Path(args.dir), Path(args.inventory) if args.inventory
-                                 else None)
-    except RejudgeError as e:
-        print(f"burnin rejudge: {e}", file=sys.stderr)
-        return 2
+    from burnin.cli.rejudge import rejudge
+    # a RejudgeError (no trusted report, no inventory) is said by main
+    total, changes = rejudge(Path(args.dir), Path(args.inventory) if args.inventory else None)
     if args.json:
         print(json.dumps({"run_dir": args.dir, "inventory": args.inventory, "judged": total,
                           "changed": [{"node": c.node, "check": c.check,
@@ -264,8 +258,7 @@ def _speed(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="burnin", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="burnin")
     p.add_argument("--version", action="version", version=f"burnin {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     # Parsed by pytest, not here (see main): listed for --help.
@@ -378,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "of the copy the run kept")
     rejudge.add_argument("--json", action="store_true", help="machine-readable output")
     rejudge.set_defaults(func=_rejudge)
+    usage.apply(p)  # every command's --help: what it does, its exit codes, an example
     return p
 
 
@@ -394,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `burnin ... | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except BurninError as e:  # the one boundary: a message and its exit code
+        words = " ".join(w for w in (args.command, getattr(args, "action", None)) if w)
+        print(clean(f"burnin {words}: {e}"), file=sys.stderr)
+        return e.exit_code
 
 
 if __name__ == "__main__":

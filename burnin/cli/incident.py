@@ -18,7 +18,7 @@ from pathlib import Path
 
 from burnin.errors import IncidentError
 from burnin.inventory.schema import InventoryError, load_inventory
-from burnin.ledger.api import Ledger, LedgerError, LedgerLost, LedgerUrlError
+from burnin.ledger.api import Ledger, LedgerError
 from burnin.ledger.incidents import KeptIncident
 from burnin.ledger.open import open_configured
 
@@ -79,7 +79,7 @@ def run(args) -> int:
         print(f"burnin incident: invalid inventory:\n{e}", file=sys.stderr)
     except IncidentError as e:
         print(f"burnin incident {args.action}: {e}", file=sys.stderr)
-    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+    except (OSError, LedgerError) as e:
         print(f"burnin incident: the quarantine ledger: {e}", file=sys.stderr)
     return 2
 

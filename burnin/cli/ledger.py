@@ -32,7 +32,7 @@ from burnin.cli import quarantine as cli_quarantine
 from burnin.figures import replace_soon
 from burnin.figures.goodput import break_even
 from burnin.inventory.schema import InventoryError, load_inventory
-from burnin.ledger.api import LedgerError, LedgerLost, LedgerNotEmpty, LedgerUrlError
+from burnin.ledger.api import LedgerError, LedgerNotEmpty
 from burnin.ledger.open import ledger_site, open_configured, open_ledger
 
 
@@ -45,7 +45,7 @@ def init(args) -> int:
     except InventoryError as e:
         print(f"burnin ledger init: invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+    except (OSError, LedgerError) as e:
         print(f"burnin ledger init: {e}; nothing created", file=sys.stderr)
         return 2
     said = "created" if ledger.created else "already there, whole; nothing changed"
@@ -82,7 +82,7 @@ def copy(args) -> int:
     except InventoryError as e:
         print(f"burnin ledger copy: invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+    except (OSError, LedgerError) as e:
         print(f"burnin ledger copy: {e}; nothing copied", file=sys.stderr)
         return 2
     if args.json:
@@ -120,7 +120,7 @@ def history(args) -> int:
     except InventoryError as e:
         print(f"burnin history: invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+    except (OSError, LedgerError) as e:
         print(f"burnin history: cannot read the quarantine ledger: {e}", file=sys.stderr)
         return 2
     if args.json:

@@ -23,7 +23,7 @@ from burnin.gate import actions
 from burnin.gate.quarantine import quarantine_actions
 from burnin.gate.reconcile import Reconciled, reconcile
 from burnin.inventory.schema import InventoryError, load_inventory
-from burnin.ledger.api import Entry, Ledger, LedgerError, LedgerLost, LedgerUrlError
+from burnin.ledger.api import Entry, Ledger, LedgerError
 from burnin.ledger.open import open_configured
 from burnin.model.nodes import QuarantineSettings
 
@@ -47,7 +47,7 @@ def _run(args) -> int:
     except InventoryError as e:
         print(f"invalid inventory:\n{e}", file=sys.stderr)
         return 2
-    except (OSError, LedgerError, LedgerLost, LedgerUrlError) as e:
+    except (OSError, LedgerError) as e:
         print(f"cannot open the quarantine ledger: {e}", file=sys.stderr)
         return 2
     if args.action == "list":

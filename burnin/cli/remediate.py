@@ -17,7 +17,7 @@ from burnin.engine.run import new_run_id
 from burnin.errors import NotShipped
 from burnin.gate import remediation
 from burnin.inventory.schema import InventoryError, load_inventory
-from burnin.ledger.api import LedgerError, LedgerLost, LedgerUrlError
+from burnin.ledger.api import LedgerError
 from burnin.ledger.open import open_configured
 from burnin.model.verdict import clean
 
@@ -50,7 +50,7 @@ def main(args) -> int:
         probes = shipped("probes")
         say = (lambda _: None) if args.json else (lambda line: print(clean(line)))
         outcomes = remediation.run(inv, ledger, probes, f"remediate-{new_run_id()}", say=say)
-    except (OSError, LedgerError, LedgerLost, LedgerUrlError, NotShipped) as e:
+    except (OSError, LedgerError, NotShipped) as e:
         print(f"burnin remediate: cannot use the quarantine ledger: {e}", file=sys.stderr)
         return 2
     if args.json:

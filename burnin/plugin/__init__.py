@@ -23,6 +23,7 @@ from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES
 from burnin.engine.kept_inventory import keep_inventory
 from burnin.engine.progress import Progress
 from burnin.engine.run import DEFAULT_FANOUT, Run, new_run_id
+from burnin.errors import BurninError
 from burnin.figures import goodput
 from burnin.figures import track_record as track
 from burnin.gate.incidents import Incident, summary_lines
@@ -122,6 +123,8 @@ class BurninState(RunEnd):
                 self.error = str(e)
             except (OSError, LedgerError) as e:  # a ledger not reached: no run at all
                 self.error = f"cannot open the quarantine ledger: {e}"
+            except BurninError as e:  # any other error a user sees: a usage error, no trace
+                self.error = str(e)
             else:
                 run = Run(inventory, nodes, self.config.getoption("profile"),
                           self.reports_dir, self.run_id, fanout=self.config.getoption("fanout"))
