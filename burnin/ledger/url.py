@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 # A parameter whose name holds one of these is a secret, or the way to one (passfile):
 # password, sslpassword, passfile; and whatever a later libpq adds under such a name.
@@ -41,7 +41,9 @@ def shown(text: str) -> str:
 
 def _mask_pair(pair: str) -> str:
     name, eq, _ = pair.partition("=")
-    return f"{name}={MASK}" if eq and SECRET_NAME.search(name) else pair
+    # libpq percent-decodes a parameter's name as it does its value: sslp%61ssword is
+    # sslpassword to it, so the name is judged decoded.
+    return f"{name}={MASK}" if eq and SECRET_NAME.search(unquote(name)) else pair
 
 
 def scrub(message: str, text: str) -> str:
