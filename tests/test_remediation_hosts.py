@@ -116,7 +116,9 @@ def test_a_reset_that_heals_releases_one_that_does_not_escalates_to_rma_a_busy_o
     assert failure["kind"] == "ecc" and "uncorrectable" in failure["reasons"][0]
     assert any(h["event"] == "failed-again" for h in
                json.loads((bundle / "history.json").read_text()))
-    assert (bundle / "parts.json").exists()
+    parts = json.loads((bundle / "parts.json").read_text())
+    assert [g["uuid"] for g in parts["gpus"]] == [f"GPU-{broken}-0"]
+    assert parts["host"]["boot_id"]
 
     # busy: nothing ran on it
     assert f"reset {busy}" not in calls and f"reboot {busy}" not in calls

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from burnin.checks import CHECKS
 from burnin.gate import remediation_steps as steps
 from burnin.ledger.api import Ledger
 from burnin.ledger.runs import DAY
@@ -65,7 +66,8 @@ def plan(inv: Inventory, ledger: Ledger, now: float | None = None) -> list[Plan]
 
 def plan_node(inv: Inventory, node: Node, entry, history: list[dict], now: float) -> Plan:
     r = inv.remediation
-    kind = kind_of_reasons(entry.checks, entry.reasons)
+    kind = kind_of_reasons(entry.checks, entry.reasons,
+                           frozenset(name for name, c in CHECKS.items() if c.group))
     window = now - inv.quarantine.repeat_days * DAY
     mine = [h for h in history if h["event"] == EVENT]
     taken = [m for h in mine if h["time"] >= window and (m := _TAKEN.match(h["why"]))
@@ -155,9 +157,15 @@ def _rma(inv, ledger, node, p: Plan, entry, run_id, record, said) -> Outcome:
     return Outcome(node.name, RMA, said)
 
 
+# What identifies a part, of what the facts check's probe reads per GPU.
+PART_KEYS = ("index", "name", "uuid", "pci_bus_id", "serial", "board_part_number", "vbios",
+             "inforom_image")
+
+
 def _facts(reports: Path, node: str) -> dict:
-    """The node's health facts from the newest run under `reports` that judged it, if kept:
-    what NVML said of each GPU (names, UUIDs, bus ids, serials where read)."""
+    """The node's parts as the facts check (health) last saw them in a run under
+    `reports`: the host and, per GPU, what identifies it (PART_KEYS that were read)."""
+    facts = {name for name, c in CHECKS.items() if c.facts}
     runs = sorted((p for p in reports.glob("*/results.jsonl") if p.parent.name != "latest"),
                   key=lambda p: p.stat().st_mtime, reverse=True) if reports.is_dir() else []
     for results in runs:
@@ -170,10 +178,16 @@ def _facts(reports: Path, node: str) -> dict:
                 rec = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(rec, dict) and rec.get("node") == node and \
-                    rec.get("check") == "health" and isinstance(rec.get("data"), dict):
-                return {"run": results.parent.name, "health": rec["data"].get("facts")
-                        or rec["data"].get("figures") or {}}
+            data = rec.get("data") if isinstance(rec, dict) else None
+            if rec.get("node") == node and rec.get("check") in facts and \
+                    isinstance(data, dict):
+                devices = [{k: d[k] for k in PART_KEYS if k in d}
+                           for d in data.get("devices") or () if isinstance(d, dict)]
+                return {"run": results.parent.name, "host": data.get("node"),
+                        "gpus": devices,
+                        "serials": "read" if any("serial" in d for d in devices) else
+                        "not read by the health probe: take them from the node "
+                        "(nvidia-smi -q) for the ticket"}
     return {}
 
 

@@ -34,10 +34,9 @@ _WORDS = (
     ("digest", re.compile(r"digest", re.I)),
     ("diverged", re.compile(r"diverge", re.I)),
 )
+_LINK = re.compile(r"\blinks?\b|NVLink|PCIe|\bports?\b|\bCRC\b|replay|InfiniBand|\bHCA",
+                   re.I)
 _UNREACHABLE = re.compile(r"unreachable|could not reach|timed out|no answer", re.I)
-# Checks whose failures of no own kind are a link's (between nodes, to the fabric, PCIe).
-LINK_CHECKS = frozenset({"allreduce_internode", "fabric", "gpu_fabric", "pcie", "gpupairs",
-                         "train_internode"})
 
 DEFAULT_LADDER = {
     "xid": (RESET, REBOOT, RMA), "ecc": (RESET, REBOOT, RMA),
@@ -74,13 +73,16 @@ class RemediationSettings:
         return self.ladder.get(kind, DEFAULT_LADDER.get(kind, (RMA,)))
 
 
-def kind_of_reasons(checks: tuple[str, ...], reasons: tuple[str, ...]) -> str:
-    """The kind of failure a held node's ledger entry shows (one of KINDS)."""
+def kind_of_reasons(checks: tuple[str, ...], reasons: tuple[str, ...],
+                    link_checks: frozenset[str] = frozenset()) -> str:
+    """The kind of failure a held node's ledger entry shows (one of KINDS): its reasons'
+    words, and whether it failed one of `link_checks` (the inter-node ones, which the
+    caller reads from the check table)."""
     text = "\n".join(reasons)
     for kind, words in _WORDS:
         if words.search(text):
             return kind
-    if LINK_CHECKS & set(checks):
+    if link_checks & set(checks) or _LINK.search(text):
         return "link"
     if _UNREACHABLE.search(text) or not checks:
         return "other"
