@@ -196,6 +196,7 @@ def test_the_device_call_runs_its_steps_in_order_and_writes_each_as_it_lands(nvm
 
 def test_a_device_call_short_of_time_skips_what_no_longer_fits_and_says_so(tmp_path):
     first = load("device_call")
+    assert sum(first.BUDGET_S.values()) == first.DEADLINE_S < 360, "the budgets add up"
     calls = []
     first.facts = lambda gpu: calls.append("facts") or {"device": "X"}
     # Written as it lands: when the second step runs, the file already holds the first.
@@ -207,7 +208,7 @@ def test_a_device_call_short_of_time_skips_what_no_longer_fits_and_says_so(tmp_p
     steps = json.loads((tmp_path / "first_run.json").read_text())["steps"]
     assert calls == ["facts", "nvml_raw", "sdc_exactness"] and code == 1
     assert steps["probes_judged"]["status"] == "skipped"
-    assert steps["probes_judged"]["result"].endswith("s left, 170 s budgeted")
+    assert steps["probes_judged"]["result"].endswith("s left, 165 s budgeted")
     assert [s["status"] for s in steps.values()] == ["done", "done", "skipped", "skipped",
                                                      "done", "skipped"]
     assert steps["nvml_raw"]["result"] == {"file_then": ["facts"]}
