@@ -182,3 +182,24 @@ def test_the_inventory_declares_a_nodes_nvlink_domain_and_imex_channels(tmp_path
     inv.write_text(inv.read_text().replace("imex_channels: true", "imex_channels: yes please"))
     with pytest.raises(BurninError, match="imex_channels"):
         load_inventory(inv)
+
+
+def test_only_nodes_reporting_their_real_gpu_count_vote_on_the_domains_fabric(nvml, bare):
+    nvml(driver_branch="R580", devices=[gb200(i, {"state": 3, "health_mask": HEALTHY})
+                                        for i in range(4)])
+    honest = health(tray("t0"), bare)
+    outcomes = {"t0": honest}
+    for name in ("t1", "t2"):  # three GPUs of four, in another cluster: no vote
+        o = replace(honest, node=name, data=copy.deepcopy(honest.data))
+        del o.data["devices"][3]
+        for d in o.data["devices"]:
+            d["fabric"]["cluster_uuid"] = "00000000-0000-0000-0000-00000000beef"
+        outcomes[name] = o
+    nodes = {n: tray(n, domain="nvl72-a") for n in outcomes}
+    model = GPU_MODELS[GB200]
+    fleet = Fleet(outcomes, {n: 4 for n in outcomes}, {n: model for n in outcomes}, nodes)
+    summary = fleet_summary(fleet)
+    assert summary["nvlink_domains"] == {"nvl72-a": (
+        ("5e1f4a0c-9b7d-0000-b0a4-d00000000001", 1), 1)}
+    v = judge(nodes["t0"], honest, Judging({}, summary, model, 4))
+    assert fabric_lines(v.failures) == []

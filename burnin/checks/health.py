@@ -120,7 +120,7 @@ def fleet_summary(fleet: Fleet) -> dict:
     for what, per_model in hosts.items():  # (majority value or None, nodes)
         out[what] = {key: (majority(values)[0], len(values))
                      for key, values in per_model.items()}
-    out["nvlink_domains"] = domain_summary(fleet.outcomes, fleet.nodes)
+    out["nvlink_domains"] = domain_summary(dict(fleet.voters()), fleet.nodes)
     return out
 
 
