@@ -12,12 +12,33 @@ import time
 from burnin.model.nodes import Node
 from burnin.probe.protocol import run_probe, run_probes
 from burnin.transports import CommandResult
-from burnin.transports.fanout import Cancel, fan_out, stand_aside, start_gate
+from burnin.transports.fanout import GATE_POLL_S, Cancel, fan_out, stand_aside, start_gate
 
 HANG_S = 60.0  # a test that waits this long has hung
 
 
-def started(events: list, wait_s: float = HANG_S):
+class Events(list):
+    """What the items did, in order; a test waits on it for what it expects (woken at
+    each event, never sleeping a guessed time), for at most HANG_S / 2."""
+
+    def __init__(self):
+        super().__init__()
+        self.cv = threading.Condition()
+
+    def append(self, event) -> None:
+        with self.cv:
+            super().append(event)
+            self.cv.notify_all()
+
+    def wait_for(self, ready, what: str) -> None:
+        with self.cv:
+            assert self.cv.wait_for(lambda: ready(self), HANG_S / 2), f"hung: {what}"
+
+    def of(self, kind) -> int:
+        return len([e for e in self if e[0] == kind])
+
+
+def started(events: Events, wait_s: float = HANG_S):
     """An item that starts its command (noted), then hands the gate its input's write."""
     def fn(i):
         gate = start_gate()
@@ -32,11 +53,12 @@ def started(events: list, wait_s: float = HANG_S):
 
 
 def test_every_input_is_written_in_one_loop_once_every_command_has_started():
-    events: list = []
+    events = Events()
     run = started(events)
 
     def fn(i):
-        time.sleep(0.05 * i)  # items start at different times: 0 is first, 7 last
+        if i:  # items start one after the other: 0 is first, 7 last
+            events.wait_for(lambda ev: ("started", i - 1) in ev, f"item {i - 1} started")
         return run(i)
 
     assert fan_out(range(8), fn, limit=8) == list(range(8))
@@ -49,7 +71,7 @@ def test_every_input_is_written_in_one_loop_once_every_command_has_started():
 
 
 def test_items_that_return_or_stand_aside_do_not_hold_the_others():
-    events: list = []
+    events = Events()
     run = started(events)
     aside = threading.Event()
 
@@ -62,20 +84,18 @@ def test_items_that_return_or_stand_aside_do_not_hold_the_others():
             return "aside"
         return run(i)
 
-    t0 = time.monotonic()
     done = threading.Thread(target=fan_out, args=(range(4), fn, 4), daemon=True)
     done.start()
-    deadline = t0 + HANG_S / 2
-    while len([e for e in events if e[0] == "on"]) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    events.wait_for(lambda ev: ev.of("on") >= 2, "items 2 and 3 went on")
     assert sorted(e[1] for e in events if e[0] == "on") == [2, 3]  # item 1 still runs
     aside.set()
     done.join(HANG_S)
 
 
 def test_an_item_that_never_arrives_holds_the_others_only_its_bound():
-    events: list = []
-    run = started(events, wait_s=0.5)
+    wait_s = 0.5
+    events = Events()
+    run = started(events, wait_s=wait_s)
     release = threading.Event()
 
     def fn(i):
@@ -86,17 +106,21 @@ def test_an_item_that_never_arrives_holds_the_others_only_its_bound():
 
     t = threading.Thread(target=fan_out, args=(range(3), fn, 3), daemon=True)
     t.start()
-    deadline = time.monotonic() + HANG_S / 2
-    while len([e for e in events if e[0] == "on"]) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    events.wait_for(lambda ev: ev.of("started") >= 2, "items 1 and 2 started")
+    arrived = time.monotonic()  # the last of them arrives just after it says started
+    events.wait_for(lambda ev: ev.of("on") >= 2, "items 1 and 2 went on")
+    held = time.monotonic() - arrived
     assert sorted(e[1] for e in events if e[0] == "on") == [1, 2]
+    # Its bound, and the gate's poll, then a margin for a loaded machine: far under what
+    # a bound many times too long would hold them (20 x 0.5 s).
+    assert held < wait_s + GATE_POLL_S + 3.0, f"held {held:.1f} s past the bound of {wait_s} s"
     release.set()  # the late one writes its own input and goes on
     t.join(HANG_S)
     assert ("sent", 0) in [e[:2] for e in events] and ("on", 0) in events
 
 
 def test_a_cancelled_run_opens_the_gate():
-    events: list = []
+    events = Events()
     cancel = threading.Event()
     run = started(events)
     release = threading.Event()
@@ -109,24 +133,21 @@ def test_a_cancelled_run_opens_the_gate():
 
     t = threading.Thread(target=fan_out, args=(range(3), fn, 3, cancel), daemon=True)
     t.start()
-    while len([e for e in events if e[0] == "started"]) < 2:
-        time.sleep(0.01)
+    events.wait_for(lambda ev: ev.of("started") >= 2, "items 1 and 2 started")
     assert not [e for e in events if e[0] == "sent"]  # held for item 0
     cancel.set()
-    deadline = time.monotonic() + HANG_S / 2
-    while len([e for e in events if e[0] == "on"]) < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    events.wait_for(lambda ev: ev.of("on") >= 2, "the cancel opened the gate")
     assert sorted(e[1] for e in events if e[0] == "on") == [1, 2]
     release.set()
     t.join(HANG_S)
 
 
 def test_a_fan_out_wider_than_its_bound_has_no_gate_and_nested_ones_their_own():
-    events: list = []
+    events = Events()
     assert fan_out(range(4), started(events), limit=2) == list(range(4))
     assert sorted(e[1] for e in events if e[0] == "alone") == [0, 1, 2, 3]
 
-    inner: list = []
+    inner = Events()
 
     def outer(i):
         # A fan-out inside an item (the run's first probe readies every node) has its
@@ -185,17 +206,15 @@ class Otherwise:
 def test_probes_started_otherwise_stand_aside_and_hold_no_ssh_probe():
     for start in (lambda o: run_probe(o, "health", {}, 60),
                   lambda o: run_probes(o, [o.node], "health", {"n1": {}}, {"n1": 60})):
-        events: list = []
+        events = Events()
         other = Otherwise()
 
         def fn(i, other=other, start=start, events=events):
             return start(other) if i == 0 else started(events)(i)
         t = threading.Thread(target=fan_out, args=(range(2), fn, 2), daemon=True)
         t.start()
-        deadline = time.monotonic() + HANG_S / 2
-        while ("on", 1) not in events and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ("on", 1) in events  # while item 0's command still runs
+        # while item 0's command still runs
+        events.wait_for(lambda ev: ("on", 1) in ev, "item 1 went on")
         other.release.set()
         t.join(HANG_S)
 
