@@ -37,7 +37,8 @@ MODULES = ("gate.admit", "gate.quarantine", "ledger.api", "ledger.read", "ledger
            "checks.sdc", "checks.burn", "checks.health", "checks.storage", "checks.allreduce",
            "checks.allreduce_internode",
            "checks.memory", "checks.pcie", "checks.fabric", "checks.dcgm", "checks.dcgm_codes",
-           "checks.gpu_fabric", "checks.train", "checks.train_internode", "gate.incidents",
+           "checks.gpu_fabric", "checks.train", "checks.train_job", "checks.train_internode",
+           "gate.incidents",
            "ledger.open", "ledger.run_end")
 # Modules mutated in part: these functions only. allreduce_internode's inter-node run
 # (internode, _outcome: groups, pairs, retests over real nodes) is tested on real SSH hosts
