@@ -5,7 +5,10 @@ and the check table is the one place a check is declared."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import pytest
 
 from burnin.checks import CHECKS
 
@@ -17,25 +20,69 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
+def _is_module(name: str) -> bool:
+    """A burnin module or package of this checkout (`burnin.report` is one: its folder)."""
+    where = REPO / name.replace(".", "/")
+    return where.with_suffix(".py").exists() or (where / "__init__.py").exists()
+
+
+def _absolute(path: Path, module: str | None, level: int) -> str | None:
+    """The absolute name of a `from ... import` of `path`: `from ..report import junit` in
+    burnin/gate/x.py is burnin.report."""
+    if level == 0:
+        return module
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    base = package[:len(package) - (level - 1)] if level > 1 else package
+    return ".".join(base + ([module] if module else []))
+
+
+# A "module:attr" string: a reference another part imports by name when it needs it
+# (Check.page, the transports' TABLE, the ledger's BACKENDS), an import all the same.
+MODULE_ATTR = re.compile(r"^(burnin(?:\.\w+)+):\w+(?:\.\w+)*$")
+DYNAMIC = {"import_module", "__import__"}
+
+
+def imports(path: Path, source: str | None = None, lazy: bool = True) -> set[str]:
     """Every burnin module `path` imports, at any depth of the file (a function-level
-    import closes a circle as surely as a top-level one)."""
+    import closes a circle as surely as a top-level one): `import burnin.x`, `from burnin
+    import x` (x a module or a package), relative imports, importlib.import_module and
+    __import__ of a literal name, and (with `lazy`) "burnin.x:attr" strings."""
     out: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name.startswith("burnin")}
-        elif isinstance(node, ast.ImportFrom) and node.module and \
-                node.module.startswith("burnin") and node.level == 0:
+        elif isinstance(node, ast.ImportFrom):
+            module = _absolute(path, node.module, node.level)
+            if not module or not (module == "burnin" or module.startswith("burnin.")):
+                continue
             # `from burnin.checks import health` imports the submodule burnin.checks.health
-            subs = {f"{node.module}.{a.name}" for a in node.names}
-            found = {m for m in subs if (REPO / (m.replace(".", "/") + ".py")).exists()}
-            out |= found or {node.module}
+            subs = {f"{module}.{a.name}" for a in node.names}
+            found = {m for m in subs if _is_module(m)}
+            out |= found or {module}
+        elif isinstance(node, ast.Call) and node.args and \
+                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else \
+                func.id if isinstance(func, ast.Name) else ""
+            if name in DYNAMIC and node.args[0].value.startswith("burnin"):
+                out.add(node.args[0].value)
+        elif lazy and isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                (m := MODULE_ATTR.match(node.value)):
+            out.add(m.group(1))
     return out
 
 
-def graph() -> dict[str, set[str]]:
+def graph(lazy: bool = True) -> dict[str, set[str]]:
+    """{module: the burnin modules it imports}; with `lazy`, also those it names in a
+    "module:attr" string, imported when used: a dependency all the same, though it closes
+    no circle at import time (the transports' TABLE names its rows, whose modules import
+    the package's base classes)."""
     files = {module_name(p): p for p in (REPO / "burnin").rglob("*.py")}
-    return {name: {m for m in imports(p) if m in files} - {name} for name, p in files.items()}
+    return {name: {m for m in imports(p, lazy=lazy) if m in files} - {name}
+            for name, p in files.items()}
 
 
 def find_cycle(g: dict[str, set[str]]) -> list[str]:
@@ -97,13 +144,32 @@ def package_of(module: str) -> tuple[int, str]:
     return best
 
 
-def wrong_way(g: dict[str, set[str]]) -> list[str]:
-    """Every import that goes up the layers or sideways into a peer package."""
+# Dependencies up the layers that stay until their code moves, each named and explained.
+# Only a "module:attr" string may use one (test_no_module_imports_a_higher_layer...: the
+# graph without those strings has no exception at all).
+ALLOWED = {
+    # Check pages: a Check names the function that draws its part of a node's section
+    # and of the fleet (Check.page, Check.fleet_page). That code is HTML built with the
+    # report layer's helpers, so it lives there and the report layer imports it when it
+    # renders; the checks layer never imports it. The fix is a move between layers (each
+    # page part beside its check, over an HTML toolkit below the checks).
+    ("burnin.checks", "burnin.report.summary.checks"): "check pages",
+    ("burnin.checks", "burnin.report.summary.fleet_checks"): "check pages",
+    ("burnin.checks", "burnin.report.summary.burn_part"): "check pages",
+    ("burnin.checks", "burnin.report.summary.train_part"): "check pages",
+}
+
+
+def wrong_way(g: dict[str, set[str]], allowed: dict | None = None) -> list[str]:
+    """Every import that goes up the layers or sideways into a peer package, but those
+    `allowed` ({(importing package, imported module): why})."""
     out = []
     for module, deps in sorted(g.items()):
         rank, package = package_of(module)
         for dep in sorted(deps):
             dep_rank, dep_package = package_of(dep)
+            if (package, dep) in (allowed or {}):
+                continue
             if dep_package != package and dep_rank >= rank:
                 out.append(f"{module} (layer {rank}) imports {dep} (layer {dep_rank})")
     return out
@@ -112,14 +178,56 @@ def wrong_way(g: dict[str, set[str]]) -> list[str]:
 def test_no_module_imports_a_higher_layer_or_a_peer_package():
     g = graph()
     assert len(g) > 80 and "burnin.engine.run" in g  # the graph is burnin's, whole
-    assert wrong_way(g) == []
+    assert wrong_way(graph(lazy=False)) == []
+    assert wrong_way(g, ALLOWED) == []
+    # each exception is still needed: one that no longer is goes from ALLOWED
+    used = {(package_of(m)[1], d) for m, deps in g.items() for d in deps}
+    assert set(ALLOWED) <= used, set(ALLOWED) - used
+
+
+# Each way of importing, planted in a gate module (layer 9) and naming the report layer
+# (10): each must be an import up the layers.
+PLANTED = {
+    "from burnin import report": "burnin.report",
+    "from burnin import report as r": "burnin.report",
+    "from ..report import junit": "burnin.report.junit",
+    "from .. import report": "burnin.report",
+    "from ..report.junit import write": "burnin.report.junit",
+    "import importlib\nj = importlib.import_module('burnin.report.junit')": "burnin.report.junit",
+    "from importlib import import_module\nj = import_module('burnin.report')": "burnin.report",
+    "j = __import__('burnin.report.junit')": "burnin.report.junit",
+    "PAGE = 'burnin.report.summary.checks:storage'": "burnin.report.summary.checks",
+    "TABLE = {'x': Row('burnin.report.publish:Writer')}": "burnin.report.publish",
+}
+
+
+@pytest.mark.parametrize("source", PLANTED)
+def test_the_layer_check_finds_each_way_of_importing_planted(source):
+    planted = REPO / "burnin" / "gate" / "planted.py"
+    g = graph()
+    g["burnin.gate.planted"] = {m for m in imports(planted, source) if m in g}
+    assert PLANTED[source] in g["burnin.gate.planted"]
+    assert wrong_way(g, ALLOWED) == [
+        f"burnin.gate.planted (layer 9) imports {PLANTED[source]} (layer 10)"]
+
+
+def test_an_allowed_page_string_is_no_licence_for_an_import():
+    """ALLOWED covers a check page's "module:attr" string only: the same module imported
+    from a check, or another report module named by a string, is still caught."""
+    check = REPO / "burnin" / "checks" / "planted.py"
+    g = graph()
+    g["burnin.checks.planted"] = imports(check, "from burnin.report.summary import checks")
+    assert wrong_way(graph(lazy=False) | {"burnin.checks.planted": g["burnin.checks.planted"]})
+    g["burnin.checks.planted"] = imports(check, "W = 'burnin.report.publish:publish'")
+    assert wrong_way(g, ALLOWED) == [
+        "burnin.checks.planted (layer 5) imports burnin.report.publish (layer 10)"]
 
 
 def test_the_layer_check_finds_a_planted_wrong_way_import():
     g = graph()
     g["burnin.gate.quarantine"] = g["burnin.gate.quarantine"] | {"burnin.report.junit"}
     g["burnin.transports.slurm"] = g["burnin.transports.slurm"] | {"burnin.ledger.api"}
-    assert wrong_way(g) == [
+    assert wrong_way(g, ALLOWED) == [
         "burnin.gate.quarantine (layer 9) imports burnin.report.junit (layer 10)",
         "burnin.transports.slurm (layer 3) imports burnin.ledger.api (layer 3)"]
 
@@ -140,7 +248,7 @@ def test_every_package_says_its_layer():
 
 
 def test_the_import_graph_has_no_circle():
-    g = graph()
+    g = graph(lazy=False)
     assert "burnin.checks.base" in g and "burnin.engine.run" in g
     assert find_cycle(g) == []
 
