@@ -1,0 +1,62 @@
+"""The remediation ladder on a real Slurm test cluster (tests/support/slurmcluster.py):
+a held node with a running job is not touched (squeue lists its job), the job keeps
+running, and the idle held node gets its step."""
+
+from __future__ import annotations
+
+import stat
+import subprocess
+import time
+
+import pytest
+import yaml
+from support.incli import burnin
+
+from burnin.ledger.api import Ledger
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_held_node_with_a_job_is_skipped_and_its_job_runs_on(make_slurm, tmp_path):
+    cluster = make_slurm(2)
+    busy, idle = (h.name for h in cluster.hosts.hosts)
+    env = cluster.env()
+    job = subprocess.run(["sbatch", "-w", busy, "-N1", "--parsable", "--wrap", "sleep 300"],
+                         capture_output=True, text=True, env=env, timeout=30)
+    assert job.returncode == 0, job.stderr
+    job_id = job.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 30
+    while subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
+                         text=True, env=env, timeout=30).stdout.strip() != "RUNNING":
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.5)
+    log = tmp_path / "calls.log"
+    reset = tmp_path / "nvidia-smi"
+    # a reset that does not work: the idle node's ladder goes on to RMA
+    reset.write_text(f'#!/bin/sh\necho "reset $2" >> {log}; echo "reset failed" >&2; exit 3\n')
+    reset.chmod(reset.stat().st_mode | stat.S_IXUSR)
+    inv = cluster.hosts.write_inventory(tmp_path / "inv.yaml")
+    doc = yaml.safe_load(inv.read_text())
+    doc["quarantine"] = {"ledger": str(tmp_path / "ledger.db"), "actions": ["slurm"]}
+    doc["remediation"] = {"ladder": {"ecc": ["reset", "rma"]},
+                          "reset_command": [str(reset), "-r", "{node}"],
+                          "rma_dir": str(tmp_path / "rma"), "reports": str(tmp_path / "r"),
+                          "command_timeout_s": 30}
+    inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+    ledger = Ledger(tmp_path / "ledger.db")
+    for node in (busy, idle):
+        ledger.record_failure(node, "test", ["health"], ["health: GPU 0: row remap failed"],
+                              {}, "earlier-run")
+        cluster.scontrol("update", f"nodename={node}", "state=drain",
+                         "reason=burnin: failed health")
+
+    done = burnin("remediate", "--inventory", str(inv))
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = {n: [h["why"] for h in ledger.history(n) if h["event"] == "remediation"]
+            for n in (busy, idle)}
+    assert said[busy] == [f"reset for ecc: skipped; not idle: jobs running: {job_id}"]
+    assert log.read_text().split("\n")[:-1] == [f"reset {idle}"]  # never on the busy node
+    assert said[idle][0] == "reset for ecc: command failed; exit 3; output: reset failed"
+    assert said[idle][1].startswith("rma for ecc: sent; bundle ")
+    assert subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
+                          text=True, env=env, timeout=30).stdout.strip() == "RUNNING"
