@@ -15,6 +15,9 @@ import psycopg  # noqa: F401  (see below)
 import pytest
 from support import pgserver, slurmcluster
 from support.requires import need
+# In CI a skipped test, or a module skipped as a whole, is a failure (support/ci_strict.py):
+# its hooks, imported here, are this conftest's.
+from support.ci_strict import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 from support.testhosts import TestHosts, missing_requirements
 
 # pytester's in-process runs unload the modules they imported first. cryptography's
@@ -86,18 +89,6 @@ def pytest_collection_modifyitems(config, items):
         for mark in needs_of(item) - {m.name for m in item.iter_markers()}:
             item.add_marker(mark)
     items.sort(key=_start_rank)  # stable: file order within each rank
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """In CI, which installs every tool and runs as root, a skipped test is a failure: it
-    proved nothing, and a green run must not hide it."""
-    report = (yield).get_result()
-    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(
-            report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"skipped in CI, where nothing may be: {reason}"
 
 
 @pytest.fixture
