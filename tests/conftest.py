@@ -14,11 +14,12 @@ import paramiko  # noqa: F401  (see below)
 import psycopg  # noqa: F401  (see below)
 import pytest
 from support import pgserver, slurmcluster
-# In CI a skipped test, or a module skipped as a whole, is a failure (support/ci_strict.py):
-# its hooks, imported here, are this conftest's.
 from support.ci_strict import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 from support.requires import need
 from support.testhosts import TestHosts, missing_requirements
+
+# In CI a skipped test, or a module skipped as a whole, is a failure: support.ci_strict's
+# hooks, imported above, are this conftest's.
 
 # pytester's in-process runs unload the modules they imported first. cryptography's
 # compiled core cannot be loaded twice in one process: imported again after such a run,
