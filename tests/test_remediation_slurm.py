@@ -60,3 +60,42 @@ def test_a_held_node_with_a_job_is_skipped_and_its_job_runs_on(make_slurm, tmp_p
     assert said[idle][1].startswith("rma for ecc: sent; bundle ")
     assert subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
                           text=True, env=env, timeout=30).stdout.strip() == "RUNNING"
+
+
+def test_a_reboot_goes_through_slurms_own_reboot_asap_and_leaves_the_node_drained(
+        make_slurm, tmp_path):
+    """`scontrol reboot ASAP nextstate=DRAIN`: the real slurmctld drains the node, runs its
+    RebootProgram (a stand-in that reboots nothing), and keeps it drained; a node not back
+    within command_timeout_s proved nothing, and the ladder goes on (here to RMA)."""
+    log = tmp_path / "reboot.log"
+    program = tmp_path / "reboot-program"
+    program.write_text(f'#!/bin/sh\necho "rebooted $(hostname)" >> {log}\n')
+    program.chmod(program.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    cluster = make_slurm(1, extra_conf=f"RebootProgram={program}\n")
+    node = cluster.hosts.hosts[0].name
+    inv = cluster.hosts.write_inventory(tmp_path / "inv.yaml")
+    doc = yaml.safe_load(inv.read_text())
+    doc["quarantine"] = {"ledger": str(tmp_path / "ledger.db"), "actions": ["slurm"]}
+    doc["remediation"] = {"ladder": {"xid": ["reboot", "rma"]}, "reboot": "slurm",
+                          "rma_dir": str(tmp_path / "rma"), "reports": str(tmp_path / "r"),
+                          "command_timeout_s": 8}
+    inv.write_text(yaml.safe_dump(doc, sort_keys=False))
+    ledger = Ledger(tmp_path / "ledger.db")
+    ledger.record_failure(node, "test", ["health"], ["health: GPU 0: XID 79"], {}, "run-1")
+    cluster.scontrol("update", f"nodename={node}", "state=drain", "reason=burnin: failed")
+
+    shown = burnin("remediate", "--inventory", str(inv), "--dry-run")
+    assert f"{node}: xid, remediated 0 time(s): reboot -> rma" in shown.stdout
+    done = burnin("remediate", "--inventory", str(inv))
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = [h["why"] for h in ledger.history(node) if h["event"] == "remediation"]
+    assert said[0].startswith("reboot for xid: command failed; not back from reboot after "
+                              "8 s (state "), said
+    assert said[1].startswith("rma for xid: sent")
+    deadline = time.monotonic() + 30
+    while not log.exists():  # Slurm ran the node's RebootProgram: the node was idle
+        assert time.monotonic() < deadline, "Slurm never rebooted the node"
+        time.sleep(0.5)
+    state, reason = cluster.state(node)
+    assert "drain" in state or "reboot" in state, (state, reason)  # never resumed
+    assert ledger.get(node) is not None

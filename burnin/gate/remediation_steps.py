@@ -132,6 +132,13 @@ def reboot(inv: Inventory, node: Node) -> Done:
                      r.command_timeout_s, r.output_bytes)
     asked = local(["scontrol", "reboot", "ASAP", "nextstate=DRAIN",
                    f"reason={REBOOT_REASON}", node.name], SLURM_TIMEOUT_S, r.output_bytes)
+    if not asked.ok and "Invalid state: DRAIN" in asked.output:
+        # A Slurm whose reboot takes only nextstate=RESUME|DOWN (22.05) clears an ASAP
+        # reboot's DRAIN once the node is back (scontrol(1)): DOWN keeps the node out of
+        # service for its re-validation, as DRAIN would.
+        asked = local(["scontrol", "reboot", "ASAP", "nextstate=DOWN",
+                       f"reason={REBOOT_REASON}", node.name], SLURM_TIMEOUT_S,
+                      r.output_bytes)
     if not asked.ok:
         return asked
     deadline = time.monotonic() + r.command_timeout_s
@@ -141,7 +148,8 @@ def reboot(inv: Inventory, node: Node) -> Done:
                       4000)
         state = next((w.split("=", 1)[1] for w in shown.output.split()
                       if w.startswith("State=")), "")
-        if shown.ok and state and "REBOOT" not in state and "DOWN" not in state:
+        # back: no reboot flag left (DOWN or DRAIN as asked; never resumed by us)
+        if shown.ok and state and "REBOOT" not in state:
             return Done(True, f"back as {state}", asked.output)
         time.sleep(2)
     return Done(False, f"not back from reboot after {r.command_timeout_s:g} s (state "
