@@ -7,10 +7,12 @@ straggler named by node and device.
 Fails a node when: its probe did not run or finish, or it said it could not take part;
 one of its ranks held parameters other than most ranks' after a step, or a final digest
 other than theirs (every rank's fingerprint is taken from the document of the node that
-hosts it: a node's word about its own ranks only); one of its devices' forward and
+hosts it), or most nodes saw one of its ranks leave the others though its own document
+is silent (every rank gathers every fingerprint); one of its devices' forward and
 backward time stands out from the other nodes' devices' (in a synchronous step every rank
-waits for it). The group's own failures (it did not complete and no node could be singled
-out, the loss not finite or not falling) fail every member: fail closed.
+waits for it); its document's job is not the one the controller sent the group
+(burnin/checks/train_job.py). The group's own failures (it did not complete and no node
+could be singled out, the loss not finite or not falling) fail every member: fail closed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from burnin.checks.base import DIVERGED, Check, Judging, Setting, timeout
 from burnin.checks.groups import Facts, GroupRun, group_members, layout, observed, run_group
 from burnin.checks.train import CHECK as TRAIN
 from burnin.checks.train import RANK, STRAGGLER_FRACTION, _loss, located
+from burnin.checks.train_job import job_problems, sent_job
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict, majority
 from burnin.probe.protocol import ProbeOutcome
@@ -215,6 +218,13 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
         fig: dict = {"group": group, "replicas": named.get(n.name, [])}
         if n.name in slow:
             fig["straggler"] = slow[n.name]
+        # The job the controller sent every member (the group's settings, its world): a
+        # member's document that says it ran another is its own failure.
+        sent = {**sent_job(settings, facts.gpus[n.name], None), "world": group["world"]}
+        job = job_problems(outcomes[n.name].data["figures"], outcomes[n.name].data["devices"],
+                           sent)
+        if job:
+            fig["job"] = job[0]
         if loss:
             fig["group_failure"] = f"the inter-node job's {loss[0]}"
         result[n.name] = _outcome(n.name, outcomes[n.name].data["devices"], **fig)
@@ -228,7 +238,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     # Each entry of `replicas` is a divergence the group named: the node's own evidence,
     # also when the figures come back from results.jsonl (burnin rejudge).
     failures = [*outcome.data["errors"], *map(DIVERGED, fig.get("replicas", []))]
-    failures += [fig[k] for k in ("straggler", "group_failure") if fig.get(k)]
+    failures += [fig[k] for k in ("straggler", "job", "group_failure") if fig.get(k)]
     return Verdict(node.name, NAME, tuple(failures))
 
 
@@ -236,7 +246,7 @@ GROUP = Obj(members=COUNT, rank0=Str(256), world=COUNT, step_s=Num(0), tokens_pe
             losses=List(Num(finite=False), max=100_000), steps=COUNT)
 # The controller writes these records itself, from the members' validated documents.
 SCHEMA = document(RANK, Obj(group=GROUP, replicas=List(Str(2048), max=1024),
-                            straggler=Str(2048), group_failure=Str(1 << 16),
+                            straggler=Str(2048), job=Str(1 << 14), group_failure=Str(1 << 16),
                             excluded=Str(2048)))
 
 CHECK = Check(name=NAME, doc="the nodes train one job together, replicas alike across nodes",

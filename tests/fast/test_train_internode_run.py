@@ -15,6 +15,7 @@ from support.judging import judge
 
 from burnin.checks import CHECKS, Judging
 from burnin.checks.train_internode import excluded, internode, stragglers
+from burnin.checks.train_job import job_id
 from burnin.engine.run import Run
 from burnin.inventory.schema import load_inventory
 from burnin.model.nodes import Node
@@ -57,9 +58,14 @@ class Job:
                     "compute_s": compute, "comm_s": 0.005, "tokens_per_s": 100.0,
                     "digest": "bad" if g["rank_offset"] + i in self.odd else "good",
                     "wall_s": 0.2, "tokens": 64} for i in range(g["ranks_here"])]
+        sent = payload["settings"]  # the job it was sent, as the probe reports it
+        spec = {"shape": {"d_model": 32}, "steps": sent["steps"], "lr": sent["lr"],
+                "warmup_steps": sent["warmup_steps"], "world": world, "device": None,
+                "dtype": sent.get("dtype") or ("bf16" if payload["gpus"] else "fp32")}
         figures = {"world": world, "first_rank": g["rank_offset"], "ranks_here": g["ranks_here"],
-                   "mode": "inter-node", "tokens_per_s": 640.0, "steps": self.steps,
-                   "losses": [4.0, 3.0, 2.0, 1.5, 1.2, 1.0], "diverged": diverged[:8]}
+                   "mode": "inter-node", "tokens_per_s": 640.0, "steps": spec["steps"],
+                   "losses": [4.0, 3.0, 2.0, 1.5, 1.2, 1.0], "diverged": diverged[:8],
+                   "job_spec": spec, "job": job_id(spec), "digest": devices[0]["digest"]}
         return ProbeOutcome(node.name, "train", True, data={
             "probe": "train", "schema": 1, "node": {}, "devices": devices,
             "figures": figures, "errors": []})
@@ -186,7 +192,7 @@ def test_the_group_figures_are_the_job_at_its_scale(tmp_path):
         assert fig["group"] == {"members": 2, "rank0": "n1", "world": 4, "step_s": 0.5,
                                 "tokens_per_s": 365.714, "losses": [4.0, 3.0, 2.0, 1.5, 1.2,
                                                                     1.0],
-                                "steps": 6}, fig
+                                "steps": 20}, fig  # the quick profile's, as sent
         assert fig["replicas"] == []
         # each node's record keeps its own ranks' figures
         assert [(d["rank"], d["device"]) for d in out[name].data["devices"]] == (

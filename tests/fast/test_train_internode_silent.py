@@ -8,12 +8,11 @@ the group, as tests/support/replay.py does."""
 
 from __future__ import annotations
 
-import copy
 import json
 from dataclasses import replace
-from pathlib import Path
 
 from support.judging import judge
+from support.replay import document
 
 from burnin.checks import CHECKS
 from burnin.checks.train_internode import internode
@@ -21,7 +20,6 @@ from burnin.engine.run import Run
 from burnin.inventory.schema import load_inventory
 from burnin.probe.protocol import ProbeOutcome
 
-CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 RANKS = 2
 GOOD, ODD = 1_000_000, 7
 
@@ -33,23 +31,20 @@ class Members:
 
     def __init__(self, odd: int, at: int, silent=(), lying=()):
         self.odd, self.at, self.silent, self.lying = odd, at, set(silent), set(lying)
-        self.base = json.loads((CORPUS / "train.cpu.json").read_text())
 
     def probe(self, node, check, payload, timeout_s, *args, **kwargs) -> ProbeOutcome:
         g = payload["group"]
-        doc = copy.deepcopy(self.base)
-        mine = range(g["rank_offset"], g["rank_offset"] + g["ranks_here"])
+        doc = document("train", payload)  # the recorded document, at the job it was sent
         common = doc["devices"][0]["digest"]
-        doc["devices"] = [dict(doc["devices"][0], rank=r, device=f"cpu:{i}",
-                               digest="f" * 64 if r == self.odd and node.name not in
-                               self.silent else common) for i, r in enumerate(mine)]
+        for d in doc["devices"]:
+            if d["rank"] == self.odd and node.name not in self.silent:
+                d["digest"] = "f" * 64
         steps = len(doc["figures"]["losses"])
         events = [{"step": s, "fingerprints": [
             ODD if r == self.odd and node.name not in self.lying else GOOD
             for r in range(g["world"])]} for s in range(self.at, steps + 1)]
-        doc["figures"].update(world=g["world"], first_rank=g["rank_offset"],
-                              ranks_here=g["ranks_here"], mode="inter-node",
-                              diverged=[] if node.name in self.silent else events[:8])
+        doc["figures"].update(diverged=[] if node.name in self.silent else events[:8],
+                              digest=common)
         return ProbeOutcome(node.name, "train", True, data=doc)
 
 
@@ -71,7 +66,7 @@ def test_the_host_of_a_diverging_rank_fails_though_its_document_is_silent(tmp_pa
     got = verdicts(tmp_path, Members(odd=3, at=4, silent=["n2"]), 3)
     assert got["n1"] == got["n3"] == (), got
     (failure,) = got["n2"]
-    assert failure == ("replicas differ after step 4 across nodes: rank 3 on n2 (cpu:1) "
+    assert failure == ("replicas differ after step 4 across nodes: rank 3 on n2 (cpu) "
                        "holds parameters other than most ranks', as 2 of the 3 nodes saw it "
                        "(its own node's document says nothing of it); expected bitwise "
                        "identical")
@@ -91,7 +86,25 @@ def test_a_host_that_reports_the_divergence_itself_is_named_as_before(tmp_path):
     assert got["n1"] == got["n3"] == (), got
     (failure,) = got["n2"]
     assert failure.startswith("replicas differ after step 4 across nodes: rank 3 on n2 "
-                              "(cpu:1) holds parameters other than most ranks (fingerprint 7")
+                              "(cpu) holds parameters other than most ranks (fingerprint 7")
+
+
+def test_a_member_whose_document_ran_another_job_fails_alone(tmp_path):
+    members = Members(odd=-1, at=99)  # no rank leaves the others
+    plain = members.probe
+
+    def probe(node, *args, **kwargs):
+        out = plain(node, *args, **kwargs)
+        if node.name == "n3":
+            out.data["figures"]["job_spec"]["lr"] = 0.5
+        return out
+    members.probe = probe  # type: ignore[method-assign]
+    got = verdicts(tmp_path, members, 3)
+    assert got["n1"] == got["n2"] == (), got
+    (failure,) = got["n3"]
+    assert failure.startswith("its document's job differs from the one the controller sent: "
+                              "its job id ")
+    assert "its job's lr 0.5 differs from the 0.003 the controller sent" in failure
 
 
 def test_one_node_alone_cannot_name_another_nodes_rank(tmp_path):
