@@ -6,7 +6,6 @@ nodes it held, never a node's failure."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -28,10 +27,11 @@ def test_every_items_result_comes_back_in_item_order():
 def test_an_interrupt_cancels_what_runs_and_waits_for_it_before_it_is_raised():
     cancel = threading.Event()
     ended = []
+    running = threading.Barrier(4, timeout=60)  # every item has started
 
     def fn(i):
+        running.wait()
         if i == 0:
-            time.sleep(0.2)  # the others are running by now
             raise KeyboardInterrupt  # as Ctrl-C lands in the waiting thread
         cancel.wait(60)  # a probe's command, killed when the run is cancelled
         ended.append(i)
@@ -74,19 +74,21 @@ def test_the_launch_fan_out_runs_every_item_in_lanes_within_its_bound():
     launch = Launch(local_nodes(1), PROBES_DIR, "r1", fanout=4)
     running, most, lock = [0], [0], threading.Lock()
     threads = set()
+    four = threading.Barrier(4, timeout=60)  # the first four items run at once: 4 lanes
 
     def fn(i):
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
             threads.add(threading.get_ident())
-        time.sleep(0.001)
+        if i < 4:
+            four.wait()
         with lock:
             running[0] -= 1
         return i * i
 
     assert launch.fan_out(range(50), fn) == [i * i for i in range(50)]
-    assert most[0] <= 4 and len(threads) <= 4, "50 items, 4 lanes: no more at once"
+    assert most[0] == 4 and len(threads) == 4, "50 items, 4 lanes: no more at once"
     # A cancelled run still gets each item's own result (Launch.probe: not started).
     launch.cancel.set()
     assert launch.fan_out(range(9), lambda i: -i) == [-i for i in range(9)]

@@ -12,6 +12,18 @@ from burnin.transports.sshbounds import Bound, Watch, bounded
 HANG_S = 30  # for a hang only
 
 
+def watch_passed(seconds: float) -> None:
+    """Return once the watch has handled every deadline up to `seconds` from now and every
+    hang-up it started has ended. The sign is a later bound's own hang-up: the watch takes
+    deadlines in order, and starts each hang-up's thread before it looks at the next."""
+    passed = threading.Event()
+    with bounded(seconds, passed.set):
+        assert passed.wait(HANG_S), "the watch never came to a later bound"
+    for t in threading.enumerate():
+        if t.name == "burnin-ssh-hang-up":
+            t.join(HANG_S)
+
+
 def test_a_wait_past_its_bound_is_hung_up_once_and_marked():
     calls = []
     hung = threading.Event()
@@ -22,7 +34,7 @@ def test_a_wait_past_its_bound_is_hung_up_once_and_marked():
     t0 = time.monotonic()
     with bounded(0.2, hang_up) as bound:
         assert hung.wait(HANG_S), "never hung up"
-    time.sleep(0.3)
+    watch_passed(0.1)  # a second hang-up of the same wait would have come by then
     assert bound.expired and len(calls) == 1
     assert calls[0] - t0 >= 0.2
 
@@ -31,7 +43,7 @@ def test_a_wait_that_ends_in_time_is_left_alone():
     calls = []
     with bounded(0.3, lambda: calls.append(1)) as bound:
         pass
-    time.sleep(0.6)
+    watch_passed(0.6)  # past its deadline: had it been hung up, it would be by now
     assert calls == [] and not bound.expired
 
 
