@@ -1,5 +1,5 @@
-"""The 11-host SSH fault run, for a person to read its summary.html (issue 17's "done
-when"): 11 real SSH test hosts, three with faults planted below the probes, the suite's
+"""The 11-host SSH fault run, for a person to read its summary.html as an operator
+would: 11 real SSH test hosts, three with faults planted below the probes, the suite's
 health, sdc, burn and storage checks over SSH, then headless Chromium screenshots of the
 page's top and of each failing node's section.
 

@@ -1,4 +1,5 @@
-"""Mutation testing of the modules that decide, against the fast tier (TESTING.md).
+"""Mutation testing of the modules that decide, against the fast tier
+(docs/developer/testing.md).
 
     python tests/mutation.py                  # every module, one at a time, then the score
     python tests/mutation.py checks.sdc gate.quarantine  # these modules only (keeps other results)

@@ -274,8 +274,9 @@ def test_every_check_has_its_probe_suite_and_module_and_nothing_else_has_one():
         assert (REPO / "burnin" / "checks" / f"{name}.py").exists(), name
 
 
-# A node's `storage:` (where the storage check writes) is an inventory key that DESIGN.md
-# names after the check; the inventory and the probe payload carry it as a node's setting.
+# A node's `storage:` (where the storage check writes) is an inventory key named after the
+# check (docs/reference/inventory.md); the inventory and the probe payload carry it as a
+# node's setting.
 NODE_SETTING = {"storage"}
 # node-check (burnin/nodecheck/) is the fast tier of the health, fabric and dcgm checks on
 # the node between runs: it reads their settings, so that a node is judged by one

@@ -214,7 +214,8 @@ def test_the_commands_reference_lists_every_command():
 
 @pytest.mark.parametrize("old", ["TESTING.md"])
 def test_a_moved_page_points_to_its_new_place(old):
-    """tests/mutation.py, tests/fast/conftest.py and pyproject.toml name TESTING.md."""
+    """A link to the page's old place (an operator's bookmark, an old checkout's note)
+    lands on a stub that points at where it lives now."""
     text = (REPO / old).read_text()
     target = re.search(r"\]\((docs/[^)]+)\)", text).group(1)
     assert (REPO / target).exists() and len(text.splitlines()) < 20

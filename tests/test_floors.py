@@ -1,4 +1,4 @@
-"""summary.html draws the floors the judges used, and no others (issue 27): an inventory's
+"""summary.html draws the floors the judges used, and no others: an inventory's
 all-reduce `min_busbw_gbps` and a node group's own burn `min_tflops` are read back from
 the page and from the verdicts' failure messages, and must be the same numbers."""
 

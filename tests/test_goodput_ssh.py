@@ -1,4 +1,4 @@
-"""Goodput on real SSH test hosts (issue 26): three hosts, each writing and reading its own
+"""Goodput on real SSH test hosts: three hosts, each writing and reading its own
 loop disk through a blkio throttle; h3's throttle is 10% tighter. Every run, the healthy
 hosts pass, h3 is named with its relative speed and its price for a job of the fleet's
 size, and `burnin rejudge` reproduces the run's verdicts; the ledger keeps every run.
@@ -78,7 +78,7 @@ def test_a_disk_ten_percent_slow_is_priced_every_run_and_healthy_hosts_always_pa
             out = json.loads(again.stdout)
             assert out["changed"] == [] and out["judged"] == 3
         hosts.teardown()  # before the throttles go: their cgroups must be empty
-    for n in ("h1", "h2", "h3"):  # the figures TESTING.md quotes (pytest -s)
+    for n in ("h1", "h2", "h3"):  # the figures docs/developer/testing.md quotes (pytest -s)
         got = sorted(x[n] for x in speeds)
         print(f"{n}: relative speed over {RUNS} runs {got[0]:.4f} to {got[-1]:.4f}")
     ledger = Ledger(reports / "quarantine.db")

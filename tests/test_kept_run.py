@@ -1,4 +1,4 @@
-"""Figures, not documents (issue 30): once a check is judged on every node, the run lets
+"""Figures, not documents: once a check is judged on every node, the run lets
 its documents go and keeps what the rest of the run needs: the verdicts, the speed-bearing
 figures goodput prices, and of the facts check what later checks read (GPU count, tools,
 baselines). Three nodes replay the real probes' recorded documents (tests/support/replay.py)."""

@@ -2,7 +2,7 @@
 Immediate Action of NVIDIA's Xid catalogue (XID 154 by the recovery action the driver
 names), NVSwitch SXids, MIG-annotated XID lines, and the span of time a wrapped ring still
 covers; and an ordinary account on a kernel with dmesg_restrict=1 running the whole suite,
-as a Slurm job or a container would (issue 25, findings 1 and 8)."""
+as a Slurm job or a container would."""
 
 from __future__ import annotations
 
@@ -186,7 +186,7 @@ def test_the_xid_table_is_nvidias_catalogue_with_its_source():
                                "Reset Required)") == (1, "GPU Reset Required")
 
 
-# The definition of done of issue 25, finding 1: an ordinary account (a Slurm job's service
+# Where a controller really runs: an ordinary account (a Slurm job's service
 # account, a container's user), on a kernel with dmesg_restrict=1 as Debian and Ubuntu ship,
 # runs the suite against emulated GPU nodes, as a real process with that uid.
 def test_an_ordinary_account_fails_health_naming_the_fix_or_passes_with_kernel_log_off(finding):

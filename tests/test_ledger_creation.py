@@ -1,4 +1,4 @@
-"""A ledger is created on purpose, never where one was expected (issue 40, item 9), on a
+"""A ledger is created on purpose, never where one was expected, on a
 real PostgreSQL (tests/support/pgserver.py) and on SQLite: a ledger whose tables were dropped (a
 failed restore, a recreated or wrong database) is refused by the next run, by `burnin
 quarantine list` and by `burnin admit`, and none of them makes it again, so a node held

@@ -1,4 +1,4 @@
-"""One PostgreSQL ledger for a fleet's controllers (issue 28's done-when): two controllers,
+"""One PostgreSQL ledger for a fleet's controllers: two controllers,
 each in a network namespace of its own, run the suite over SSH against overlapping test
 hosts, while a third process quarantines and releases nodes by hand; every one of them
 reaches the database over TCP with TLS (sslmode=verify-full against a CA made here with

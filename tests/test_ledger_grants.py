@@ -1,4 +1,4 @@
-"""The PostgreSQL rights a ledger needs (issue 40, item 12), on a real PostgreSQL: a role
+"""The PostgreSQL rights a ledger needs, on a real PostgreSQL: a role
 that may write every table but `runs` is stopped by preflight before any node is touched
 (it was let through, and the run ended incomplete when it kept its verdicts), and the
 GRANTs README gives are enough for the writer and the reader, as README writes them."""

@@ -1,4 +1,4 @@
-"""The end of a real run in the ledger (issue 40, items 10 and 11), on SQLite and on a
+"""The end of a real run in the ledger, on SQLite and on a
 real PostgreSQL: a fault between the run's writes leaves nothing half-done, and the run
 says it did not complete; a clean re-validation counts toward release only when it ran
 every check the node is in quarantine for."""

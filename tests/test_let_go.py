@@ -1,4 +1,4 @@
-"""Before publishing, the run lets go of what nothing after it reads (issue 30: publish
+"""Before publishing, the run lets go of what nothing after it reads (publish
 built its page beside them, the peak of a 10,000-node run): the run's kept outcomes and
 verdicts (junit.xml and the ledger hold them) and pytest's collected items. The cyclic
 collector is paused from collection until then, and always given back."""

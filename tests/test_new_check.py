@@ -1,5 +1,5 @@
-"""A new check is its probe, its Check in the table, its suite file, and nothing else
-(issue 27): a throwaway check declared here, with its probe and suite file written by the
+"""A new check is its probe, its Check in the table, its suite file, and nothing else:
+a throwaway check declared here, with its probe and suite file written by the
 test, is found in junit.xml, metrics.prom, summary.html, admission and `burnin compare`,
 and no other file of burnin knows it."""
 

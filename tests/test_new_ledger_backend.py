@@ -1,4 +1,4 @@
-"""Two seams of the ledger, each one place (issue 42): a ledger backend is a Backend
+"""Two seams of the ledger, each one place: a ledger backend is a Backend
 subclass and a row of BACKENDS (burnin/ledger/backends.py), chosen by its URL's scheme;
 and one function, burnin/ledger/open.py open_ledger, opens the ledger for the plugin and
 every command. A throwaway backend declared here, and registered in the table alone, is

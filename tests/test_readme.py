@@ -40,8 +40,8 @@ def test_lint_is_clean():
 
 
 # --- the operator guide: what can be checked without the operator's machines ----------
-# README.md and the pages under docs/ (tests/docpages.py): a snippet is checked wherever
-# it sits, and one a test looks for must be there.
+# README.md and the pages under docs/ (tests/support/docpages.py): a snippet is checked
+# wherever it sits, and one a test looks for must be there.
 
 def code_blocks(lang: str) -> list[str]:
     return docpages.code_blocks(lang)

@@ -1,4 +1,4 @@
-"""A node whose sshd takes the connection and the key and then hangs (issue 40, item 8):
+"""A node whose sshd takes the connection and the key and then hangs:
 every wait on the SSH path is bounded, so that node fails alone, with a reason that names
 the hang, within about its connect_timeout_s, and the run goes on. The peers are real SSH
 servers: paramiko's server side wedged on purpose (tests/support/wedgedpeer.py), and a real

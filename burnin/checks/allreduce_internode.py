@@ -99,7 +99,7 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
             floor is None and fraction > 0 and len(members) >= 3):
         if len(members) >= SEARCH_FROM:
             tried, named, _ = search_slow(run, members, settings, floor, facts, timeouts)
-        else:  # too few for groups to compare: pairs, as before
+        else:  # too few for groups to compare: each node paired with the others
             tried, named = localise(run, members, settings, floor, facts, timeouts=timeouts)
         pairs += tried
     of = _by_node(pairs)

@@ -242,7 +242,7 @@ def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | 
             return f["completed"]
     else:
         # A high quantile of the pairs, not their median: once a quarter of the nodes are
-        # slow, most pairs are, and a median would be a slow pair (issue 38).
+        # slow, most pairs are, and a median would be a slow pair.
         threshold = floor if floor is not None else settings.get("pair_fraction", 0.5) * \
             quantile([f["busbw_gbps"] for f in figures if f["completed"]] or [0.0],
                       QUANTILE)

@@ -1,7 +1,7 @@
 """The train job the controller sent, and what a node's document says it ran.
 
 A node's document is its word: a node that changed `figures.job` or `shape`, or left its
-digest out, used to find itself alone in a job of its own and escape every comparison
+digest out, would find itself alone in a job of its own and escape every comparison
 with its peers (tokens/s, the fleet's digest). So the job a node is judged on is the one
 the controller sent it (its settings: steps, warm-up, learning rate, dtype, world, every
 model dimension the inventory gives), and its document must say it ran exactly that:

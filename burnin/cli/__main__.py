@@ -1,4 +1,5 @@
-"""python -m burnin.cli: the burnin command, as before the CLI became a package."""
+"""python -m burnin.cli: the burnin command, for a script that names the CLI package
+(`python -m burnin` and the installed `burnin` are the same command)."""
 
 import sys
 

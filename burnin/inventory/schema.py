@@ -1,7 +1,8 @@
 """Inventory schema version 1: a YAML file in, a validated, expanded list of Nodes out.
 
 Validation is strict and happens before any node is touched: every error names the
-file, the line, the key and what was expected. See DESIGN.md for the schema.
+file, the line, the key and what was expected. docs/reference/inventory.md documents
+every key.
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class Ledger(RunEndWrites, RunLog, IncidentLog, RollingLog, LedgerReads):
     def marker(self) -> Path:
         """The file beside an SQLite ledger that says burnin created one here."""
         backend = self._backend
-        if not isinstance(backend, SqliteBackend):  # as before: other engines have none
+        if not isinstance(backend, SqliteBackend):  # a database server keeps no file beside
             raise AttributeError(f"the ledger {self.where} is no SQLite file: it has no marker")
         return backend.marker
 

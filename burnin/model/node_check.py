@@ -8,7 +8,7 @@ from __future__ import annotations
 # whose settings they read (the same definition of healthy): fabric and dcgm; gpu, xid and
 # host read health's.
 NODE_CHECKS = ("gpu", "xid", "fabric", "storage", "host", "dcgm")
-# The inventory's `node_check:` keys and their kinds (burnin/inventory.py's KINDS).
+# The inventory's `node_check:` keys and their kinds (burnin/inventory/schema.py's KINDS).
 NODE_CHECK_KEYS = {"budget_s": "budget", "scontrol": "str", "min_free_gib": "nonnegative",
                    "dcgm": "dcgm_mode", "skip": "node_check_list", "state_dir": "abspath",
                    "textfile": "abspath"}

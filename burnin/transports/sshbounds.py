@@ -5,7 +5,7 @@ request, opening a channel) but not others: `Channel.exec_command` waits for the
 answer with no time-out at all, a write into a connection whose peer stopped reading
 retries until the connection is closed, and its handshake bounds each step rather than
 the whole. A node whose sshd accepts the connection and the key and then never answers
-held the whole run forever (issue 40, item 8).
+would hold the whole run forever.
 
 Each such wait runs inside `bounded(seconds, hang_up)`: if it has not ended by then, one
 thread (for all nodes, as the lifeline is) calls `hang_up`, which closes that node's

@@ -164,7 +164,7 @@ def test_of_run_prices_the_checks_that_ran_for_the_inventory_s_job_size():
 
 
 def test_fewer_than_five_voters_of_a_model_give_no_relative_speed():
-    # Three nodes: one node's own figure would set another's speed (issue 40 item 14).
+    # Three nodes: one node's own figure would set another's speed.
     few = {n: [tflops("cuda:0", v)] for n, v in (("n1", 100.0), ("n2", 100.0), ("n3", 50.0))}
     assert speeds(few) == {}
     five = {**few, "n4": [tflops("cuda:0", 100.0)], "n5": [tflops("cuda:0", 100.0)]}

@@ -1,4 +1,4 @@
-"""Who votes for the fleet median a relative speed is taken against (issue 40 item 14):
+"""Who votes for the fleet median a relative speed is taken against:
 a document its judge could not read never does."""
 
 from __future__ import annotations

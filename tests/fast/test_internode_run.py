@@ -171,7 +171,7 @@ def test_a_group_below_its_floor_with_nobody_to_blame_fails_every_member(tmp_pat
     net = Net({"n1": 2, "n2": 2, "n3": 2})
     verdicts = run_over(tmp_path, net, 3, settings={"min_internode_busbw_gbps": 5})
     for name in ("n1", "n2", "n3"):
-        # the size its floor was judged at, and the floor, on the verdict (issue 40 item 4)
+        # the size its floor was judged at, and the floor, on the verdict
         assert verdicts[name] == (("inter-node busbw 2.000 GB/s below the floor of 5 GB/s, "
                                    "and no single node was localised (judged at 4 MiB, the "
                                    "sweep's best; floor 5 GB/s, set in the inventory)",), ""), \

@@ -345,7 +345,7 @@ def test_shape_bounds_every_series(samples):
                                 f"{samples} expected")
 
 
-# --- the peer bound widens with the run's own noise (issue 26) ---------------------------
+# --- the peer bound widens with the run's own noise ---------------------------
 
 def noisy_fleet(slow: float, n: int = 10) -> dict:
     """n nodes of two devices at 700 TFLOPS +-3.372%, a robust spread of 5% (1.4826 x

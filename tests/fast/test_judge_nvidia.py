@@ -1,7 +1,7 @@
-"""The rules issue 40 took from NVIDIA's sources, in the fast tier (mutation testing runs
-these): DCGM's watched codes, the NVLink fabric and IMEX rules, the PCIe link against the
-datasheet, the bidirectional PCIe round, NVLink 5's recovery counters, and the memory
-check's NVML errors that are not memory's."""
+"""The rules taken from NVIDIA's sources (docs/reference/nvidia-sources.md), in the fast
+tier (mutation testing runs these): DCGM's watched codes, the NVLink fabric and IMEX
+rules, the PCIe link against the datasheet, the bidirectional PCIe round, NVLink 5's
+recovery counters, and the memory check's NVML errors that are not memory's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""junit.xml is rendered one testsuite at a time (issue 30: at 10,000 nodes the whole
+"""junit.xml is rendered one testsuite at a time (at 10,000 nodes the whole
 document's trees took some 250 MB at once), and must stay the same to the byte as the
 whole document through junit_xml and _completed: it is the admission contract."""
 

@@ -1,6 +1,7 @@
 """A ledger URL's secrets are masked wherever it is shown, and a PostgreSQL ledger reached
 over TCP without verified TLS is refused unless the inventory accepts it on purpose
-(`quarantine.ledger_insecure: true`): issue 40, item 13. burnin/ledger/url.py, the
+(`quarantine.ledger_insecure: true`): a password or a database in the clear is a leak
+waiting to happen. burnin/ledger/url.py, the
 inventory's key, and the one opener (burnin/ledger/open.py) that applies it."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What the plugin does per testcase stays small and does not grow with the fleet
-(issue 30: 80,000 testcases at 10,000 nodes)."""
+(80,000 testcases at 10,000 nodes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""After a run's transaction commits, its actions, each recorded (issue 40, item 11): a
+"""After a run's transaction commits, its actions, each recorded: a
 Slurm drain is marked in the ledger before it is asked for, so that a record refused
 after it never loses that burnin drained the node; a drain that did not happen takes the
 mark back. The Slurm commands are recorded instead of run (no Slurm in the fast tier:

@@ -213,7 +213,7 @@ def test_the_page_part_names_at_most_a_few_dozen_nodes_and_counts_the_rest():
 def test_a_kept_history_with_a_negative_job_size_costs_the_chart_not_the_part():
     """pace() is None for a job of fewer than one node; a history.json that says -1
     (0 falls back to the node count) drew a TypeError in place of the whole part, the
-    repeat offenders with it. Found by mypy (issue 42)."""
+    repeat offenders with it. Found by mypy."""
     from burnin.report.summary.model import PageRun
     report = PageRun("c", "r1", {}, {}, {}, {}, set(),
                      speeds={"n1": (1.0, "burn"), "n2": (0.9, "burn")},

@@ -1,5 +1,5 @@
 """A real SSH peer that wedges: paramiko's server side on a loopback port, which checks the
-client's key for real and then never answers one request (issue 40, item 8).
+client's key for real and then never answers one request.
 
     with WedgedPeer(tmp_path, client_pub, hang_at="exec") as peer:
         peer.known_hosts_line  # "[127.0.0.1]:PORT ssh-ed25519 ..."
