@@ -144,7 +144,8 @@ RANK = Obj(rank=Int(0, 1 << 20), host=Str(256), device=Str(64), wrong_elements=C
 SCHEMA = document(RANK, Obj(
     world=Int(0, 1 << 20), ranks_here=Int(0, 1024), first_rank=Int(0, 1 << 20),
     mode=Str(64), unable=Bool(), backend=Str(64),
-    ops=Obj(**{op: List(SIZE, max=64) for op in OPS})))
+    ops=Obj(all_gather=List(SIZE, max=64), reduce_scatter=List(SIZE, max=64),
+            all_to_all=List(SIZE, max=64), send_recv=List(SIZE, max=64))))
 
 
 def _floor(op: str) -> Setting:

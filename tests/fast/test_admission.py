@@ -12,10 +12,11 @@ from burnin.gate.admit import Decision, Report, ReportError, decide, read_junit,
 
 PROPS = {"cluster": "c", "run_id": "r1", "burnin_report": "1", "complete": "true",
          "nodes_in_run": "2", "gpus": "0"}
-CPU_CHECKS = ["health", "memory", "sdc", "burn", "storage", "allreduce", "train", "fabric",
-              "allreduce_internode", "train_internode"]
-GPU_CHECKS = ["health", "pcie", "memory", "dcgm", "sdc", "burn", "storage", "allreduce",
-              "train", "fabric", "allreduce_internode", "train_internode"]
+CPU_CHECKS = ["health", "memory", "sdc", "burn", "storage", "allreduce", "collectives", "train",
+              "fabric", "allreduce_internode", "train_internode"]
+GPU_CHECKS = ["health", "pcie", "gpupairs", "memory", "dcgm", "sdc", "burn", "storage",
+              "allreduce", "collectives", "train", "fabric", "hca", "allreduce_internode",
+              "train_internode"]
 
 
 def suite(node: str, *cases: str, **props: str | None) -> str:
@@ -66,7 +67,8 @@ def test_an_unknown_gpu_count_counts_as_gpus(tmp_path):
 def test_an_unknown_gpu_count_keeps_out_a_node_that_passed_only_the_cpu_checks(tmp_path):
     r = report(tmp_path, suite("n1", *map(ok, CPU_CHECKS), gpus="unknown"),
                suite("n2", *map(ok, CPU_CHECKS), gpus="0"))
-    assert decide(r) == [Decision("n1", False, ("pcie: no testcase", "dcgm: no testcase")),
+    assert decide(r) == [Decision("n1", False, ("pcie: no testcase", "gpupairs: no testcase",
+                                                "dcgm: no testcase", "hca: no testcase")),
                          Decision("n2", True, ())]
 
 
@@ -99,12 +101,13 @@ def test_a_check_whose_tool_the_node_lacks_is_not_required(tmp_path):
                suite("n2", ok("h"), gpus="8", equipped_checks="dcgm"),
                suite("n3", ok("h"), gpus="8", equipped_checks="unknown"),
                suite("n4", ok("h"), gpus="8", equipped_checks=",fabric,"))
-    no_dcgm = [c for c in GPU_CHECKS if c != "dcgm"]
-    assert r.required("n1") == no_dcgm
-    assert r.required("n2") == GPU_CHECKS
+    no_tools = [c for c in GPU_CHECKS if c not in ("dcgm", "hca")]
+    no_hca = [c for c in GPU_CHECKS if c != "hca"]
+    assert r.required("n1") == no_tools
+    assert r.required("n2") == no_hca
     assert r.required("n3") == GPU_CHECKS, "unknown: every tool counts as found"
-    assert r.required("n4") == no_dcgm
-    both = report(tmp_path, suite("n1", ok("h"), gpus="8", equipped_checks="fabric,dcgm"))
+    assert r.required("n4") == no_tools
+    both = report(tmp_path, suite("n1", ok("h"), gpus="8", equipped_checks="fabric,dcgm,hca"))
     assert both.required("n1") == GPU_CHECKS
 
 

@@ -100,10 +100,11 @@ def test_a_check_applies_by_gpus_run_size_and_tools():
 
 def test_applicable_follows_the_table():
     assert applicable(0, 1) == ["health", "memory", "sdc", "burn", "storage", "allreduce",
-                                "train", "fabric"]
-    assert applicable(8, 2, frozenset()) == ["health", "pcie", "memory", "sdc", "burn",
-                                             "storage", "allreduce", "train", "fabric",
-                                             "allreduce_internode", "train_internode"]
+                                "collectives", "train", "fabric"]
+    assert applicable(8, 2, frozenset()) == ["health", "pcie", "gpupairs", "memory", "sdc",
+                                             "burn", "storage", "allreduce", "collectives",
+                                             "train", "fabric", "allreduce_internode",
+                                             "train_internode"]
     assert applicable(None, 2) == list(CHECKS)
 
 
