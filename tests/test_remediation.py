@@ -111,3 +111,21 @@ def test_remediate_exit_codes(tmp_path):
     # no busy hook and no Slurm: nothing runs, the node stays held
     done = burnin("remediate", "--inventory", str(inv))
     assert done.returncode == 1 and "not idle" in done.stdout
+
+
+def test_one_remediate_at_a_time(tmp_path):
+    import fcntl
+    import os
+    inv = write(tmp_path, f"remediation: {{reports: {tmp_path / 'r'}, "
+                          f"busy_command: [sh, -c, 'exit 1']}}")
+    ledger = Ledger(tmp_path / "q.db")
+    ledger.record_failure("n1", "c", ["health"], ["health: XID 79"], {}, "r1")
+    (tmp_path / "r").mkdir()
+    held = os.open(tmp_path / "r" / "remediate.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        other = burnin("remediate", "--inventory", str(inv))
+    finally:
+        os.close(held)
+    assert other.returncode == 3 and "another burnin remediate" in other.stderr
+    assert not [h for h in ledger.history("n1") if h["event"] == "remediation"]

@@ -4,11 +4,14 @@ every node the ledger holds (burnin/gate/remediation.py; docs/operator/remediati
 Exit 0: nothing held, or every held node was healed (re-validated and released); with
 --dry-run, the plan was shown. 1: some held node is still held after its steps (not
 healed, sent to RMA, waiting for RMA, skipped because it was not idle, or not
-re-validated). 2: bad input (the inventory, a ledger that cannot be used)."""
+re-validated). 2: bad input (the inventory, a ledger that cannot be used). 3: another
+`burnin remediate` of the same reports directory is running: nothing done."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -48,8 +51,17 @@ def main(args) -> int:
         if args.dry_run:
             return _show(remediation.plan(inv, ledger), args.json)
         probes = shipped("probes")
+        lock = _lock(Path(inv.remediation.reports))
+        if lock is None:
+            print(f"burnin remediate: another burnin remediate holds "
+                  f"{Path(inv.remediation.reports) / LOCK}: nothing done", file=sys.stderr)
+            return 3
         say = (lambda _: None) if args.json else (lambda line: print(clean(line)))
-        outcomes = remediation.run(inv, ledger, probes, f"remediate-{new_run_id()}", say=say)
+        try:
+            outcomes = remediation.run(inv, ledger, probes, f"remediate-{new_run_id()}",
+                                       say=say)
+        finally:
+            os.close(lock)
     except (OSError, LedgerError, NotShipped) as e:
         print(f"burnin remediate: cannot use the quarantine ledger: {e}", file=sys.stderr)
         return 2
@@ -61,6 +73,23 @@ def main(args) -> int:
         print(f"{len(outcomes)} held node(s): {len(healed)} healed and released, "
               f"{len(outcomes) - len(healed)} still held")
     return 0 if all(o.result == remediation.HEALED for o in outcomes) else 1
+
+
+LOCK = "remediate.lock"
+
+
+def _lock(reports: Path) -> int | None:
+    """One `burnin remediate` at a time over these nodes (a timer and a person): a step
+    and its re-validation are not to meet another's on the same node. The open lock file,
+    or None when another holds it; the kernel lets it go when this process ends."""
+    reports.mkdir(parents=True, exist_ok=True)
+    fd = os.open(reports / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _show(plans: list[remediation.Plan], as_json: bool) -> int:

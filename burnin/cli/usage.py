@@ -104,7 +104,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "remediate": (
         "Climb the remediation ladder for every node the ledger holds: GPU reset, reboot, "
         "RMA, each step proven by re-validation (docs/operator/remediation.md).",
-        f"0 every held node healed, or none held; 1 some node still held; {BAD_INPUT}",
+        f"0 every held node healed, or none held; 1 some node still held; {BAD_INPUT}; "
+        "3 another burnin remediate is running, nothing done",
         "burnin remediate --inventory inventories/my-fleet.yaml --dry-run"),
     "node-check": (
         "On a node, between runs: the fast checks (NVML, XIDs since the last check, "
