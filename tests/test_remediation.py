@@ -129,3 +129,30 @@ def test_one_remediate_at_a_time(tmp_path):
         os.close(held)
     assert other.returncode == 3 and "another burnin remediate" in other.stderr
     assert not [h for h in ledger.history("n1") if h["event"] == "remediation"]
+
+
+def test_a_reboot_still_pending_is_re_validated_first_then_the_ladder_goes_on(tmp_path):
+    """A reboot that was not back (pending) is re-validated before any other step, and
+    not taken again; not healed, the ladder goes on to its next step."""
+    inv = load_inventory(write(tmp_path, f"remediation: {{busy_command: [sh, -c, 'exit 1'], "
+                                         f"rma_dir: {tmp_path / 'rma'}, "
+                                         f"reports: {tmp_path / 'r'}}}"))
+    ledger = Ledger(tmp_path / "q.db")
+    ledger.record_failure("n1", "c", ["health"], ["health: GPU 0: XID 79"], {}, "r1")
+    ledger.note("n1", "remediation", "reboot for xid: pending; not back from reboot")
+    (p,) = remediation.plan(inv, ledger)
+    assert p.revalidate_first and p.steps == ("reset", "rma")
+    seen = []
+
+    def revalidate(inv, ledger, node, checks):
+        seen.append((node.name, checks))
+        return remediation.NOT_HEALED
+
+    (out,) = remediation.run(inv, ledger, tmp_path, "t", revalidate=revalidate,
+                             say=lambda _: None)
+    said = [h["why"] for h in ledger.history("n1") if h["event"] == "remediation"]
+    assert said[1] == ("reboot for xid: not healed; re-validated once the node was back "
+                       "from its reboot")
+    # the reset ran (`nvidia-smi` is not on this machine: a failed command), then RMA
+    assert said[2].startswith("reset for xid: ") and said[3].startswith("rma for xid: sent")
+    assert seen[0] == ("n1", ("health",)) and out.result == "rma"

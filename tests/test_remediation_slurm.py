@@ -4,6 +4,7 @@ running, and the idle held node gets its step."""
 
 from __future__ import annotations
 
+import json
 import stat
 import subprocess
 import time
@@ -66,7 +67,8 @@ def test_a_reboot_goes_through_slurms_own_reboot_asap_and_leaves_the_node_draine
         make_slurm, tmp_path):
     """`scontrol reboot ASAP nextstate=DRAIN`: the real slurmctld drains the node, runs its
     RebootProgram (a stand-in that reboots nothing), and keeps it drained; a node not back
-    within command_timeout_s proved nothing, and the ladder goes on (here to RMA)."""
+    within command_timeout_s is pending: the next burnin remediate re-validates it once
+    Slurm says it is back, and not before."""
     log = tmp_path / "reboot.log"
     program = tmp_path / "reboot-program"
     program.write_text(f'#!/bin/sh\necho "rebooted $(hostname)" >> {log}\n')
@@ -89,9 +91,9 @@ def test_a_reboot_goes_through_slurms_own_reboot_asap_and_leaves_the_node_draine
     done = burnin("remediate", "--inventory", str(inv))
     assert done.returncode == 1, done.stdout + done.stderr
     said = [h["why"] for h in ledger.history(node) if h["event"] == "remediation"]
-    assert said[0].startswith("reboot for xid: command failed; not back from reboot after "
-                              "8 s (state "), said
-    assert said[1].startswith("rma for xid: sent")
+    # not back in time: pending, neither escalated nor re-validated while it reboots
+    assert len(said) == 1 and said[0].startswith(
+        "reboot for xid: pending; not back from reboot after 8 s (state "), said
     deadline = time.monotonic() + 30
     while not log.exists():  # Slurm ran the node's RebootProgram: the node was idle
         assert time.monotonic() < deadline, "Slurm never rebooted the node"
@@ -99,3 +101,9 @@ def test_a_reboot_goes_through_slurms_own_reboot_asap_and_leaves_the_node_draine
     state, reason = cluster.state(node)
     assert "drain" in state or "reboot" in state, (state, reason)  # never resumed
     assert ledger.get(node) is not None
+    (plan,) = json.loads(burnin("remediate", "--inventory", str(inv), "--dry-run",
+                                "--json").stdout)
+    assert plan["revalidate_first"] and plan["steps"] == ["rma"]
+    again = burnin("remediate", "--inventory", str(inv))
+    assert again.returncode == 1 and "still rebooting" in again.stdout, again.stdout
+    assert [h["why"] for h in ledger.history(node) if h["event"] == "remediation"] == said

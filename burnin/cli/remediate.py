@@ -97,7 +97,8 @@ def _show(plans: list[remediation.Plan], as_json: bool) -> int:
         print(json.dumps([p.to_dict() for p in plans], indent=2))
         return 0
     for p in plans:
+        first = ("re-validate after reboot",) if p.revalidate_first else ()
         print(clean(f"{p.node}: {p.kind}, remediated {p.remediated} time(s): "
-                    f"{' -> '.join(p.steps) or 'nothing to do'}  ({p.why})"))
+                    f"{' -> '.join(first + p.steps) or 'nothing to do'}  ({p.why})"))
     print(f"{len(plans)} held node(s)")
     return 0

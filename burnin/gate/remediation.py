@@ -29,9 +29,9 @@ from burnin.model.remediation import REBOOT, RESET, RMA, kind_of_reasons
 
 EVENT = "remediation"
 # Results a step's history event ends its first part with.
-HEALED, NOT_HEALED, UNPROVEN, SKIPPED, FAILED = (
-    "healed", "not healed", "not re-validated", "skipped", "command failed")
-_TAKEN = re.compile(r"^(reset|reboot) for (\w+): (healed|not healed|command failed)\b")
+HEALED, NOT_HEALED, UNPROVEN, SKIPPED, FAILED, PENDING = (
+    "healed", "not healed", "not re-validated", "skipped", "command failed", "pending")
+_TAKEN = re.compile(r"^(reset|reboot) for (\w+): (healed|not healed|command failed|pending)\b")
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,13 @@ class Plan:
     remediated: int  # steps taken for this kind within quarantine.repeat_days
     steps: tuple[str, ...]  # the steps left, in order ((): nothing to do)
     why: str  # said beside the plan
+    # its last step, a reboot, was not back yet: re-validate it before any other step
+    revalidate_first: bool = False
 
     def to_dict(self) -> dict:
         return {"node": self.node, "kind": self.kind, "remediated": self.remediated,
-                "steps": list(self.steps), "why": self.why}
+                "revalidate_first": self.revalidate_first, "steps": list(self.steps),
+                "why": self.why}
 
 
 @dataclass(frozen=True)
@@ -71,12 +74,14 @@ def plan_node(inv: Inventory, node: Node, entry, history: list[dict], now: float
     window = now - inv.quarantine.repeat_days * DAY
     mine = [h for h in history if h["event"] == EVENT]
     taken = [m for h in mine if h["time"] >= window and (m := _TAKEN.match(h["why"]))
-             and m.group(2) == kind]
+             and m.group(2) == kind and m.group(3) != PENDING]  # its outcome counts once
+    ours = [m for h in mine if h["time"] >= entry.since and (m := _TAKEN.match(h["why"]))]
+    pending = bool(ours) and ours[-1].group(3) == PENDING
     this_time = {m.group(1) for h in mine if h["time"] >= entry.since
                  and (m := _TAKEN.match(h["why"])) and m.group(2) == kind}
     if any(h["time"] >= entry.since and h["why"].startswith(f"{RMA} ") for h in mine):
         return Plan(node.name, kind, len(taken), (), "sent to RMA: waiting for a person")
-    if len(taken) >= r.max_remediations:
+    if len(taken) >= r.max_remediations and not pending:
         return Plan(node.name, kind, len(taken), (RMA,),
                     f"remediated {len(taken)} times for {kind} within "
                     f"{inv.quarantine.repeat_days:g} days: straight to RMA")
@@ -84,7 +89,7 @@ def plan_node(inv: Inventory, node: Node, entry, history: list[dict], now: float
                REBOOT: steps.can_reboot(inv, node), RMA: True}
     left = tuple(s for s in r.steps(kind) if allowed[s] and s not in this_time)
     return Plan(node.name, kind, len(taken), left,
-                f"{kind} ({'; '.join(entry.reasons)[:200]})")
+                f"{kind} ({'; '.join(entry.reasons)[:200]})", revalidate_first=pending)
 
 
 Revalidate = Callable[[Inventory, Ledger, Node, tuple[str, ...]], str]
@@ -111,10 +116,24 @@ def _ladder(inv, ledger, node: Node, p: Plan, probes_dir, run_id, again, say) ->
         said.append(why)
         say(f"{node.name}: {why}")
 
-    if not p.steps:
+    if not p.steps and not p.revalidate_first:
         say(f"{node.name}: {p.why}")
         return Outcome(node.name, SKIPPED, [p.why])
     entry = ledger.get(node.name)
+    if p.revalidate_first and entry is not None:
+        state = steps.rebooting(inv, node)
+        if state:  # said, not recorded: a timer would fill the history with it
+            say(f"{node.name}: still rebooting ({state}): re-validated once it is back")
+            return Outcome(node.name, UNPROVEN, said)
+        why_busy = steps.busy(inv, node)
+        if why_busy:
+            record(REBOOT, SKIPPED, f"not idle: {why_busy}")
+            return Outcome(node.name, SKIPPED, said)
+        result = again(inv, ledger, node, entry.checks)
+        record(REBOOT, result, "re-validated once the node was back from its reboot")
+        if result in (HEALED, UNPROVEN):
+            return Outcome(node.name, result, said)
+        entry = ledger.get(node.name)
     for step in p.steps:
         if entry is None:  # released meanwhile (a person, another run)
             return Outcome(node.name, HEALED, said)
@@ -127,6 +146,9 @@ def _ladder(inv, ledger, node: Node, p: Plan, probes_dir, run_id, again, say) ->
         done = steps.reset(node, inv.remediation, probes_dir, run_id) if step == RESET \
             else steps.reboot(inv, node)
         detail = f"{done.said}" + (f"; output: {done.output}" if done.output else "")
+        if done.pending:  # the next burnin remediate re-validates it once it is back
+            record(step, PENDING, detail)
+            return Outcome(node.name, UNPROVEN, said)
         if not done.ok:
             record(step, FAILED, detail)
             continue  # the step did nothing a re-validation could prove: the next one

@@ -30,6 +30,7 @@ class Done:
     ok: bool
     said: str  # "exit 0", "timed out after 600 s", "not found: ..."
     output: str = ""
+    pending: bool = False  # asked for (a Slurm reboot) and not done yet: wait, not escalate
 
 
 def bounded(text: str | bytes, limit: int) -> str:
@@ -153,7 +154,21 @@ def reboot(inv: Inventory, node: Node) -> Done:
             return Done(True, f"back as {state}", asked.output)
         time.sleep(2)
     return Done(False, f"not back from reboot after {r.command_timeout_s:g} s (state "
-                       f"{state or 'unknown'})", asked.output)
+                       f"{state or 'unknown'})", asked.output, pending=True)
+
+
+def rebooting(inv: Inventory, node: Node) -> str:
+    """The node's Slurm state while a reboot is still under way ('' when none is, or the
+    node is not on Slurm): a node not back is not re-validated yet."""
+    if not on_slurm(inv, node):
+        return ""
+    shown = local(["scontrol", "show", "node", node.name, "--oneliner"], SLURM_TIMEOUT_S,
+                  4000)
+    state = next((w.split("=", 1)[1] for w in shown.output.split()
+                  if w.startswith("State=")), "")
+    if not shown.ok or not state:
+        return f"unknown ({shown.said})"
+    return state if "REBOOT" in state else ""
 
 
 def rma_bundle(inv: Inventory, node: Node, entry, history: list[dict], kind: str,
