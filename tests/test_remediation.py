@@ -156,3 +156,14 @@ def test_a_reboot_still_pending_is_re_validated_first_then_the_ladder_goes_on(tm
     # the reset ran (`nvidia-smi` is not on this machine: a failed command), then RMA
     assert said[2].startswith("reset for xid: ") and said[3].startswith("rma for xid: sent")
     assert seen[0] == ("n1", ("health",)) and out.result == "rma"
+
+
+def test_an_rma_directory_that_cannot_be_written_is_said_without_a_traceback(tmp_path):
+    (tmp_path / "file").write_text("")
+    inv = write(tmp_path, f"remediation: {{rma_dir: {tmp_path / 'file'}, "
+                          f"reports: {tmp_path / 'r'}, ladder: {{xid: [rma]}}}}")
+    Ledger(tmp_path / "q.db").record_failure("n1", "c", ["health"], ["health: XID 79"], {},
+                                             "r1")
+    done = burnin("remediate", "--inventory", str(inv))
+    assert done.returncode == 2 and done.stderr.startswith("burnin remediate: ")
+    assert "Traceback" not in done.stderr and "file" in done.stderr

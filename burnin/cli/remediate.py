@@ -62,8 +62,11 @@ def main(args) -> int:
                                        say=say)
         finally:
             os.close(lock)
-    except (OSError, LedgerError, NotShipped) as e:
+    except LedgerError as e:
         print(f"burnin remediate: cannot use the quarantine ledger: {e}", file=sys.stderr)
+        return 2
+    except (OSError, NotShipped) as e:  # the reports or RMA directory, the shipped probes
+        print(f"burnin remediate: {e}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps([{"node": o.node, "result": o.result, "steps": o.said}
