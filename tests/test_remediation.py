@@ -78,6 +78,9 @@ def test_the_plan_follows_the_ladder_skips_steps_the_site_cannot_take_and_ends_a
     ledger.note("n1", "remediation", "rma for xid: sent; bundle x")
     (p,) = remediation.plan(inv, ledger)
     assert p.steps == () and "waiting for a person" in p.why
+    ledger.quarantine_by_hand("n2", "c", "XID 79, the vendor is on it", "ops")
+    by_hand = remediation.plan(inv, ledger)[1]
+    assert by_hand.node == "n2" and by_hand.steps == () and "by hand" in by_hand.why
 
 
 def test_busy_is_fail_closed(tmp_path):

@@ -79,6 +79,9 @@ def plan_node(inv: Inventory, node: Node, entry, history: list[dict], now: float
     pending = bool(ours) and ours[-1].group(3) == PENDING
     this_time = {m.group(1) for h in mine if h["time"] >= entry.since
                  and (m := _TAKEN.match(h["why"])) and m.group(2) == kind}
+    if entry.by_hand:  # a person holds it, for reasons of theirs: no step of ours
+        return Plan(node.name, kind, len(taken), (), "quarantined by hand: a person "
+                    "remediates and releases it")
     if any(h["time"] >= entry.since and h["why"].startswith(f"{RMA} ") for h in mine):
         return Plan(node.name, kind, len(taken), (), "sent to RMA: waiting for a person")
     if len(taken) >= r.max_remediations and not pending:
