@@ -170,3 +170,20 @@ def test_an_rma_directory_that_cannot_be_written_is_said_without_a_traceback(tmp
     done = burnin("remediate", "--inventory", str(inv))
     assert done.returncode == 2 and done.stderr.startswith("burnin remediate: ")
     assert "Traceback" not in done.stderr and "file" in done.stderr
+
+
+def test_a_re_validation_without_a_verdict_stops_the_ladder_and_says_why(tmp_path):
+    """The real `burnin run --revalidate` finds no test of the held node's checks: no
+    verdict, so nothing is proven either way: the node stays held, no further step is
+    taken, and the run's own words are in the node's history."""
+    inv = write(tmp_path, f"remediation: {{busy_command: [sh, -c, 'exit 1'], "
+                          f"reset_command: ['true'], reports: {tmp_path / 'r'}}}")
+    ledger = Ledger(tmp_path / "q.db")
+    ledger.record_failure("n1", "c", ["gremlin"], ["gremlin: XID 79"], {}, "r1")
+    done = burnin("remediate", "--inventory", str(inv))
+    assert done.returncode == 1, done.stdout + done.stderr
+    events = [(h["event"], h["why"]) for h in ledger.history("n1")][1:]
+    assert events[0][0] == "re-validation" and events[0][1].startswith(
+        "burnin run exit 5, no verdict on the node: "), events
+    assert events[1] == ("remediation", "reset for xid: not re-validated; exit 0")
+    assert len(events) == 2 and ledger.get("n1") is not None  # no reboot, no RMA

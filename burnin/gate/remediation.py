@@ -229,9 +229,14 @@ def revalidate_by_run(inv: Inventory, ledger: Ledger, node: Node,
                 "--revalidate", "--nodes", node.name, "--reports", r.reports,
                 "-q", "-p", "no:cacheprovider"] + (["-k", expr] if expr else [])
         try:
-            subprocess.run(argv, capture_output=True, timeout=r.revalidate_timeout_s,
-                           stdin=subprocess.DEVNULL)
-        except (subprocess.TimeoutExpired, OSError):
+            res = subprocess.run(argv, capture_output=True, timeout=r.revalidate_timeout_s,
+                                 stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            ledger.note(node.name, "re-validation", f"burnin run --revalidate timed out "
+                                                    f"after {r.revalidate_timeout_s:g} s")
+            return UNPROVEN
+        except OSError as e:
+            ledger.note(node.name, "re-validation", f"burnin run could not start: {e}")
             return UNPROVEN
         if ledger.get(node.name) is None:
             return HEALED
@@ -239,6 +244,9 @@ def revalidate_by_run(inv: Inventory, ledger: Ledger, node: Node,
                   if h["time"] >= started]
         if "failed-again" in events or "quarantined" in events:
             return NOT_HEALED
-        if "clean" not in events:
+        if "clean" not in events:  # no verdict: what the run said is why
+            ledger.note(node.name, "re-validation", f"burnin run exit {res.returncode}, no "
+                        "verdict on the node: " + steps.bounded(res.stdout + res.stderr,
+                                                                 r.output_bytes))
             return UNPROVEN
     return UNPROVEN
