@@ -123,8 +123,7 @@ def _admit(args) -> int:
             inv = load_inventory(args.inventory)
             inventory_nodes = [n.name for n in inv.nodes]
             inventory_require = list(inv.require) if inv.require else None
-        quarantined = _quarantined(args, path, inv)
-        held = cli_incident.holds(args, path, inv)
+        quarantined, held = _held(args, path, inv)
     except ReportError as e:
         print(f"burnin admit: {e}; no node is admitted", file=sys.stderr)
         return 2
@@ -158,17 +157,18 @@ def _admit(args) -> int:
     return 1 if rejected else 0
 
 
-def _quarantined(args, junit: Path, inv) -> dict[str, str] | None:
-    """{node: why} of the nodes in the quarantine ledger, with --ledger or --inventory
-    (its quarantine.ledger, or the run's default: quarantine.db beside the run
-    directories); None with neither. A ledger that is not there is an error: a node we
-    cannot look up is not vouched for."""
+def _held(args, junit: Path, inv) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """({node: why} in the quarantine ledger, {node: why} held by an open incident), with
+    --ledger or --inventory (its quarantine.ledger, or the run's default: quarantine.db
+    beside the run directories), from one opening of the ledger; (None, None) with
+    neither. A ledger that is not there is an error: a node we cannot look up is not
+    vouched for."""
     if not args.ledger and inv is None:
-        return None
+        return None, None
     ledger = open_configured(inv.quarantine if inv else None, junit.resolve().parent.parent,
                              given=args.ledger)
-    return {e.node: (f"since run {e.run_id}: " if e.run_id else "") + "; ".join(e.reasons)
-            for e in ledger.entries()}
+    return ({e.node: (f"since run {e.run_id}: " if e.run_id else "") + "; ".join(e.reasons)
+             for e in ledger.entries()}, ledger.incident_holds())
 
 
 def _report(args) -> int:

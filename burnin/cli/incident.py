@@ -54,17 +54,6 @@ def open_ledger_of(args, reports: Path = Path("reports")) -> Ledger:
                            given=args.ledger)
 
 
-def holds(args, junit: Path, inventory) -> dict[str, str] | None:
-    """{node: why} of the nodes open incidents hold, for `burnin admit` with --ledger or
-    --inventory (its ledger, or the run's default beside the run directories); None
-    with neither. A ledger that is not there is an error, as for quarantine."""
-    if not args.ledger and inventory is None:
-        return None
-    ledger = open_configured(inventory.quarantine if inventory else None,
-                             junit.resolve().parent.parent, given=args.ledger)
-    return ledger.incident_holds()
-
-
 def run(args) -> int:
     """The `incident` command."""
     try:
