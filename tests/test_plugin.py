@@ -31,6 +31,7 @@ THREE = """\
       storage: {size_gb: 0.02, streams: 2, stream_fraction: 0}
       allreduce: {max_bytes: 262144, seconds_per_size: 0.02, peer_fraction: 0,
                   pair_fraction: 0}
+      collectives: {min_bytes: 65536, max_bytes: 262144, seconds_per_size: 0.02}
       train: {steps: 6, warmup_steps: 2, d_model: 32, layers: 1, heads: 2, seq_len: 16,
               vocab: 64, batch: 4, gemm_n: 64, gemm_s: 0.05, lr: 0.01, peer_fraction: 0,
               straggler_fraction: 0}
@@ -61,7 +62,7 @@ def test_three_local_nodes_give_three_testsuites(pytester):
                          f"      - {{name: n3, address: 127.0.0.3, python: {py}}}\n")
     assert body != THREE
     result, reports = run_suite(pytester, inventory(pytester, body), "-v")
-    result.assert_outcomes(passed=30)
+    result.assert_outcomes(passed=33)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",

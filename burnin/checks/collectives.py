@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import statistics
 
-from burnin.checks.allreduce import PEER_FRACTION, judged
+from burnin.checks.allreduce import PEER_FRACTION as ALLREDUCE_FRACTION
+from burnin.checks.allreduce import judged
 from burnin.checks.base import (
     PEER_SPREADS,
     PEERS,
@@ -34,6 +35,10 @@ from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
 from burnin.probe.shapes import COUNT, Bool, Int, List, Num, Obj, Str, document
 
+# peer_fraction when the inventory gives none: all-reduce's on GPU nodes. On CPU nodes
+# none: gloo over cores the node's other work shares is no yardstick between nodes (an
+# inventory that wants it sets peer_fraction).
+PEER_FRACTION = ALLREDUCE_FRACTION["gpu"]
 OPS = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
 WORDS = {"all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
          "all_to_all": "all-to-all", "send_recv": "send/recv"}
@@ -90,7 +95,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     ops = fig.get("ops") or {}
     fraction = settings.get("peer_fraction")
     if fraction is None:
-        fraction = PEER_FRACTION["cpu" if j.gpus == 0 else "gpu"]
+        fraction = PEER_FRACTION if j.gpus != 0 else 0.0
     floors = {}
     for op in OPS:
         sweep = ops.get(op) or []
@@ -158,8 +163,8 @@ SETTINGS = {
     **{f"min_{op}_gbps": _floor(op) for op in OPS},
     "peer_fraction": Setting("fraction", None, "fail below this share of the median of the "
                              "run's nodes of the same model and rank count, per operation; "
-                             "default 0.85 on GPU nodes, 0.5 on CPU nodes; lower where the "
-                             "run's nodes spread wider"),
+                             "default 0.85 on GPU nodes, off (0) on CPU nodes; lower where "
+                             "the run's nodes spread wider"),
     "peer_spreads": Setting("positive", PEER_SPREADS, "robust spreads of the run's nodes a "
                             "node may fall below their median"),
     "min_bytes": Setting("int", None, "default 16 MiB on GPUs, 256 KiB on CPUs"),
