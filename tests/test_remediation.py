@@ -64,6 +64,25 @@ def test_the_kind_a_held_nodes_reasons_show(checks, reasons, kind):
     assert kind_of_reasons(checks, reasons, frozenset({"allreduce_internode"})) == kind
 
 
+def test_a_reason_is_read_only_for_the_kinds_its_check_declares():
+    """The check table's failure_kinds bound what a reason's words may mean: a storage
+    failure saying "missing" is the lost device storage declares, a fabric one is a link
+    whatever its words (fabric declares no such kind), an unknown check any own kind."""
+    from burnin.checks import CHECKS
+    declared = {name: frozenset(k.name.replace(" ", "_") for k in c.failure_kinds)
+                for name, c in CHECKS.items()}
+    assert "ecc" not in declared["fabric"] and "xid" not in declared["storage"]
+    links = frozenset(n for n, c in CHECKS.items() if c.group)
+    # words of ECC in a fabric failure: fabric judges no ECC; its port is the link
+    assert kind_of_reasons(("fabric",), ("fabric: mlx5_0 port 1: ECC-like symbol errors",),
+                           links, declared) == "link"
+    assert kind_of_reasons(("fabric",), ("fabric: mlx5_0 port 1: ECC-like symbol errors",),
+                           links) == "ecc"  # without the table: the words alone
+    assert kind_of_reasons(("health", "fabric"), ("fabric: port 1 down",
+                                                  "health: GPU 0: XID 79"),
+                           links, declared) == "xid"
+
+
 def test_the_plan_follows_the_ladder_skips_steps_the_site_cannot_take_and_ends_at_rma(
         tmp_path):
     inv = load_inventory(write(tmp_path, "remediation: {ladder: {xid: [reset, reboot, rma]}}"))

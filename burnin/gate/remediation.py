@@ -70,7 +70,9 @@ def plan(inv: Inventory, ledger: Ledger, now: float | None = None) -> list[Plan]
 def plan_node(inv: Inventory, node: Node, entry, history: list[dict], now: float) -> Plan:
     r = inv.remediation
     kind = kind_of_reasons(entry.checks, entry.reasons,
-                           frozenset(name for name, c in CHECKS.items() if c.group))
+                           frozenset(name for name, c in CHECKS.items() if c.group),
+                           {name: frozenset(k.name.replace(" ", "_") for k in c.failure_kinds)
+                            for name, c in CHECKS.items()})
     window = now - inv.quarantine.repeat_days * DAY
     mine = [h for h in history if h["event"] == EVENT]
     taken = [m for h in mine if h["time"] >= window and (m := _TAKEN.match(h["why"]))

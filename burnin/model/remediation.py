@@ -74,14 +74,23 @@ class RemediationSettings:
 
 
 def kind_of_reasons(checks: tuple[str, ...], reasons: tuple[str, ...],
-                    link_checks: frozenset[str] = frozenset()) -> str:
+                    link_checks: frozenset[str] = frozenset(),
+                    declared: dict[str, frozenset[str]] | None = None) -> str:
     """The kind of failure a held node's ledger entry shows (one of KINDS): its reasons'
-    words, and whether it failed one of `link_checks` (the inter-node ones, which the
-    caller reads from the check table)."""
-    text = "\n".join(reasons)
-    for kind, words in _WORDS:
-        if words.search(text):
+    words, each reason ("check: message") read only for the own kinds its check declares
+    (`declared`: check -> its Check.failure_kinds' names, as KINDS spells them; a check
+    not in it, or no `declared`: any own kind), and whether it failed one of `link_checks`
+    (the inter-node ones). The caller reads both from the check table."""
+    found = set()
+    for reason in reasons:
+        check = reason.partition(":")[0].strip()
+        allowed = declared.get(check) if declared is not None else None
+        found |= {kind for kind, words in _WORDS
+                  if (allowed is None or kind in allowed) and words.search(reason)}
+    for kind, _ in _WORDS:  # the first of this order wins
+        if kind in found:
             return kind
+    text = "\n".join(reasons)
     if link_checks & set(checks) or _LINK.search(text):
         return "link"
     if _UNREACHABLE.search(text) or not checks:
