@@ -134,24 +134,52 @@ def listed() -> dict[str, tuple[str, str]]:
     return out
 
 
-def explain(key: str, known: dict, cache: dict) -> str | None:
-    """Why surviving mutant `key` is equivalent, or None (it must be killed)."""
+def _holds(fns: dict[str, str], name: str, holds: str) -> bool:
+    """Mutant `name` holds the text `holds` in its body and its original does not."""
+    mutant = fns.get(name)
+    orig = fns.get(name.rsplit("__mutmut_", 1)[0] + "__mutmut_orig")
+    return bool(mutant and orig and holds and holds in _body(mutant)
+                and holds not in _body(orig))
+
+
+def pinned(module: str, known: dict, fns: dict[str, str]) -> dict[str, str]:
+    """{mutant of `module`: the line of tests/equivalent_mutants.txt that names it}. A line
+    names its own mutant when that one holds its text; after an edit above it renumbered
+    the function's mutants, the one mutant of the same function that holds the text (the
+    text pins the mutation, the number only finds it); a text that no mutant of the
+    function holds, or several do, names none."""
+    out = {}
+    for line, (holds, _) in known.items():
+        if line.rsplit(".", 1)[0] != module:
+            continue
+        func = line.rsplit(".", 1)[1]
+        if _holds(fns, func, holds):
+            out[func] = line
+            continue
+        base = func.rsplit("__mutmut_", 1)[0] + "__mutmut_"
+        found = [n for n in fns if n.startswith(base) and not n.endswith("__mutmut_orig")
+                 and n[len(base):].isdigit() and _holds(fns, n, holds)]
+        if len(found) == 1:
+            out.setdefault(found[0], line)
+    return out
+
+
+def explain(key: str, known: dict, cache: dict) -> tuple[str, str] | None:
+    """(why surviving mutant `key` is equivalent, the listed line that says so), or None
+    (it must be killed)."""
     module = key.rsplit(".", 1)[0]
     if module not in cache:
-        cache[module] = functions(module)
-    fns = cache[module]
+        fns = functions(module)
+        cache[module] = (fns, pinned(module, known, fns))
+    fns, lines = cache[module]
     func = key.rsplit(".", 1)[1]
     mutant, orig = fns.get(func), fns.get(func.rsplit("__mutmut_", 1)[0] + "__mutmut_orig")
     if mutant is None or orig is None:
         return None
     if case_only(orig, mutant):
-        return "SQL and codec names are case-blind"
-    if key in known:
-        holds, reason = known[key]
-        # The line pins the mutant: after an edit the same number may name another one.
-        if holds and holds in _body(mutant) and holds not in _body(orig):
-            return reason
-    return None
+        return "SQL and codec names are case-blind", ""
+    line = lines.get(func)
+    return (known[line][1], line) if line else None
 
 
 def score(argv: list[str]) -> int:
@@ -162,7 +190,7 @@ def score(argv: list[str]) -> int:
         return 2
     known, cache = listed(), {}
     slow = _slow_results()
-    rows, unexplained, used, scored = [], [], set(), set()
+    rows, unexplained, used, scored, renumbered = [], [], set(), set(), []
     total: Counter = Counter()
     for meta in metas:
         codes = json.loads(meta.read_text())["exit_code_by_key"]
@@ -186,7 +214,9 @@ def score(argv: list[str]) -> int:
                 why = explain(key, known, cache)
                 if why is not None:
                     state = "equivalent"
-                    used.add(key)
+                    used.add(why[1])
+                    if why[1] and why[1] != key:
+                        renumbered.append(f"{why[1]} is now {key.rsplit('.', 1)[1]}")
                 else:
                     unexplained.append(key)
             elif state not in ("killed", "timeout"):
@@ -218,6 +248,9 @@ def score(argv: list[str]) -> int:
     print(line("**all**" if md else "all", total, sum(n for *_, n in rows)))
     # Only the modules scored here: a run of some modules leaves the others' lines alone.
     stale = sorted(k for k in set(known) - used if k.rsplit(".", 1)[0] in scored)
+    if renumbered:
+        print(f"\n{len(renumbered)} listed as equivalent under an old number, found by their "
+              f"text (renumber them in {EQUIVALENT.name}):\n  " + "\n  ".join(renumbered))
     if stale:
         print(f"\n{len(stale)} listed as equivalent but not a surviving mutant with that code "
               f"(killed now, or renumbered): edit {EQUIVALENT.name}:\n  " + "\n  ".join(stale))
