@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
-from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreachable, Transport
+from burnin.transports import HEARTBEAT_S, CommandResult, Transport, claims
 from burnin.transports.reading import read_bounded
 
 KILL_GRACE_S = 2.0
@@ -24,7 +22,7 @@ LOOPBACK = "127.0.0.1"
 class LocalTransport(Transport):
     def __init__(self, node, probes_dir, run_id="unnamed"):
         super().__init__(node, probes_dir, run_id)
-        self._lock_fd: int | None = None
+        self._claimed: str | None = None  # the workdir the node is claimed in
 
     @classmethod
     def rendezvous_address(cls, node) -> str:
@@ -39,49 +37,28 @@ class LocalTransport(Transport):
         return self.node.python or sys.executable
 
     def probe_command(self, probe: str) -> list[str]:
-        if self._lock_fd is None:
-            self._lock_fd = hold(os.path.expanduser(self.node.workdir), self.node.name,
-                                 self.run_id)
+        if self._claimed is None:
+            workdir = os.path.expanduser(self.node.workdir)
+            claims.claim(workdir, self.node.name, self.run_id)
+            self._claimed = workdir
         return [self.python, str(self.probes_dir / f"{probe}.py")]
 
     def close(self) -> None:
-        fd, self._lock_fd = self._lock_fd, None
-        if fd is not None:
-            os.close(fd)  # releases the lock
+        workdir, self._claimed = self._claimed, None
+        if workdir is not None:
+            claims.release(workdir, self.node.name, self.run_id)
 
     # A transport dropped without close() (a caller that ran one probe) must not keep its
-    # node locked for the life of the process: the lock is a bare fd, which nothing else
-    # would close.
-    __del__ = close
+    # node claimed for the life of the process.
+    def __del__(self) -> None:
+        workdir, self._claimed = self._claimed, None
+        if workdir is not None:
+            claims.release_later(workdir, self.node.name, self.run_id)
 
     def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
             cancel=None):
         return run_bounded(argv, stdin, timeout_s, max_stdout, on_stderr=on_stderr,
                            lifeline=lifeline, cancel=cancel)
-
-
-def hold(workdir: str, name: str, run_id: str) -> int:
-    """Take node `name` for this run: a lock file in workdir, held (flock) while the fd is
-    open. Another run holding it fails the node "busy" with who holds it and since when;
-    this same run (another xdist worker) goes on."""
-    try:
-        os.makedirs(workdir, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(workdir, f".lock-{name}"),
-                     os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError as e:
-        raise NodeUnreachable(f"cannot take the node's lock in {workdir}: {e}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        who = os.read(fd, 512).decode(errors="replace").strip() or "another run"
-        if who.startswith(f"run {run_id} "):
-            return fd
-        os.close(fd)
-        raise NodeBusy(f"under test by {who}") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"run {run_id} since {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on "
-                 f"{socket.gethostname()}".encode())
-    return fd
 
 
 def run_bounded(argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
