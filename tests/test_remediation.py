@@ -206,3 +206,26 @@ def test_a_re_validation_without_a_verdict_stops_the_ladder_and_says_why(tmp_pat
         "burnin run exit 5, no verdict on the node: "), events
     assert events[1] == ("remediation", "reset for xid: not re-validated; exit 0")
     assert len(events) == 2 and ledger.get("n1") is not None  # no reboot, no RMA
+
+
+def test_as_root_a_hook_another_user_could_change_is_refused_before_any_node(tmp_path):
+    import os
+
+    from support.requires import need
+    need("" if os.geteuid() == 0 else "the root rule needs root")
+    ticket = tmp_path / "ticket"
+    ticket.write_text("#!/bin/sh\ntouch " + str(tmp_path / "ran") + "\n")
+    ticket.chmod(0o777)  # anyone may rewrite what root would run
+    inv = write(tmp_path, f"remediation: {{ticket_command: [{ticket}], "
+                          f"reports: {tmp_path / 'r'}, ladder: {{xid: [rma]}}}}")
+    ledger = Ledger(tmp_path / "q.db")
+    ledger.record_failure("n1", "c", ["health"], ["health: XID 79"], {}, "r1")
+    done = burnin("remediate", "--inventory", str(inv))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"refusing remediation.ticket_command {ticket} as root" in done.stderr
+    assert "writable by group or others" in done.stderr
+    assert not (tmp_path / "ran").exists()
+    assert not [h for h in ledger.history("n1") if h["event"] == "remediation"]
+    ticket.chmod(0o755)
+    assert burnin("remediate", "--inventory", str(inv)).returncode == 1  # sent to RMA
+    assert (tmp_path / "ran").exists()

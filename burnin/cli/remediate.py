@@ -18,7 +18,7 @@ from pathlib import Path
 from burnin.core.shipped_files import shipped
 from burnin.engine.run import new_run_id
 from burnin.errors import NotShipped
-from burnin.gate import remediation
+from burnin.gate import remediation, remediation_steps
 from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import LedgerError
 from burnin.ledger.open import open_configured
@@ -50,6 +50,11 @@ def main(args) -> int:
         ledger = open_configured(inv.quarantine, Path(inv.remediation.reports))
         if args.dry_run:
             return _show(remediation.plan(inv, ledger), args.json)
+        refused = remediation_steps.untrusted_by_root(inv.remediation)
+        if refused:  # before any node is touched
+            print("burnin remediate: " + "\nburnin remediate: ".join(refused),
+                  file=sys.stderr)
+            return 2
         probes = shipped("probes")
         lock = _lock(Path(inv.remediation.reports))
         if lock is None:

@@ -7,11 +7,14 @@ burnin/gate/remediation.py does."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from burnin.core.rootfiles import refusal, running_as_root, untrusted
 from burnin.core.safefiles import write_atomically
 from burnin.model.nodes import Inventory, Node
 from burnin.model.remediation import RemediationSettings
@@ -66,6 +69,30 @@ def local(argv: list[str], timeout_s: float, limit: int) -> Done:
         return Done(False, f"could not run {argv[0]}: {e.strerror or e}")
     return Done(res.returncode == 0, f"exit {res.returncode}",
                 bounded(res.stdout + res.stderr, limit))
+
+
+def untrusted_by_root(settings: RemediationSettings) -> list[str]:
+    """Run as root: why a command it would run on the controller, or a directory it would
+    write, is not root's alone (another user could swap what root runs or where it
+    writes); [] when all are, or when not root."""
+    if not running_as_root():
+        return []
+    problems = []
+    for key in ("reboot_command", "busy_command", "ticket_command"):
+        argv = getattr(settings, key)
+        found = shutil.which(argv[0]) if argv else None
+        if argv and found is None:
+            problems.append(f"remediation.{key}: {argv[0]} not found")
+        elif found:
+            problem = untrusted(found) or untrusted(os.path.realpath(found))
+            if problem:
+                problems.append(refusal(f"remediation.{key}", found, problem))
+    for key in ("rma_dir", "reports"):
+        where = getattr(settings, key)
+        problem = untrusted(where)
+        if problem:
+            problems.append(refusal(f"remediation.{key}", where, problem))
+    return problems
 
 
 def on_slurm(inv: Inventory, node: Node) -> bool:
