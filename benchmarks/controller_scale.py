@@ -144,16 +144,54 @@ def one_run(nodes: int, workdir: Path, docs: Path, fleet: str, checks: str,
 
 def measured(argv: list[str], env: dict, cwd: Path) -> tuple[int, float, float, float]:
     """(exit status, wall s, peak RSS MiB of its largest process, CPU s of all its
-    processes) of one command."""
+    processes) of one command. Also keeps, in PEAKS, the most open descriptors and threads
+    any one of its processes had (sampled every SAMPLE_S from /proc)."""
     # Peak RSS of children is a high-water mark: run each measurement in a fresh helper.
-    code = ("import resource, subprocess, sys, time; t = time.monotonic(); "
-            "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL); "
+    code = ("import os, resource, subprocess, sys, time; t = time.monotonic(); "
+            "p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL); "
+            "print(p.pid, flush=True); r = p.wait(); "
             "w = time.monotonic() - t; "
             "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
-            "print(r.returncode, w, u.ru_maxrss, u.ru_utime + u.ru_stime)")
-    out = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True,
-                         text=True, check=True, cwd=cwd).stdout.split()
+            "print(r, w, u.ru_maxrss, u.ru_utime + u.ru_stime)")
+    helper = subprocess.Popen([sys.executable, "-c", code, *argv], env=env,
+                              stdout=subprocess.PIPE, text=True, cwd=cwd)
+    assert helper.stdout is not None
+    top = int(helper.stdout.readline())
+    fds = threads = 0
+    while helper.poll() is None:
+        for pid in [top, *children(top)]:
+            f, t = open_fds_threads(pid)
+            fds, threads = max(fds, f), max(threads, t)
+        time.sleep(SAMPLE_S)
+    out = helper.stdout.read().split()
+    if helper.returncode != 0 or len(out) != 4:
+        raise SystemExit(f"the measuring helper failed ({helper.returncode}): {out}")
+    PEAKS.append((fds, threads))
     return int(out[0]), float(out[1]), int(out[2]) / 1024, float(out[3])
+
+
+SAMPLE_S = 0.5
+PEAKS: list[tuple[int, int]] = []  # (most open descriptors, most threads) of each measure
+
+
+def children(pid: int) -> list[int]:
+    """pid's descendants (pytest-xdist workers), from /proc."""
+    try:
+        kids = [int(k) for t in os.listdir(f"/proc/{pid}/task")
+                for k in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+    except OSError:
+        return []
+    return kids + [g for k in kids for g in children(k)]
+
+
+def open_fds_threads(pid: int) -> tuple[int, int]:
+    """(open descriptors, threads) of pid now; (0, 0) once it is gone."""
+    try:
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0, 0
+    return fds, int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
 
 
 BARE = """import pytest
@@ -213,7 +251,9 @@ def main() -> None:
             print(f"{args.nodes} nodes x {len(CHECKS)} checks, bare pytest, {mode}: wall median "
                   f"{bare[mode][0]:.1f} s (runs {', '.join(f'{r[0]:.1f}' for r in runs)}), CPU "
                   f"median {bare[mode][1]:.1f} s, peak RSS max {max(r[1] for r in runs):.0f} "
-                  f"MiB, load {os.getloadavg()[0]:.1f}", flush=True)
+                  f"MiB, most open descriptors {max(p[0] for p in PEAKS[-args.repeat:])}, most "
+                  f"threads {max(p[1] for p in PEAKS[-args.repeat:])}, load "
+                  f"{os.getloadavg()[0]:.1f}", flush=True)
         for checks in args.checks.split(","):
             for mode in args.modes.split(","):
                 for fleet in args.fleets.split(","):
@@ -224,13 +264,15 @@ def main() -> None:
                                                 MODES[mode]))
                     wall = statistics.median(r[0] for r in runs)
                     cpu = statistics.median(r[2] for r in runs)
+                    fds, threads = (max(p[i] for p in PEAKS[-args.repeat:]) for i in (0, 1))
                     walls[(checks, mode, fleet)] = wall
                     # CPU seconds (user + system, every process of the run): on a shared
                     # machine the steadier figure; wall time waits for the others too.
                     print(f"{args.nodes} nodes, {checks}, {mode}, {fleet}ing fleet: wall median "
                           f"{wall:.1f} s (runs {', '.join(f'{r[0]:.1f}' for r in runs)}), CPU "
                           f"median {cpu:.1f} s (runs {', '.join(f'{r[2]:.1f}' for r in runs)}), "
-                          f"peak RSS max {max(r[1] for r in runs):.0f} MiB, load "
+                          f"peak RSS max {max(r[1] for r in runs):.0f} MiB, most open "
+                          f"descriptors {fds}, most threads {threads} (one process), load "
                           f"{os.getloadavg()[0]:.1f}" + (  # the anchor has every check
                               f"; burnin / bare pytest: wall {wall / bare[mode][0]:.2f}, CPU "
                               f"{cpu / bare[mode][1]:.2f}" if mode in bare and checks == "all"

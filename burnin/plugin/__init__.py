@@ -21,6 +21,7 @@ import pytest
 
 from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES
 from burnin.engine.kept_inventory import keep_inventory
+from burnin.engine.openfiles import raise_to_hard
 from burnin.engine.progress import Progress
 from burnin.engine.run import DEFAULT_FANOUT, Run, new_run_id
 from burnin.errors import BurninError
@@ -49,6 +50,7 @@ from burnin.report.junit import floors_of, verdicts_of
 from burnin.report.publish import publish
 
 STATE = pytest.StashKey["BurninState"]()
+TOO_FEW_FILES = pytest.StashKey[str]()  # why the open-files limit cannot carry the run
 DEFAULT_INVENTORY = "inventories/localhost.yaml"
 FAILURE_LISTING = 200  # failed tests above which pytest's per-failure section is left out
 
@@ -348,9 +350,13 @@ def pytest_configure(config: pytest.Config) -> None:
     state = BurninState(config)
     config.stash[STATE] = state
     config.pluginmanager.register(state, "burnin-state")
+    # Before xdist's workers start, which inherit it; said only where burnin runs.
+    config.stash[TOO_FEW_FILES] = raise_to_hard(config.getoption("fanout"))
     # Asked for burnin explicitly: validate now, on the controller, before xdist workers
     # start and before any node is touched. Otherwise wait until a check is collected.
     if not state.worker and (config.getoption("inventory") or config.getoption("nodes")):
+        if config.stash[TOO_FEW_FILES]:
+            raise pytest.UsageError(config.stash[TOO_FEW_FILES])
         if state.run() is None:
             raise pytest.UsageError(state.error)
 
@@ -401,6 +407,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=placeholders)
         dropped = set(map(id, placeholders))
         items[:] = [i for i in items if id(i) not in dropped]
+    if run is not None and config.stash[TOO_FEW_FILES]:
+        raise pytest.UsageError(config.stash[TOO_FEW_FILES])  # before any node is touched
     if run is not None:
         # A check that does not apply to a node gets no testcase, rather than a skip that
         # would keep the node out of admission.
