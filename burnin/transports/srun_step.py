@@ -35,6 +35,7 @@ from pathlib import Path
 from burnin.transports import HEARTBEAT_S, STDERR_TAIL_BYTES, CommandResult
 from burnin.transports.local import kill_group
 from burnin.transports.nodeside import SAFE_WORKDIR
+from burnin.transports.reading import LINE_MAX
 
 STEP_GRACE_S = 10.0  # after every task settled, srun has this long to end by itself
 
@@ -184,12 +185,19 @@ def _pump(proc, state: list[_Task], said: bytearray, max_stdout: int, on_stderr,
                     continue
                 buf = buffers[key.data]
                 buf.extend(chunk)
-                if b"\n" not in chunk:  # a long line: no copy of what came before
-                    continue
-                *lines, rest = bytes(buf).split(b"\n")
-                buf[:] = rest
-                for line in lines:
+                if b"\n" in chunk:  # else a long line: no copy of what came before
+                    *lines, rest = bytes(buf).split(b"\n")
+                    buf[:] = rest
+                    for line in lines:
+                        _line(key.data, line, state, said, max_stdout, on_stderr, words)
+                if len(buf) > LINE_MAX:
+                    # A line without end (srun splits a task's lines; this is not one of
+                    # them, or a node printing past it): what came is handled as a line,
+                    # the rest of it keeps its task's label. Memory stays bounded.
+                    line = bytes(buf)
                     _line(key.data, line, state, said, max_stdout, on_stderr, words)
+                    m = LABEL.match(line)
+                    buf[:] = line[:m.start(2)] if m else b""
     return None
 
 
@@ -212,7 +220,8 @@ def _line(stream: str, line: bytes, state: list[_Task], said: bytearray, max_std
     t.partial.extend(text)
     if not t.partial.endswith(b"~"):
         if len(t.partial) > max_stdout + 4096:  # not frames: what the task printed itself
-            t.out.extend(t.partial)
+            if not t.settled:
+                _out(t, t.partial, max_stdout, words)
             t.partial.clear()
         return
     frame = bytes(t.partial[:-1])
@@ -221,12 +230,9 @@ def _line(stream: str, line: bytes, state: list[_Task], said: bytearray, max_std
         return
     if frame.startswith(b"O"):
         try:
-            t.out.extend(base64.b64decode(frame[1:], validate=True))
+            _out(t, base64.b64decode(frame[1:], validate=True), max_stdout, words)
         except ValueError:
-            t.out.extend(frame)
-        if len(t.out) > max_stdout:
-            t.overflow = True
-            words.put(b"K " + t.node.encode() + b"\n")
+            _out(t, frame, max_stdout, words)
     elif frame.startswith(b"U"):
         try:
             t.refused = base64.b64decode(frame[1:], validate=True).decode(errors="replace")
@@ -240,7 +246,15 @@ def _line(stream: str, line: bytes, state: list[_Task], said: bytearray, max_std
             t.code = 126  # a status that is no number: nothing ran as it should
         t.ended = time.monotonic()
     else:
-        t.out.extend(frame + b"~")
+        _out(t, frame + b"~", max_stdout, words)
+
+
+def _out(t: _Task, data: bytes | bytearray, max_stdout: int, words: queue.Queue) -> None:
+    """More of the task's stdout; past max_stdout the task overflows and is stopped."""
+    t.out.extend(data)
+    if len(t.out) > max_stdout:
+        t.overflow = True
+        words.put(b"K " + t.node.encode() + b"\n")
 
 
 def _srun_said(line: bytes, state: list[_Task], said: bytearray) -> None:
@@ -276,7 +290,7 @@ def _ranges(text: str) -> list[int]:
 
 
 def _result(t: _Task, start: float, end: float, cancelled: bool) -> CommandResult | str:
-    if t.partial:
+    if t.partial and not t.overflow:  # an overflowed task's output is cut at its bound
         t.out.extend(t.partial)
     if t.refused:
         return Refused(t.refused)
