@@ -102,9 +102,9 @@ Revalidate = Callable[[Inventory, Ledger, Node, tuple[str, ...]], str]
 
 def run(inv: Inventory, ledger: Ledger, probes_dir: Path, run_id: str,
         revalidate: Revalidate | None = None, say=print) -> list[Outcome]:
-    """Carry out the plan of every held node, one node at a time. `revalidate(inv, node,
-    ledger, node, checks)` -> HEALED, NOT_HEALED or UNPROVEN (default: `burnin run --revalidate`
-    as a subprocess)."""
+    """Carry out the plan of every held node, one node at a time. `revalidate(inv, ledger,
+    node, checks)` -> HEALED, NOT_HEALED or UNPROVEN (default: `burnin run --revalidate` as
+    a subprocess)."""
     again = revalidate or revalidate_by_run
     out = []
     for p in plan(inv, ledger):
