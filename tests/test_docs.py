@@ -163,13 +163,15 @@ quarantine: {bogus: 1}
 admission: {bogus: 1}
 goodput: {bogus: 1}
 remediation: {bogus: 1}
+rolling: {bogus: 1}
 gpu_models: {X: {nvml_names: [a], bogus: 1}}
 checks: {bogus: {}}
 """
 SECTION = {"": "Top level", "defaults": "defaults", "defaults.ssh": "ssh",
            "defaults.srun": "srun", "defaults.storage": "storage", "defaults.expect": "expect",
            "quarantine": "quarantine", "admission": "admission", "goodput": "goodput",
-           "gpu_models.X": "gpu_models", "remediation": "remediation"}
+           "gpu_models.X": "gpu_models", "remediation": "remediation",
+           "rolling": "rolling"}
 
 
 def accepted_keys(tmp_path) -> dict[str, set[str]]:
