@@ -35,6 +35,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from burnin.model.nodes import Node
 from burnin.transports import BUSY as BUSY_REASON
+from burnin.transports.reading import LINE_MAX, capped
 from burnin.transports.slurmctl import (
     NODE_CHECK_PREFIX,
     REASON_PREFIX,
@@ -259,7 +260,8 @@ class Allocations:
                 assert proc.stdout is not None and proc.stderr is not None  # PIPE, both
                 sel.register(proc.stdout, selectors.EVENT_READ)
                 sel.register(proc.stderr, selectors.EVENT_READ)
-                while not line.endswith(b"\n") and time.monotonic() < deadline:
+                while not line.endswith(b"\n") and len(line) <= LINE_MAX \
+                        and time.monotonic() < deadline:
                     if self.cancel is not None and self.cancel.is_set():
                         break
                     events = sel.select(timeout=0.5)
@@ -273,12 +275,16 @@ class Allocations:
                             line += chunk
                         else:
                             err += chunk
-            facts = json.loads(line) if line.endswith(b"\n") else None
+                            del err[:-LINE_MAX]  # salloc's last words are what it says
+            facts = _facts(line)
         except BaseException:  # Ctrl-C while waiting: no allocation may outlive the run
             _release_holder(proc, "", job_name)
             raise
         said = "; ".join(ln.strip() for ln in err.decode(errors="replace").splitlines()
                          if "error" in ln or "Required" in ln)
+        if facts is None and len(line) > LINE_MAX:
+            said = capped(f"the job's first line on its node passed {LINE_MAX} bytes without "
+                          f"an end; {said}")
         if not facts or not facts.get("SLURM_JOB_ID"):
             _release_holder(proc, "", job_name)
             return None, said, None
@@ -326,6 +332,18 @@ class Allocations:
                 scontrol("update", f"nodename={NodeSet.fromlist(names)}", "state=drain",
                          f"reason={reason}")
             scontrol("delete", f"reservation={r.name}")
+
+
+def _facts(line: bytes) -> dict | None:
+    """The holder's job facts from its first line; None for a line cut at LINE_MAX, or one
+    that is no JSON object (a node's shell that printed first)."""
+    if not line.endswith(b"\n") or len(line) > LINE_MAX:
+        return None
+    try:
+        facts = json.loads(line)
+    except ValueError:
+        return None
+    return facts if isinstance(facts, dict) else None
 
 
 def _drain(pipe) -> None:
