@@ -9,6 +9,7 @@ the check."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import textwrap
 from pathlib import Path
@@ -87,6 +88,13 @@ def sysfs(tmp: Path, ports: dict[str, tuple[str, str]]) -> Path:
     return root
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now: perftest's default may be taken on this machine."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_recorded_outputs_parse_in_perftests_own_formats():
     assert probe.parse_bw((FIXTURES / "write_bw_ndr.txt").read_text()) == {
         "bytes": 65536, "iterations": 5000, "peak_gbps": 392.38, "bw_gbps": 392.34}
@@ -150,7 +158,7 @@ def test_the_real_probe_measures_each_active_port_and_skips_the_rest(tmp_path):
                             "mlx5_2": ("1: DOWN", NDR)})
     settings = {"sysfs_root": str(root), "ib_write_bw": str(bin_ / "ib_write_bw"),
                 "ib_write_lat": str(bin_ / "ib_write_lat"), "seconds": 1,
-                "tcp_port": 18600 + (hash(str(tmp_path)) % 1000)}
+                "tcp_port": free_port()}
     out = run_probe(LocalTransport(Node("local", "localhost", transport="local", gpus=0),
                                    REPO / "probes"), "hca", {"gpus": 0, "settings": settings},
                     timeout_s=60)
@@ -179,7 +187,7 @@ def test_a_port_below_its_rate_fails_its_node_in_every_output(pytester, capsys):
     replay = replay_python(pytester.path / "replay", python=gpu_python)
     real = replay_python(pytester.path / "real", real=("hca",), python=gpu_python)
     hca = {"ib_write_bw": str(bin_ / "ib_write_bw"), "ib_write_lat": str(bin_ / "ib_write_lat"),
-           "sysfs_root": str(root), "seconds": 1}
+           "sysfs_root": str(root), "seconds": 1, "tcp_port": free_port()}
     inv = pytester.path / "inv.yaml"
     inv.write_text(textwrap.dedent(f"""\
         version: 1
