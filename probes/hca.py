@@ -129,6 +129,8 @@ def pair(command: str, args: list[str], settings: dict, timeout_s: float) -> str
     """Run a perftest server and its client on this host; the client's output."""
     tcp = int(settings.get("tcp_port", 18515))
     argv = [command, *args, "-p", str(tcp)]
+    if listening(tcp):  # another listener would take our client: no measurement of ours
+        raise ValueError(f"TCP port {tcp} is already in use on this host (set tcp_port)")
     server = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               preexec_fn=probelib.die_with_parent)
     try:

@@ -170,6 +170,18 @@ def test_the_real_probe_measures_each_active_port_and_skips_the_rest(tmp_path):
     assert fails == ("mlx5_1 port 1 (400 Gb/sec (4X NDR)): loopback write 111.71 Gb/s, below "
                      "0.85 x 400 Gb/s, the port's rate",)
     assert warns == ("mlx5_2 port 1 (400 Gb/sec (4X NDR)): not measured: port state DOWN",)
+    with socket.socket() as taken:  # something else already listens on the port
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", settings["tcp_port"]))
+        taken.listen(1)
+        busy = run_probe(LocalTransport(Node("local", "localhost", transport="local", gpus=0),
+                                        REPO / "probes"), "hca",
+                         {"gpus": 0, "settings": settings}, timeout_s=60)
+    assert {p["hca"]: p.get("error") for p in busy.data["devices"]} == {
+        "mlx5_0": f"ValueError: TCP port {settings['tcp_port']} is already in use on this "
+                  "host (set tcp_port)",
+        "mlx5_1": f"ValueError: TCP port {settings['tcp_port']} is already in use on this "
+                  "host (set tcp_port)", "mlx5_2": None}
     none = run_probe(LocalTransport(Node("local", "localhost", transport="local", gpus=0),
                                     REPO / "probes"), "hca",
                      {"gpus": 0, "settings": {**settings, "sysfs_root": str(tmp_path / "no")}},
