@@ -1,6 +1,7 @@
-"""The guards issue 29 found unprotected, each broken as the issue broke it, against the
-test named to catch it: every line must say 'killed'. Runs in a copy of the checkout (the
-working tree is never touched), about a minute in all:
+"""The guards issues 29 and 50 found unprotected (and those added with them), each broken
+as the issue broke it, against the test named to catch it: every line must say 'killed'.
+Runs in a copy of the checkout (the working tree is never touched), about four minutes in
+all (a broken time bound is caught at the bound it broke):
 
     python tests/table_mutants.py
 """
@@ -54,6 +55,53 @@ TABLE = [
      "if stream != self.index or length != self.block:",
      [f"{F}/test_storage_probe_blocks.py::test_a_block_read_back_from_the_wrong_offset_is"
       "_caught"]),
+    ("probes/nvlink5.py: NVLink 5's failed link recoveries (field 214) are read",
+     "probes/nvlink5.py", '    "link_recovery_failed_events": 214,', "",
+     ["tests/test_surviving_mutants.py::test_a_failed_nvlink5_link_recovery_counts_in_the"
+      "_burns_recoveries",
+      "tests/test_nvlink_dcgm.py::test_one_nvlink5_error_of_any_dcgm_field_fails_the_link"]),
+    ("probes/train.py: a rank that exits non-zero is failed, whatever it printed",
+     "probes/train.py", "if code != 0 or not lines:", "if not lines:",
+     ["tests/test_surviving_mutants.py::test_a_rank_that_prints_its_result_and_exits_non"
+      "_zero_fails_the_node"]),
+    ("probes/train.py: tokens/s over the slowest rank's wall", "probes/train.py",
+     'wall = max(r["wall_s"] for r in records)', 'wall = min(r["wall_s"] for r in records)',
+     ["tests/test_surviving_mutants.py::test_tokens_per_s_is_over_the_slowest_ranks_wall"
+      "_time"]),
+    ("transports/fanout.py: the start gate waits its bound, not 20 times it",
+     "burnin/transports/fanout.py", "and not self._late(wait_s)):",
+     "and not self._late(wait_s * 20)):",
+     [f"{F}/test_start_gate.py::test_an_item_that_never_arrives_holds_the_others_only_its"
+      "_bound"]),
+    ("transports/ssh.py: the holder's lines are read to LINE_MAX", "burnin/transports/ssh.py",
+     "first = answers.readline(LINE_MAX)", "first = answers.readline()",
+     ["tests/test_ssh_endless_line.py::test_a_holder_line_without_end_fails_the_node_briefly"
+      "_and_in_bounded_memory[ready]"]),
+    ("transports/reading.py: a node's words in a message are capped",
+     "burnin/transports/reading.py", "    if len(text) <= limit:", "    if True:",
+     ["tests/test_ssh_endless_line.py::test_a_holder_line_without_end_fails_the_node_briefly"
+      "_and_in_bounded_memory[ready]"]),
+    ("transports/srun_step.py: srun's line with no end yet is kept to LINE_MAX",
+     "burnin/transports/srun_step.py", "if len(buf) > LINE_MAX:", "if False:",
+     ["tests/test_srun_endless_line.py::test_a_task_writing_without_end_is_read_in_bounded"
+      "_memory[err-endless]"]),
+    ("transports/slurm.py: salloc's holder's first line is read to LINE_MAX",
+     "burnin/transports/slurm.py", 'and len(line) <= LINE_MAX \\', "\\",
+     ["tests/test_srun_endless_line.py::test_a_holder_first_line_without_end_or_json_is_no"
+      "_allocation[endless]"]),
+    ("ledger/url.py: a parameter's name is judged percent-decoded", "burnin/ledger/url.py",
+     "SECRET_NAME.search(unquote(name))", "SECRET_NAME.search(name)",
+     ["tests/test_secrets_masked.py::test_a_secret_parameter_is_masked_whatever_the_spelling"
+      "_of_its_name"]),
+    ("engine/kept_inventory.py: the run's inventory copy is masked",
+     "burnin/engine/kept_inventory.py", "write_text(masked(inventory_file.read_text(",
+     "write_text((inventory_file.read_text(",
+     ["tests/test_secrets_masked.py::test_the_kept_inventory_copy_masks_the_ledger_secret_and"
+      "_keeps_the_settings"]),
+    ("tests/support/ci_strict.py: in CI a module skipped as a whole fails",
+     "tests/support/ci_strict.py", "if os.environ.get(\"CI\") and report.skipped:",
+     "if False:",
+     ["tests/test_ci_strict.py::test_every_kind_of_skip_fails_under_ci"]),
 ]
 
 
