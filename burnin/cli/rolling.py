@@ -127,32 +127,33 @@ class Loop:
         """Waves until no node is due; 0 when every due node was validated, 1 when some
         failed or stayed busy, 2 when Slurm cannot be asked."""
         failed: list[str] = []
+        stuck: list[str] = []
         while True:
             known = self.slurm()
             held = self.ledger.quarantined()
-            last = self.ledger.rolling_last()
             # A node a killed loop drained and never gave back: this loop's now.
             self.out = [n for n in self.names if known.get(n) is not None
                         and known[n].drained and known[n].reason == ROLLING_REASON
                         and n not in held]
             validated = self.ledger.rolling_validated()
-            left = [n for n in due(self.names, validated, time.time(), self.settings.every)
-                    if n not in held and last.get(n) != events.FAILED
-                    and self.tries.get(n, 0) < self.settings.retries]
+            late = [n for n in due(self.names, validated, time.time(), self.settings.every)
+                    if n not in held]
+            left = [n for n in late if self.tries.get(n, 0) < self.settings.retries]
             candidates = [n for n in left if n not in self.out]
-            unavailable = [n for n, s in known.items() if n not in self.out
-                           and (s.drained or refusal(s).startswith("Slurm state"))]
+            unavailable = {n: f"Slurm gives it no job: {s.state}"
+                           + (f", reason: {s.reason}" if s.reason else "")
+                           for n, s in known.items() if n not in self.out
+                           and (s.drained or refusal(s).startswith("Slurm state"))}
             wave = plan_wave(candidates, self.out, unavailable, self.by_name,
                              len(self.names), self.settings)
             members = self.out + list(wave.nodes)
             self.progress(len(set(left) | set(self.out)), known)
             if not members:
-                stuck = [n for n in self.names if n in candidates]
+                stuck = [n for n in late if n not in self.done]
                 for n in stuck:
-                    print(f"burnin run --rolling: {n}: not validated: "
-                          + ("still busy after its tries" if self.tries.get(n, 0)
-                             >= self.settings.retries else
-                             "the capacity budget leaves no room for it"), file=sys.stderr)
+                    why = "still busy after its tries" if n not in left else \
+                        unavailable.get(n, "the capacity budget leaves no room for it")
+                    print(f"burnin run --rolling: {n}: not validated: {why}", file=sys.stderr)
                 break
             self.wave += 1
             for n in wave.nodes:
@@ -176,8 +177,8 @@ class Loop:
                 failed += not_passed
             self.out = []
         self.progress(0, self.slurm())
-        return 1 if failed or any(n in self.tries for n in self.names
-                                  if n not in self.done) else 0
+        return 1 if failed or stuck or any(n in self.tries for n in self.names
+                                           if n not in self.done) else 0
 
     def wait_idle(self, names: list[str]) -> list[str]:
         deadline = time.monotonic() + self.settings.drain_timeout_s
