@@ -49,6 +49,11 @@ TINY = {"duration_s": 1, "n": 64, "random_repeats": 2, "max_products": 16, "size
         "streams": 2, "min_bytes": 1 << 16, "max_bytes": 1 << 18, "seconds_per_size": 0.05,
         "ranks": 2, "sample_s": 0.5, "stream_fraction": 0, "host_bytes": 1 << 20,
         "retention_s": 0.2, "passes": 1, "window_s": 0.2}
+# The train job of the documents recorded in tests/corpus/ (train.cpu.json's job_spec):
+# the controller judges each document against the job it sent, so the fleet sends that one.
+JOB = {"train": {"steps": 6, "warmup_steps": 2, "lr": 0.01, "batch": 4, "d_model": 32,
+                 "heads": 2, "layers": 1, "seq_len": 16, "vocab": 64},
+       "train_internode": {"steps": 6}}
 MODES = {"serial": [], "-n2": ["-n", "2"]}
 
 
@@ -60,8 +65,8 @@ def pytest_argv(inv: Path, reports: Path, extra: list[str]) -> list[str]:
 def write_inventory(path: Path, cluster: str, names: str, storage: Path) -> Path:
     """CPU nodes with the TINY settings: the fleet runs with the settings the documents
     were captured with (its judges expect the streams and ranks those had)."""
-    checks = {name: {k: v for k, v in TINY.items() if k in spec.settings}
-              for name, spec in CHECKS.items()}
+    checks = {name: {**{k: v for k, v in TINY.items() if k in spec.settings},
+                     **JOB.get(name, {})} for name, spec in CHECKS.items()}
     path.write_text(json.dumps({"version": 1, "cluster": cluster,
                                 "defaults": {"transport": "local", "gpus": 0,
                                              "storage": {"path": str(storage)}},
