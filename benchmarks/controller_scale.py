@@ -69,7 +69,9 @@ def write_inventory(path: Path, cluster: str, names: str, storage: Path) -> Path
                      **JOB.get(name, {})} for name, spec in CHECKS.items()}
     path.write_text(json.dumps({"version": 1, "cluster": cluster,
                                 "defaults": {"transport": "local", "gpus": 0,
-                                             "storage": {"path": str(storage)}},
+                                             "storage": {"path": str(storage)},
+                                             # its own claims: not busy for another's
+                                             "workdir": str(storage / "claims")},
                                 "nodes": [{"name": names}], "checks": checks}))
     return path
 
