@@ -17,6 +17,7 @@ import json
 import os
 import threading
 
+from burnin.checks.train_job import job_id
 from burnin.transports import CommandResult
 from burnin.transports.local import LocalTransport
 
@@ -63,8 +64,8 @@ def as_member(out: bytes, group: dict) -> bytes:
     doc = json.loads(out)
     doc["figures"].update(world=group["world"], first_rank=group["rank_offset"],
                           ranks_here=group["ranks_here"], mode="inter-node")
-    if group["rank_offset"] != 0:
-        doc["figures"].pop("sweep", None)  # only rank 0 reports the sweep
+    # Every member keeps its sweep: the controller takes the group's busbw as the lowest
+    # of its members' own (burnin/checks/groups.py: group_figures).
     return json.dumps(doc).encode()
 
 
@@ -79,6 +80,7 @@ def as_train_member(out: bytes, group: dict) -> bytes:
                           mode="inter-node")
     if isinstance(doc["figures"].get("job_spec"), dict):
         doc["figures"]["job_spec"]["world"] = group["world"]
+        doc["figures"]["job"] = job_id(doc["figures"]["job_spec"])  # as the probe names it
     return json.dumps(doc).encode()
 
 
