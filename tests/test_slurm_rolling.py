@@ -1,7 +1,8 @@
 """`burnin run --rolling` on a real Slurm test cluster: with a job running on every node,
 waves of `max_out: 1` validate each node once, never kill a job, never have more than one
 node out of service, and a loop killed half-way is resumed by the next one (the node it
-had drained is taken up, the node it had validated is not re-validated)."""
+had drained is taken up, the node it had validated is not re-validated). A node that fails
+is left to quarantine: the run's drain takes the place of the rolling one."""
 
 from __future__ import annotations
 
@@ -78,7 +79,9 @@ def test_rolling_waves_validate_every_node_kill_no_job_and_resume_after_a_kill(m
     cluster = make_slurm(3)
     ledger_path = tmp_path / "ledger.db"
     Ledger(ledger_path)
+    # h3 fails health: the inventory wants more CPUs than it has
     inv = slurm_inventory(cluster, tmp_path / "inv.yaml",
+                          nodes={"h3": {"checks": {"health": {"cpus": 4096}}}},
                           quarantine={"ledger": str(ledger_path), "actions": ["slurm"]},
                           rolling={"max_out": 1, "drain_timeout_s": 120, "poll_s": 0.3,
                                    "every": "7d"})
@@ -117,15 +120,18 @@ def test_rolling_waves_validate_every_node_kill_no_job_and_resume_after_a_kill(m
     text = out.decode(errors="replace")
     sampler.stop.set()
     sampler.join()
-    assert second.returncode == 0, text[-3000:]
-    assert set(ledger.rolling_validated()) == {"h1", "h2", "h3"}, text[-3000:]
+    assert second.returncode == 1, text[-3000:]
+    assert set(ledger.rolling_validated()) == {"h1", "h2"}, text[-3000:]
+    assert ledger.quarantined() == {"h3"}
+    state, reason = cluster.state("h3")
+    assert state == "drained" and reason.startswith("burnin: failed health"), (state, reason)
     assert ledger.rolling_validated()["h1"] == validated_h1, "h1 was validated again"
     assert sorted(p.name for p in ends.iterdir()) == ["h1", "h2", "h3"], "a job was killed"
     assert sampler.most == 1, f"more than one node out at once: {sampler.seen}"
-    assert nodes_out(cluster) == set(), "a node left out of service"
+    assert nodes_out(cluster) == {"h3"}, "a node left out of service"
     assert "ETA" in text and (reports / "rolling.prom").read_text().count(
         'burnin_rolling_nodes{state="left"} 0') == 1
-    # A third run: every node validated within `every`, nothing is due, nothing drained.
+    # A third run: every node validated within `every` or held, nothing is due.
     third = rolling(inv, reports, cluster)
     assert third.wait(timeout=120) == 0
-    assert sum(1 for e in ledger.history("h3") if e["event"] == VALIDATED) == 1
+    assert sum(1 for e in ledger.history("h2") if e["event"] == VALIDATED) == 1

@@ -103,6 +103,13 @@ def busy(names: list[str]) -> set[str]:
     return out & set(names)
 
 
+def own(known: dict, node: str) -> bool:
+    """Drained by a rolling loop, and by nobody since: the only drain a loop lifts or
+    rewrites (an administrator's stays, a quarantine's stays)."""
+    s = known.get(node)
+    return s is not None and s.drained and s.reason == ROLLING_REASON
+
+
 class Loop:
     def __init__(self, inv, names: list[str], ledger: Ledger, reports: Path,
                  passthrough: list[str], inventory_path: str):
@@ -132,9 +139,7 @@ class Loop:
             known = self.slurm()
             held = self.ledger.quarantined()
             # A node a killed loop drained and never gave back: this loop's now.
-            self.out = [n for n in self.names if known.get(n) is not None
-                        and known[n].drained and known[n].reason == ROLLING_REASON
-                        and n not in held]
+            self.out = [n for n in self.names if own(known, n) and n not in held]
             validated = self.ledger.rolling_validated()
             late = [n for n in due(self.names, validated, time.time(), self.settings.every)
                     if n not in held]
@@ -196,8 +201,7 @@ class Loop:
         quarantine's drain set meanwhile stays)."""
         known = self.slurm() if names else {}
         for n in names:
-            s = known.get(n)
-            if s is None or s.reason != ROLLING_REASON:
+            if not own(known, n):
                 continue
             ok, msg = scontrol("update", f"nodename={n}", "state=resume")
             self.ledger.note(n, events.RELEASED, why if ok else f"{why}; resume failed: {msg}")
@@ -236,12 +240,12 @@ class Loop:
         known = self.slurm()
         for n in passed:
             self.ledger.note(n, events.VALIDATED, f"passed rolling wave {self.wave}", run_id)
-            if known.get(n) is not None and known[n].reason == ROLLING_REASON:
+            if own(known, n):
                 scontrol("update", f"nodename={n}", "state=resume")
         for n in failed:
             self.ledger.note(n, events.FAILED, f"not passed in rolling wave {self.wave}",
                              run_id)
-            if known.get(n) is not None and known[n].reason == ROLLING_REASON:
+            if own(known, n):
                 # No quarantine drain took over: it stays out, under a reason no loop
                 # takes up again, until a person or a --revalidate run clears it.
                 scontrol("update", f"nodename={n}", "state=drain",
