@@ -94,3 +94,10 @@ def test_the_inventory_reads_rolling_and_names_each_bad_key(tmp_path):
     for key in ("rolling.max_out", "rolling.min_available", "rolling.every",
                 "rolling.wave: unknown key"):
         assert key in text, text
+
+
+def test_ten_thousand_nodes_are_planned_in_one_pass():
+    nodes = fleet({f"p{i}": 1000 for i in range(10)}, racks=50)
+    s = RollingSettings(max_out=0.01, min_available=0.99, group_by=("partition", "rack"))
+    wave = plan_wave(due(list(nodes), {}, 0.0, 1.0), [], [], nodes, len(nodes), s)
+    assert len(wave.nodes) == 100 and len(wave.waiting) == 9900
