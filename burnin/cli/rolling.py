@@ -84,6 +84,9 @@ def main(argv: list[str]) -> int:
                 own.get("inventory") or "inventory.yaml")
     try:
         return loop.run()
+    except SlurmUnreachable as e:
+        print(f"burnin run --rolling: {e}; stopped (run it again to go on)", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         loop.give_back(loop.out, "the rolling run was interrupted")
         print("burnin run --rolling: interrupted; nodes out of service given back",
@@ -101,6 +104,11 @@ def busy(names: list[str]) -> set[str]:
     for line in res.stdout.split():
         out |= set(NodeSet(line))
     return out & set(names)
+
+
+class SlurmUnreachable(Exception):
+    """Slurm cannot be asked: the loop stops; a node it had drained stays drained as
+    ROLLING_REASON, and the next loop takes it up."""
 
 
 def own(known: dict, node: str) -> bool:
@@ -127,7 +135,7 @@ class Loop:
     def slurm(self) -> dict:
         known, why = read_nodes(list(self.by_name))
         if why:
-            raise SystemExit(f"burnin run --rolling: {why}")
+            raise SlurmUnreachable(why)
         return known
 
     def run(self) -> int:
