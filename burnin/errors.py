@@ -128,6 +128,12 @@ class SlurmError(BurninError):
     exit_code = 3
 
 
+class SlurmUnreachable(BurninError):
+    """`burnin run --rolling` cannot ask Slurm (scontrol show node failed): the loop stops
+    with exit 2; a node it had drained stays drained as its own, and the next loop takes
+    it up."""
+
+
 class StateError(BurninError):
     """node-check's state (its kernel-log cursor) cannot be read or written: the message
     says where and why."""

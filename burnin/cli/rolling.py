@@ -28,6 +28,7 @@ from pathlib import Path
 from ClusterShell.NodeSet import NodeSet
 
 from burnin.core.safefiles import write_atomically
+from burnin.errors import SlurmUnreachable
 from burnin.gate.admit import ReportError, read_junit
 from burnin.gate.rolling import due, plan_wave
 from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
@@ -104,11 +105,6 @@ def busy(names: list[str]) -> set[str]:
     for line in res.stdout.split():
         out |= set(NodeSet(line))
     return out & set(names)
-
-
-class SlurmUnreachable(Exception):
-    """Slurm cannot be asked: the loop stops; a node it had drained stays drained as
-    ROLLING_REASON, and the next loop takes it up."""
 
 
 def own(known: dict, node: str) -> bool:
