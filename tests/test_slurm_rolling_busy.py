@@ -1,7 +1,8 @@
 """`burnin run --rolling` and a node whose job does not end, on a real Slurm test cluster:
 Ctrl-C gives the wave's node back with its job running, a drain an administrator set
 meanwhile stays, and past `drain_timeout_s` the node is given back, its job untouched,
-while the other node is validated."""
+while the other node is tried: it fails, and with no quarantine drain to take the rolling
+one's place it stays out under a reason no loop takes up."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from test_slurm_rolling import job, rolling
 
 from burnin.ledger.api import Ledger
 from burnin.ledger.rolling import RELEASED
-from burnin.model.rolling import ROLLING_REASON
+from burnin.model.rolling import FAILED_REASON, ROLLING_REASON
 
 # Real SSH hosts or a real Slurm cluster, or a benchmark: minutes, not seconds. CI runs
 # them all; `-m "not slow"` leaves them out of a developer's quick run.
@@ -37,8 +38,10 @@ def test_a_busy_node_is_given_back_its_job_untouched_and_an_admins_drain_stays(m
     ledger = Ledger(ledger_path)
 
     def inventory(timeout_s: float):
+        # h2 fails health (it has fewer CPUs than that), and no quarantine action drains
         return slurm_inventory(cluster, tmp_path / "inv.yaml",
-                               quarantine={"ledger": str(ledger_path), "actions": ["slurm"]},
+                               nodes={"h2": {"checks": {"health": {"cpus": 4096}}}},
+                               quarantine={"ledger": str(ledger_path), "actions": []},
                                rolling={"max_out": 1, "drain_timeout_s": timeout_s,
                                         "poll_s": 0.3, "retries": 1})
     go = tmp_path / "go"
@@ -68,12 +71,15 @@ def test_a_busy_node_is_given_back_its_job_untouched_and_an_admins_drain_stays(m
     cluster.scontrol("update", "nodename=h1", "state=resume")
     wait_for(lambda: responding(cluster, "h1"), 120, "h1 answering slurmctld again")
 
-    # drain_timeout_s passes with h1's job still running: h1 given back, h2 validated.
+    # drain_timeout_s passes with h1's job still running: h1 given back, h2 tried.
     proc = rolling(inventory(2), reports, cluster)
     out = proc.communicate(timeout=300)[0].decode(errors="replace")
     assert proc.returncode == 1, out[-3000:]
     assert "h1: back in service: jobs still running" in out, out[-3000:]
-    assert set(ledger.rolling_validated()) == {"h2"}, out[-3000:]
+    assert ledger.rolling_validated() == {} and ledger.quarantined() == {"h2"}, out[-3000:]
+    # no quarantine drain took h2 over: it stays out, under a reason no loop takes up
+    state, reason = cluster.state("h2")
+    assert state == "drained" and reason.startswith(FAILED_REASON), (state, reason)
     assert cluster.state("h1") in running and not (tmp_path / "ended").exists()
     go.touch()
     wait_for(lambda: (tmp_path / "ended").exists(), 30, "h1's job ends on its own")
