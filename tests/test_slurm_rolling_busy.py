@@ -83,5 +83,6 @@ def test_a_busy_node_is_given_back_its_job_untouched_and_an_admins_drain_stays(m
     assert cluster.state("h1") in running and not (tmp_path / "ended").exists()
     go.touch()
     wait_for(lambda: (tmp_path / "ended").exists(), 30, "h1's job ends on its own")
-    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True,
-                          env=cluster.env()).stdout.strip() == ""
+    wait_for(lambda: subprocess.run(["squeue", "-h"], capture_output=True, text=True,
+                                    env=cluster.env()).stdout.strip() == "", 30,
+             "h1's job gone from squeue (past COMPLETING)")
