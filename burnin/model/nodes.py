@@ -125,16 +125,16 @@ class NodeCheckSettings:
     min_free_gib: float = 1.0   # the root and workdir file systems keep this much free
     dcgm: str = "auto"          # auto: `dcgmi health -c` where dcgmi is installed; off
     skip: tuple[str, ...] = ()  # node-check's checks not to run (nodecheck.model.NODE_CHECKS)
+    # node-check's cursor, held events and last clean figures: a directory of its own that
+    # only its user (root) can write, created 0700 (burnin/nodecheck/state.py).
+    state_dir: str = "/var/lib/burnin/node-check"
+    textfile: str | None = None  # node_exporter's textfile directory: burnin_node_check_up
 
 
 @dataclass(frozen=True)
 class Inventory:
     path: str
     cluster: str
-    # node-check's cursor, held events and last clean figures: a directory of its own that
-    # only its user (root) can write, created 0700 (burnin/nodecheck/state.py).
-    state_dir: str = "/var/lib/burnin/node-check"
-    textfile: str | None = None  # node_exporter's textfile directory: burnin_node_check_up
     nodes: tuple[Node, ...]
     checks: dict[str, dict[str, Any]]
     quarantine: QuarantineSettings
