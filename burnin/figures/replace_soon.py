@@ -227,9 +227,9 @@ def of_ledger(ledger, now: float, nodes: set[str] | None = None,
         if found:
             out.append(found)
     ledger.each_kept_since(now - r.window_days * DAY, visit, nodes)
-    for node, point in current.items():  # nodes the ledger kept no run of
+    for node in list(current):  # nodes the ledger kept no run of (visit takes theirs)
         if nodes is None or node in nodes:
-            visit(node, [point])
+            visit(node, [])
     return sorted(out, key=lambda fs: (fs[0].projected, fs[0].node))
 
 

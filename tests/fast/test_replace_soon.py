@@ -261,6 +261,12 @@ def test_the_run_keeps_each_nodes_wear_in_the_ledger_and_the_list_reads_it(new_l
                                   "wear_read": ["retired_pages"]}, None)}
     [[found]] = rs.of_ledger(ledger, NOW + DAY, nodes={"n2"}, current=current)
     assert found.reached and found.value == 70
+    # a node the ledger kept no run of (a run's first): its own point alone, read whole
+    fresh = {"n3": (NOW, {"wear": {"retired_pages": {"0": 70.0}},
+                          "wear_read": ["retired_pages"]}, None),
+             "n4": (NOW, {"wear": {}, "wear_read": ["retired_pages"]}, None)}
+    [[first]] = rs.of_ledger(ledger, NOW, nodes={"n3", "n4"}, current=fresh)
+    assert first.node == "n3" and first.reached
 
 
 def test_node_runs_keeps_the_speed_beside_the_wear():
