@@ -112,8 +112,8 @@ def test_dcgm_fails_the_node_whose_diag_failed_and_passes_where_absent(pytester,
         json.loads, (reports / "latest" / "results.jsonl").read_text().splitlines())}
     # The probe runs on every node of the run, as pcie's does: there it found nothing.
     assert records[("dcgm", "without")]["data"]["figures"]["applies"] is False
-    assert records[("health", "without")]["data"]["figures"]["tools"] == {
-        "dcgm": {"command": str(tmp_path / "no-such-dcgmi"), "path": None}}
+    assert records[("health", "without")]["data"]["figures"]["tools"]["dcgm"] == {
+        "command": str(tmp_path / "no-such-dcgmi"), "path": None}
     assert records[("dcgm", "old")]["data"]["figures"]["version"] == "3.3.9"  # at the root
     assert records[("dcgm", "good")]["data"]["figures"]["version"] == "4.6.0"  # metadata
     report = read_junit(reports / "latest" / "junit.xml")
