@@ -217,6 +217,7 @@ def test_as_root_a_hook_another_user_could_change_is_refused_before_any_node(tmp
     ticket.write_text("#!/bin/sh\ntouch " + str(tmp_path / "ran") + "\n")
     ticket.chmod(0o777)  # anyone may rewrite what root would run
     inv = write(tmp_path, f"remediation: {{ticket_command: [{ticket}], "
+                          f"rma_dir: {tmp_path / 'rma'}, "
                           f"reports: {tmp_path / 'r'}, ladder: {{xid: [rma]}}}}")
     ledger = Ledger(tmp_path / "q.db")
     ledger.record_failure("n1", "c", ["health"], ["health: XID 79"], {}, "r1")

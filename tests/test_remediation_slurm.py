@@ -22,7 +22,8 @@ def test_a_held_node_with_a_job_is_skipped_and_its_job_runs_on(make_slurm, tmp_p
     cluster = make_slurm(2)
     busy, idle = (h.name for h in cluster.hosts.hosts)
     env = cluster.env()
-    job = subprocess.run(["sbatch", "-w", busy, "-N1", "--parsable", "--wrap", "sleep 300"],
+    job = subprocess.run(["sbatch", "-w", busy, "-N1", "--parsable", "-o", "/dev/null",
+                          "--wrap", "sleep 300"],
                          capture_output=True, text=True, env=env, timeout=30)
     assert job.returncode == 0, job.stderr
     job_id = job.stdout.strip().split(";")[0]
