@@ -84,4 +84,8 @@ def as_train_member(out: bytes, group: dict) -> bytes:
     return json.dumps(doc).encode()
 
 
-LocalTransport.run = _instant
+def pytest_configure(config) -> None:
+    """Answer instantly only in the run that loads this plugin (`-p instant_transport`):
+    an import alone (controller_scale.py's, a test's) must leave the local transport real,
+    or every later test of that process would get canned documents."""
+    LocalTransport.run = _instant  # type: ignore[method-assign]
