@@ -67,7 +67,7 @@ def links(devs: list[probelib.Device]) -> dict[tuple[int, int], str]:
                     if nv.nvmlDeviceGetNvLinkState(h, link) != nv.NVML_FEATURE_ENABLED:
                         continue
                     remote = probelib._text(
-                        nv.nvmlDeviceGetNvLinkRemotePciInfo_v2(h, link).busId).upper()
+                        nv.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId).upper()
                 except Exception:
                     continue
                 for j, b in bus.items():

@@ -46,7 +46,7 @@ def log(msg: str) -> None:
     probelib.log(PROBE, msg)
 
 
-def _read(path: Path) -> str:
+def sysfs_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace").strip()
     except OSError:
@@ -64,12 +64,12 @@ def ports(root: str) -> list[dict]:
     base = Path(root)
     for hca in sorted(base.iterdir()) if base.is_dir() else []:
         for port in sorted((hca / "ports").iterdir()) if (hca / "ports").is_dir() else []:
-            state = _read(port / "state")  # "4: ACTIVE"
+            state = sysfs_text(port / "state")  # "4: ACTIVE"
             out.append({"hca": hca.name, "port": int(port.name) if port.name.isdigit() else 0,
                         "state": state.partition(":")[2].strip() or state,
-                        "rate": _read(port / "rate"),
-                        "rate_gbps": rate_gbps(_read(port / "rate")),
-                        "link_layer": _read(port / "link_layer")})
+                        "rate": sysfs_text(port / "rate"),
+                        "rate_gbps": rate_gbps(sysfs_text(port / "rate")),
+                        "link_layer": sysfs_text(port / "link_layer")})
     return out
 
 

@@ -81,6 +81,8 @@ Scenario (JSON; every key optional; unknown keys are refused):
   cpu_affinity          the GPU's local CPUs, a cpulist ("0-3,8") or "all" (every CPU of this
                         machine, the default); null: NOT_SUPPORTED   nvmlDeviceGetCpuAffinity
   numa_node             0; null: NOT_SUPPORTED              nvmlDeviceGetMemoryAffinity
+  topology_level        null (NOT_SUPPORTED) or the nvmlGpuTopologyLevel_t this GPU shares
+                        with any other (40: NODE)      nvmlDeviceGetTopologyCommonAncestor
   processes             [{"pid": 4242, "used_memory": bytes}]   running compute processes
   memory                {"total", "reserved", "used" (null: what the processes use)} bytes
   unsupported           [name, ...]: these answer NOT_SUPPORTED

@@ -54,6 +54,18 @@ def _nvlink_state(emu, dev, link, out):
     return put(out, int(link_active(dev, link)))
 
 
+@export("nvmlDeviceGetNvLinkRemotePciInfo_v2", DEVICE, c_uint, P(nv.nvmlPciInfo_t),
+        reads="nvlink")
+def _nvlink_remote(emu, dev, link, out):
+    """nvml.h: the PCI info of a link's far end. The emulator's scenarios name no far end
+    (a GPU or an NVSwitch), so an existing link answers NOT_SUPPORTED, as a driver that
+    cannot tell does; a link past the count is an invalid argument."""
+    links = dev.get("nvlink", "links")
+    if links and link >= links:
+        return sc.INVALID_ARGUMENT
+    return sc.NOT_SUPPORTED
+
+
 @export("nvmlDeviceGetNvLinkErrorCounter", DEVICE, c_uint, c_uint, P(c_ulonglong), reads="nvlink")
 def _nvlink_counter(emu, dev, link, counter, out):
     links = dev.get("nvlink", "links")

@@ -87,6 +87,9 @@ DEFAULT_DEVICE = {
     # machine) and NUMA node, as nvmlDeviceGetCpuAffinity / GetMemoryAffinity give them.
     "cpu_affinity": "all",
     "numa_node": 0,
+    # nvmlGpuTopologyLevel_t between this GPU and any other (nvmlDeviceGetTopologyCommonAncestor):
+    # 10 NVML_TOPOLOGY_SINGLE, 20 MULTIPLE, 30 HOSTBRIDGE, 40 NODE, 50 SYSTEM; null: NOT_SUPPORTED
+    "topology_level": None,
     "unsupported": [],
     "errors": {},
     "lost": False,

@@ -14,7 +14,7 @@ import os
 from ctypes import c_uint, c_ulong
 
 from . import scenario as sc
-from .declarations import DEVICE, array_of, export
+from .declarations import DEVICE, P, array_of, export, put
 
 BITS = ctypes.sizeof(c_ulong) * 8
 SCOPES = (0, 1)  # NVML_AFFINITY_SCOPE_NODE, NVML_AFFINITY_SCOPE_SOCKET
@@ -64,3 +64,12 @@ def _memory_affinity(emu, dev, size, out, scope):
         return sc.INVALID_ARGUMENT
     node = dev.get("numa_node")
     return _fill(size, out, None if node is None else [int(node)])
+
+
+@export("nvmlDeviceGetTopologyCommonAncestor", DEVICE, DEVICE, P(c_uint), reads="topology_level")
+def _common_ancestor(emu, dev, other, out):
+    """nvml.h: the closest common ancestor of two GPUs (nvmlGpuTopologyLevel_t)."""
+    if emu.device_at(other) is None:
+        return sc.INVALID_ARGUMENT
+    return put(out, dev.get("topology_level"))
+
