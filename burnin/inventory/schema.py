@@ -26,6 +26,7 @@ from burnin.model import environment
 from burnin.model.gpu_reference import FLAG_FIELDS, GPU_MODELS, NUMERIC_FIELDS, model_from
 from burnin.model.node_check import NODE_CHECK_KEYS, NODE_CHECKS
 from burnin.model.nodes import (
+    TOPOLOGY_LABELS,
     GoodputSettings,
     Inventory,
     Node,
@@ -34,7 +35,6 @@ from burnin.model.nodes import (
     SharedCauseSettings,
     StorageSettings,
 )
-from burnin.model.nodes import TOPOLOGY_LABELS
 from burnin.transports import TABLE
 
 QUARANTINE_ACTIONS = ("slurm", "command")

@@ -30,7 +30,6 @@ from burnin.ledger.backends import (  # noqa: F401  (callers catch and read them
     parse_location,
 )
 from burnin.ledger.incidents import INCIDENT_COLUMNS, IncidentLog
-from burnin.ledger.rolling import RollingLog
 from burnin.ledger.read import (  # noqa: F401  (Entry: callers)
     HISTORY_COLUMNS,
     QUARANTINE_COLUMNS,
@@ -38,6 +37,7 @@ from burnin.ledger.read import (  # noqa: F401  (Entry: callers)
     LedgerReads,
     _entry,
 )
+from burnin.ledger.rolling import RollingLog
 from burnin.ledger.run_end import (  # noqa: F401  (callers)
     RunEndWrites,
     RunRecorded,

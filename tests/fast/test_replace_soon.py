@@ -204,7 +204,8 @@ def test_fabric_and_burn_give_nvlink_counts_and_the_thermal_margin():
     fabric = {"devices": [{"index": 0, "nvlink": {"counters": {
         "0": {"replay": 1, "recovery": 0, "crc_flit": 2, "crc_data": 3},
         "1": {"replay": 4, "crc_flit": 5}}}}, {"index": 1, "nvlink": {"counters": {}}}]}
-    burn = {"devices": [{"telemetry": {"temp_slowdown_c": 87, "series": {"temp_c": [60, 71, None]}}},
+    burn = {"devices": [{"telemetry": {"temp_slowdown_c": 87,
+                                       "series": {"temp_c": [60, 71, None]}}},
                         {"telemetry": {"temp_slowdown_c": 87, "series": {"temp_c": [75]}}}]}
     kept = wear.figures([wear.of_document("fabric", fabric), wear.of_document("burn", burn)])
     assert kept["wear"] == {"nvlink_crc": {"0": 10}, "nvlink_replay": {"0": 5},
