@@ -273,6 +273,31 @@ def one_rank(payload: dict, settings: dict, group: dict, node: dict) -> int:
     return 0
 
 
+def run_ranks(script: str, ranks: list, env_common: dict, first: int, hint: str
+              ) -> tuple[list[dict], list[str]]:
+    """Start `script --worker` once per rank (global ranks from `first`), each on its device,
+    and wait for them: each rank's last JSON line, and an error for a rank that exited
+    without one (`hint` says where to look)."""
+    procs = []
+    for i, d in enumerate(ranks):
+        env = {**os.environ, **env_common, "RANK": str(first + i), "LOCAL_RANK": str(i)}
+        if d is not None and d.kind == "cuda":
+            env["BURNIN_CUDA_ORDINAL"] = str(d.ordinal)
+        procs.append(subprocess.Popen([sys.executable, script, "--worker"],
+                                      stdout=subprocess.PIPE, env=env,
+                                      preexec_fn=probelib.die_with_parent))
+    records, errors = [], []
+    for i, p in enumerate(procs):
+        out, _ = p.communicate()
+        lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or not lines:
+            errors.append(f"rank {first + i} exited with status {p.returncode} without a "
+                          f"result ({hint})")
+            continue
+        records.append(json.loads(lines[-1]))
+    return records, errors
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -322,23 +347,8 @@ def main() -> int:
         if problems:
             probelib.emit(PROBE, node, [], {**figures, "joined": False}, problems)
             return 0
-    procs = []
-    for i, d in enumerate(ranks):
-        env = {**os.environ, **env_common, "RANK": str(first + i), "LOCAL_RANK": str(i)}
-        if d is not None and d.kind == "cuda":
-            env["BURNIN_CUDA_ORDINAL"] = str(d.ordinal)
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"],
-                                      stdout=subprocess.PIPE, env=env,
-                                      preexec_fn=probelib.die_with_parent))
-    records, errors = [], []
-    for i, p in enumerate(procs):
-        out, _ = p.communicate()
-        lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("{")]
-        if p.returncode != 0 or not lines:
-            errors.append(f"rank {first + i} exited with status {p.returncode} without a "
-                          "result (see stderr: did every node join the rendezvous?)")
-            continue
-        records.append(json.loads(lines[-1]))
+    records, errors = run_ranks(__file__, ranks, env_common, first,
+                                "see stderr: did every node join the rendezvous?")
     for r in records:  # every rank's sweep: the node's first rank's in its figures
         sweep, backend = r.pop("sweep", None), r.pop("backend", None)
         if sweep is not None and "sweep" not in figures:

@@ -37,7 +37,6 @@ import json
 import math
 import os
 import socket
-import subprocess
 import sys
 import time
 import warnings
@@ -204,23 +203,7 @@ def main() -> int:
         return 0
     common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(allreduce.free_port())}
-    procs = []
-    for i, d in enumerate(ranks):
-        env = {**os.environ, **common, "RANK": str(i), "LOCAL_RANK": str(i)}
-        if d is not None and d.kind == "cuda":
-            env["BURNIN_CUDA_ORDINAL"] = str(d.ordinal)
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"],
-                                      stdout=subprocess.PIPE, env=env,
-                                      preexec_fn=probelib.die_with_parent))
-    records, errors = [], []
-    for i, p in enumerate(procs):
-        out, _ = p.communicate()
-        lines = [ln for ln in out.decode(errors="replace").splitlines() if ln.startswith("{")]
-        if p.returncode != 0 or not lines:
-            errors.append(f"rank {i} exited with status {p.returncode} without a result "
-                          "(see stderr)")
-            continue
-        records.append(json.loads(lines[-1]))
+    records, errors = allreduce.run_ranks(__file__, ranks, common, 0, "see stderr")
     for r in records:
         if "ops" in r:
             figures.update(ops=r.pop("ops"), backend=r.pop("backend"))
