@@ -12,7 +12,6 @@ known-good partners) its pair figures.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import replace
 
 from burnin.checks.base import (
@@ -28,7 +27,7 @@ from burnin.checks.base import (
     Setting,
     count_problem,
     peer_bound,
-    robust_spread,
+    peer_medians,
     timeout,
 )
 from burnin.model.nodes import Node
@@ -85,14 +84,8 @@ def intra_summary(fleet: Fleet) -> dict:
             top = judged(fig["sweep"])
             if top is not None:  # never None: the sweep is not empty
                 rates.setdefault(key, []).append(top["busbw_gbps"])
-    out = {}
-    for k, v in rates.items():
-        median = statistics.median(v)
-        # each node one vote: how far its busbw strays from the median (the run's noise)
-        out[k] = {"median": median, "nodes": len(v),
-                  "spread": robust_spread([abs(r / median - 1) for r in v]) if median > 0
-                  else None}
-    return out
+    # each node one vote: how far its figure strays from the median (the run's noise)
+    return peer_medians(rates)
 
 
 def _ranks_problem(outcome: ProbeOutcome, j: Judging) -> list[str]:

@@ -48,6 +48,18 @@ def robust_spread(deviations: list[float]) -> float | None:
     return 1.4826 * median(deviations) if deviations else None
 
 
+def peer_medians(votes: dict) -> dict:
+    """{key: {median, nodes, spread}} of each key's votes (one figure per node): the peers a
+    peer rule compares a node with; no spread where the median is 0."""
+    out = {}
+    for key, v in votes.items():
+        center = median(v)
+        out[key] = {"median": center, "nodes": len(v),
+                    "spread": robust_spread([abs(r / center - 1) for r in v]) if center > 0
+                    else None}
+    return out
+
+
 def node_spread(nodes: list[list[float]], center: float | None = None) -> float | None:
     """The robust spread of devices about `center` (None: their own node's median), each
     node one vote (its devices' median deviation): a node claiming many devices cannot

@@ -13,8 +13,6 @@ and every result must be exact: a missing sweep or a wrong element fails the nod
 
 from __future__ import annotations
 
-import statistics
-
 from burnin.checks.allreduce import PEER_FRACTION as ALLREDUCE_FRACTION
 from burnin.checks.allreduce import judged
 from burnin.checks.base import (
@@ -27,7 +25,7 @@ from burnin.checks.base import (
     Measure,
     Setting,
     peer_bound,
-    robust_spread,
+    peer_medians,
     timeout,
 )
 from burnin.model.nodes import Node
@@ -68,13 +66,8 @@ def summarize(fleet: Fleet) -> dict:
             if top is not None:
                 rates.setdefault(_peer_key(fleet.models.get(name), fig.get("world"), op),
                                  []).append(top["busbw_gbps"])
-    out = {}
-    for k, v in rates.items():
-        median = statistics.median(v)
-        out[k] = {"median": median, "nodes": len(v),
-                  "spread": robust_spread([abs(r / median - 1) for r in v]) if median > 0
-                  else None}
-    return out
+    # each node one vote: how far its figure strays from the median (the run's noise)
+    return peer_medians(rates)
 
 
 def _expected_world(j: Judging) -> int | None:

@@ -26,7 +26,7 @@ from burnin.checks.base import (
     Setting,
     count_problem,
     peer_bound,
-    robust_spread,
+    peer_medians,
     timeout,
 )
 from burnin.model.nodes import Node
@@ -53,13 +53,8 @@ def summarize(fleet: Fleet) -> dict:
         for link, rates in _by_link(o.data["figures"].get("pairs") or []).items():
             votes.setdefault(_key(fleet.models.get(name), link), []).append(
                 statistics.median(rates))
-    out = {}
-    for k, v in votes.items():
-        median = statistics.median(v)
-        out[k] = {"median": median, "nodes": len(v),
-                  "spread": robust_spread([abs(r / median - 1) for r in v]) if median > 0
-                  else None}
-    return out
+    # each node one vote: how far its figure strays from the median (the run's noise)
+    return peer_medians(votes)
 
 
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
