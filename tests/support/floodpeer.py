@@ -13,27 +13,19 @@ and closes everything.
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import threading
 from pathlib import Path
 
 import paramiko
 
+from support.wedgedpeer import KeyAuth, PeerServer
+
 AT = ("ready", "staged")
 CHUNK = b"x" * 32768
 
 
-class _Flooding(paramiko.ServerInterface):
-    def __init__(self, peer: FloodPeer):
-        self.peer = peer
-
-    def get_allowed_auths(self, username):
-        return "publickey"
-
-    def check_auth_publickey(self, username, key):
-        ok = key.get_base64() == self.peer.client_blob
-        return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+class _Flooding(KeyAuth):
+    peer: FloodPeer
 
     def check_channel_request(self, kind, chanid):
         return paramiko.OPEN_SUCCEEDED
@@ -44,35 +36,18 @@ class _Flooding(paramiko.ServerInterface):
         return True
 
 
-class FloodPeer:
-    __test__ = False
+class FloodPeer(PeerServer):
+    interface = _Flooding
 
     def __init__(self, workdir: Path, client_pub: Path, at: str):
         assert at in AT, at
         self.at = at
-        self.client_blob = Path(client_pub).read_text().split()[1]
-        key_file = Path(workdir) / f"flood_host_key_{at}"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)],
-                       check=True, capture_output=True, timeout=60)
-        self.host_key = paramiko.Ed25519Key.from_private_key_file(str(key_file))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.known_hosts_line = (f"[127.0.0.1]:{self.port} {self.host_key.get_name()} "
-                                 f"{self.host_key.get_base64()}")
         self.sent = 0
         self.stop = threading.Event()
-        self.transports: list[paramiko.Transport] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True, name="flood-peer")
+        super().__init__(workdir, client_pub, f"flood_host_key_{at}")
 
-    def __enter__(self) -> FloodPeer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
+    def let_go(self) -> None:
         self.stop.set()
-        self.listener.close()
-        for t in self.transports:
-            t.close()
 
     def flood(self, chan: paramiko.Channel) -> None:
         try:
@@ -89,17 +64,3 @@ class FloodPeer:
                 self.sent += len(CHUNK)
         except Exception:
             pass  # the client hung up: what the test wants
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return  # closed at teardown
-            t = paramiko.Transport(conn)
-            t.add_server_key(self.host_key)
-            self.transports.append(t)
-            try:
-                t.start_server(server=_Flooding(self))
-            except Exception:
-                t.close()

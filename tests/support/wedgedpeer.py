@@ -24,8 +24,10 @@ import paramiko
 HANGS = ("session", "exec")
 
 
-class _Wedged(paramiko.ServerInterface):
-    def __init__(self, peer: WedgedPeer):
+class KeyAuth(paramiko.ServerInterface):
+    """A server side that lets in the one client key its peer was given, for real."""
+
+    def __init__(self, peer: PeerServer):
         self.peer = peer
 
     def get_allowed_auths(self, username):
@@ -34,6 +36,59 @@ class _Wedged(paramiko.ServerInterface):
     def check_auth_publickey(self, username, key):
         ok = key.get_base64() == self.peer.client_blob
         return paramiko.AUTH_SUCCESSFUL if ok else paramiko.AUTH_FAILED
+
+
+class PeerServer:
+    """paramiko's server side on a loopback port with a host key of its own: what a test
+    peer needs besides its ServerInterface (`interface`), which a subclass gives."""
+    __test__ = False
+    interface: type[KeyAuth] = KeyAuth
+
+    def __init__(self, workdir: Path, client_pub: Path, key_name: str,
+                 address: str = "127.0.0.1"):
+        self.client_blob = Path(client_pub).read_text().split()[1]
+        key_file = Path(workdir) / key_name
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)],
+                       check=True, capture_output=True, timeout=60)
+        self.host_key = paramiko.Ed25519Key.from_private_key_file(str(key_file))
+        self.listener = socket.create_server((address, 0))
+        self.address, self.port = address, self.listener.getsockname()[1]
+        self.known_hosts_line = (f"[{address}]:{self.port} {self.host_key.get_name()} "
+                                 f"{self.host_key.get_base64()}")
+        self.transports: list[paramiko.Transport] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True,
+                                       name=type(self).__name__)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.let_go()
+        self.listener.close()
+        for t in self.transports:
+            t.close()
+
+    def let_go(self) -> None:
+        """At teardown, before the connections close: whatever the peer holds, let it go."""
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return  # closed at teardown
+            t = paramiko.Transport(conn)
+            t.add_server_key(self.host_key)
+            self.transports.append(t)
+            try:
+                t.start_server(server=self.interface(self))
+            except Exception:
+                t.close()
+
+
+class _Wedged(KeyAuth):
+    peer: WedgedPeer
 
     def check_channel_request(self, kind, chanid):
         if self.peer.hang_at == "session":
@@ -51,51 +106,20 @@ class _Wedged(paramiko.ServerInterface):
         return False
 
 
-class WedgedPeer:
-    __test__ = False
+class WedgedPeer(PeerServer):
+    interface = _Wedged
 
     def __init__(self, workdir: Path, client_pub: Path, hang_at: str,
                  address: str = "127.0.0.1"):
         assert hang_at in HANGS, hang_at
         self.hang_at = hang_at
-        self.client_blob = Path(client_pub).read_text().split()[1]
-        key_file = Path(workdir) / f"wedged_host_key_{hang_at}"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)],
-                       check=True, capture_output=True, timeout=60)
-        self.host_key = paramiko.Ed25519Key.from_private_key_file(str(key_file))
-        self.listener = socket.create_server((address, 0))
-        self.address, self.port = address, self.listener.getsockname()[1]
-        self.known_hosts_line = (f"[{address}]:{self.port} {self.host_key.get_name()} "
-                                 f"{self.host_key.get_base64()}")
         self.held = threading.Event()  # a request came that is never answered
         self.released = threading.Event()
-        self.transports: list[paramiko.Transport] = []
-        self.thread = threading.Thread(target=self._accept, daemon=True, name="wedged-peer")
+        super().__init__(workdir, client_pub, f"wedged_host_key_{hang_at}", address)
 
-    def __enter__(self) -> WedgedPeer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
+    def let_go(self) -> None:
         self.released.set()
-        self.listener.close()
-        for t in self.transports:
-            t.close()
 
     def hold(self) -> None:
         self.held.set()
         self.released.wait()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return  # closed at teardown
-            t = paramiko.Transport(conn)
-            t.add_server_key(self.host_key)
-            self.transports.append(t)
-            try:
-                t.start_server(server=_Wedged(self))
-            except Exception:
-                t.close()
