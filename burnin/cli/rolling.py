@@ -40,6 +40,9 @@ from burnin.model.rolling import FAILED_REASON, ROLLING_REASON
 from burnin.transports.slurmctl import read_nodes, refusal, scontrol, slurm_env
 
 OURS = ("--inventory", "--nodes", "--reports")
+# A run stops within seconds of Ctrl-C (it kills its probes, gives back what it holds); one
+# that has not after this long is killed, so that the loop's own Ctrl-C stays bounded.
+INTERRUPT_GRACE_S = 60
 
 
 def split_args(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -223,7 +226,11 @@ class Loop:
             proc.wait()
         except KeyboardInterrupt:
             os.killpg(proc.pid, signal.SIGINT)
-            proc.wait()
+            try:
+                proc.wait(timeout=INTERRUPT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             raise
         cases: dict = {}
         run_id = ""
