@@ -76,9 +76,10 @@ def worker() -> int:
     return 0
 
 
-def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
-            master_port) -> dict:
-    """One rank: join the group, sweep the sizes; its record carries the sweep."""
+def join(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
+         master_port):
+    """Join the process group (NCCL on the GPU `ordinal`, gloo on the CPU), bounded by
+    `rendezvous_timeout_s`; (torch, torch.distributed, the device, its synchronize)."""
     import torch
     import torch.distributed as dist
     gpu = ordinal is not None
@@ -94,7 +95,40 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
     else:
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout,
                                 init_method=init)
-    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    return torch, dist, dev, (torch.cuda.synchronize if gpu else (lambda: None))
+
+
+def timed(op, torch, dist, dev, sync, warmup: int, seconds: float, pause: float = 0.0
+          ) -> tuple[int, float]:
+    """Time one collective as nccl-tests does: `warmup` calls, one timed to size the count
+    (the same on every rank: the slowest rank's guess), a barrier, then that many in a row;
+    (the count, this rank's seconds per call). `pause` sleeps after each timed call (a
+    test's slowed rank)."""
+    for _ in range(warmup):
+        op()
+    sync()
+    t = time.perf_counter()
+    op()
+    sync()
+    guess = torch.tensor([time.perf_counter() - t], device=dev, dtype=torch.float64)
+    dist.all_reduce(guess, op=dist.ReduceOp.MAX)  # every rank runs the same count
+    iters = max(3, min(1000, math.ceil(seconds / max(guess.item(), 1e-6))))
+    dist.barrier()
+    sync()
+    t = time.perf_counter()
+    for _ in range(iters):
+        op()
+        if pause:
+            time.sleep(pause)
+    sync()
+    return iters, (time.perf_counter() - t) / iters
+
+
+def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
+            master_port) -> dict:
+    """One rank: join the group, sweep the sizes; its record carries the sweep."""
+    torch, dist, dev, sync = join(settings, rank, world, ordinal, master_addr, master_port)
+    gpu = ordinal is not None
     results, wrong_total = [], 0
     for nbytes in sizes(settings, gpu):
         n = nbytes // 4
@@ -104,23 +138,9 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
         expected = base * world + offsets_sum(world)
         wrong = int((buf != expected).sum())
         wrong_total += wrong
-        for _ in range(int(settings.get("warmup", 5))):
-            dist.all_reduce(buf)
-        sync()
-        t = time.perf_counter()
-        dist.all_reduce(buf)
-        sync()
-        guess = torch.tensor([time.perf_counter() - t], device=dev, dtype=torch.float64)
-        dist.all_reduce(guess, op=dist.ReduceOp.MAX)  # every rank runs the same count
-        iters = max(3, min(1000, math.ceil(float(settings.get("seconds_per_size", 0.3))
-                                           / max(guess.item(), 1e-6))))
-        dist.barrier()
-        sync()
-        t = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(buf)
-        sync()
-        mine = (time.perf_counter() - t) / iters
+        iters, mine = timed(lambda b=buf: dist.all_reduce(b), torch, dist, dev, sync,
+                            int(settings.get("warmup", 5)),
+                            float(settings.get("seconds_per_size", 0.3)))
         mean = torch.tensor([mine], device=dev, dtype=torch.float64)
         slowest = mean.clone()
         dist.all_reduce(mean)  # nccl-tests' default: the time averaged over ranks

@@ -32,13 +32,10 @@ crosses).
 
 from __future__ import annotations
 
-import datetime
 import json
-import math
 import os
 import socket
 import sys
-import time
 import warnings
 
 import allreduce
@@ -116,21 +113,10 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
             master_port) -> dict:
     """One rank: join the group, sweep every operation; rank 0's record carries the
     sweeps."""
-    import torch
-    import torch.distributed as dist
     warnings.filterwarnings("ignore", category=FutureWarning)  # renamed collectives
+    torch, dist, dev, sync = allreduce.join(settings, rank, world, ordinal, master_addr,
+                                            master_port)
     gpu = ordinal is not None
-    dev = torch.device("cuda", ordinal) if gpu else torch.device("cpu")
-    timeout = datetime.timedelta(seconds=float(settings.get("rendezvous_timeout_s", 60)))
-    init = f"tcp://{master_addr}:{master_port}"
-    if gpu:
-        torch.cuda.set_device(dev)
-        dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timeout,
-                                init_method=init, device_id=dev)
-    else:
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout,
-                                init_method=init)
-    sync = torch.cuda.synchronize if gpu else (lambda: None)
     slow = settings.get("test_slow") or {}
     sweeps, wrong_total = {}, 0
     for op in OPS:
@@ -142,26 +128,11 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
             _op(dist, op, rank, world, bufs)
             wrong = int((bufs["out"] != want).sum())
             wrong_total += wrong
-            for _ in range(int(settings.get("warmup", 3))):
-                _op(dist, op, rank, world, bufs)
-            sync()
-            t = time.perf_counter()
-            _op(dist, op, rank, world, bufs)
-            sync()
-            guess = torch.tensor([time.perf_counter() - t], device=dev, dtype=torch.float64)
-            dist.all_reduce(guess, op=dist.ReduceOp.MAX)  # every rank runs the same count
-            iters = max(3, min(1000, math.ceil(float(settings.get("seconds_per_size", 0.05))
-                                               / max(guess.item(), 1e-6))))
-            dist.barrier()
-            sync()
-            t = time.perf_counter()
-            for _ in range(iters):
-                _op(dist, op, rank, world, bufs)
-                if delay:
-                    time.sleep(delay)
-            sync()
-            mean = torch.tensor([(time.perf_counter() - t) / iters], device=dev,
-                                dtype=torch.float64)
+            iters, mine = allreduce.timed(
+                lambda o=op, b=bufs: _op(dist, o, rank, world, b), torch, dist, dev, sync,
+                int(settings.get("warmup", 3)), float(settings.get("seconds_per_size", 0.05)),
+                delay)
+            mean = torch.tensor([mine], device=dev, dtype=torch.float64)
             dist.all_reduce(mean)  # nccl-tests' default: the time averaged over ranks
             seconds = mean.item() / world
             algbw = nbytes / seconds / 1e9
