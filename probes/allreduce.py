@@ -76,8 +76,8 @@ def worker() -> int:
     return 0
 
 
-def join(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
-         master_port):
+def join_group(settings: dict, rank: int, world: int, ordinal: int | None,
+               master_addr: str, master_port):
     """Join the process group (NCCL on the GPU `ordinal`, gloo on the CPU), bounded by
     `rendezvous_timeout_s`; (torch, torch.distributed, the device, its synchronize)."""
     import torch
@@ -98,8 +98,8 @@ def join(settings: dict, rank: int, world: int, ordinal: int | None, master_addr
     return torch, dist, dev, (torch.cuda.synchronize if gpu else (lambda: None))
 
 
-def timed(op, torch, dist, dev, sync, warmup: int, seconds: float, pause: float = 0.0
-          ) -> tuple[int, float]:
+def timed_collective(op, torch, dist, dev, sync, warmup: int, seconds: float,
+                     pause: float = 0.0) -> tuple[int, float]:
     """Time one collective as nccl-tests does: `warmup` calls, one timed to size the count
     (the same on every rank: the slowest rank's guess), a barrier, then that many in a row;
     (the count, this rank's seconds per call). `pause` sleeps after each timed call (a
@@ -127,7 +127,8 @@ def timed(op, torch, dist, dev, sync, warmup: int, seconds: float, pause: float 
 def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
             master_port) -> dict:
     """One rank: join the group, sweep the sizes; its record carries the sweep."""
-    torch, dist, dev, sync = join(settings, rank, world, ordinal, master_addr, master_port)
+    torch, dist, dev, sync = join_group(settings, rank, world, ordinal, master_addr,
+                                        master_port)
     gpu = ordinal is not None
     results, wrong_total = [], 0
     for nbytes in sizes(settings, gpu):
@@ -138,9 +139,9 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
         expected = base * world + offsets_sum(world)
         wrong = int((buf != expected).sum())
         wrong_total += wrong
-        iters, mine = timed(lambda b=buf: dist.all_reduce(b), torch, dist, dev, sync,
-                            int(settings.get("warmup", 5)),
-                            float(settings.get("seconds_per_size", 0.3)))
+        iters, mine = timed_collective(lambda b=buf: dist.all_reduce(b), torch, dist, dev,
+                                       sync, int(settings.get("warmup", 5)),
+                                       float(settings.get("seconds_per_size", 0.3)))
         mean = torch.tensor([mine], device=dev, dtype=torch.float64)
         slowest = mean.clone()
         dist.all_reduce(mean)  # nccl-tests' default: the time averaged over ranks

@@ -114,8 +114,8 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
     """One rank: join the group, sweep every operation; rank 0's record carries the
     sweeps."""
     warnings.filterwarnings("ignore", category=FutureWarning)  # renamed collectives
-    torch, dist, dev, sync = allreduce.join(settings, rank, world, ordinal, master_addr,
-                                            master_port)
+    torch, dist, dev, sync = allreduce.join_group(settings, rank, world, ordinal,
+                                                  master_addr, master_port)
     gpu = ordinal is not None
     slow = settings.get("test_slow") or {}
     sweeps, wrong_total = {}, 0
@@ -128,7 +128,7 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
             _op(dist, op, rank, world, bufs)
             wrong = int((bufs["out"] != want).sum())
             wrong_total += wrong
-            iters, mine = allreduce.timed(
+            iters, mine = allreduce.timed_collective(
                 lambda o=op, b=bufs: _op(dist, o, rank, world, b), torch, dist, dev, sync,
                 int(settings.get("warmup", 3)), float(settings.get("seconds_per_size", 0.05)),
                 delay)
