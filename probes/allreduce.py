@@ -79,7 +79,8 @@ def worker() -> int:
 def join_group(settings: dict, rank: int, world: int, ordinal: int | None,
                master_addr: str, master_port):
     """Join the process group (NCCL on the GPU `ordinal`, gloo on the CPU), bounded by
-    `rendezvous_timeout_s`; (torch, torch.distributed, the device, its synchronize)."""
+    `rendezvous_timeout_s`; (the device, its synchronize). Callers import torch and
+    torch.distributed themselves, where test_api_drift reads what they call of them."""
     import torch
     import torch.distributed as dist
     gpu = ordinal is not None
@@ -95,7 +96,7 @@ def join_group(settings: dict, rank: int, world: int, ordinal: int | None,
     else:
         dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout,
                                 init_method=init)
-    return torch, dist, dev, (torch.cuda.synchronize if gpu else (lambda: None))
+    return dev, (torch.cuda.synchronize if gpu else (lambda: None))
 
 
 def timed_collective(op, torch, dist, dev, sync, warmup: int, seconds: float,
@@ -127,8 +128,9 @@ def timed_collective(op, torch, dist, dev, sync, warmup: int, seconds: float,
 def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
             master_port) -> dict:
     """One rank: join the group, sweep the sizes; its record carries the sweep."""
-    torch, dist, dev, sync = join_group(settings, rank, world, ordinal, master_addr,
-                                        master_port)
+    import torch
+    import torch.distributed as dist
+    dev, sync = join_group(settings, rank, world, ordinal, master_addr, master_port)
     gpu = ordinal is not None
     results, wrong_total = [], 0
     for nbytes in sizes(settings, gpu):

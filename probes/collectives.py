@@ -114,8 +114,9 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
     """One rank: join the group, sweep every operation; rank 0's record carries the
     sweeps."""
     warnings.filterwarnings("ignore", category=FutureWarning)  # renamed collectives
-    torch, dist, dev, sync = allreduce.join_group(settings, rank, world, ordinal,
-                                                  master_addr, master_port)
+    import torch
+    import torch.distributed as dist
+    dev, sync = allreduce.join_group(settings, rank, world, ordinal, master_addr, master_port)
     gpu = ordinal is not None
     slow = settings.get("test_slow") or {}
     sweeps, wrong_total = {}, 0
