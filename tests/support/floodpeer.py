@@ -60,7 +60,8 @@ class FloodPeer(PeerServer):
                 while want > 0 and not self.stop.is_set():
                     want -= len(chan.recv(min(want, 1 << 16)))
             while not self.stop.is_set():
-                chan.sendall(CHUNK)
-                self.sent += len(CHUNK)
+                # Counted per send, which returns once its bytes are queued: the client
+                # cannot have read a byte that this count has not yet been told of for long.
+                self.sent += chan.send(CHUNK)
         except Exception:
             pass  # the client hung up: what the test wants
