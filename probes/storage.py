@@ -121,47 +121,77 @@ def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: flo
     opened, preallocated and buffers filled first; then every thread is released at once
     and one clock runs from that moment: a stream's time ends at its last completion, the
     phase's at the last completion of any stream (fio's group runtime)."""
-    errors: list[str] = []
-    state = {"direct": direct, "why": ""}
-    write = phase == "write"
-    opened = []
-    for s in streams:
-        # Our own new file, never one planted there before us, never through a link.
-        flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL) if write else os.O_RDONLY
-        flags |= os.O_NOFOLLOW
-        try:
-            fd, is_direct, why = open_file(s.path, flags, direct)
-        except OSError as e:
-            errors.append(f"stream {s.index}: cannot open {s.path}: {e.strerror}")
-            stop.set()
-            break
-        if not is_direct:
-            state.update(direct=False, why=why)
-        if write and size:
-            s.preallocated = preallocate(fd, size)
-        opened.append((s, fd, is_direct))
+    run = PhaseRun(phase, direct, size, deadline, verify_inline, stop)
+    opened = run.open_streams(streams)
     if stop.is_set() or not opened:
         for _, fd, _ in opened:
             os.close(fd)
-        return state["direct"], state["why"], errors
-    clock = {}
-    go = threading.Barrier(sum(s.iodepth for s, _, _ in opened),
-                           action=lambda: clock.update(start=time.perf_counter()))
+        return run.direct, run.why, run.errors
+    run.go = threading.Barrier(sum(s.iodepth for s, _, _ in opened),
+                               action=lambda: run.clock.update(start=time.perf_counter()))
+    threads = [threading.Thread(target=run.stream_phase, args=o) for o in opened]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return run.direct, run.why, run.errors
 
-    def worker(s: Stream, fd: int, slot: int, cursor: dict, lock: threading.Lock) -> None:
-        limit = size if write else s.written
+
+class PhaseRun:
+    """One phase (write or read) over every stream: what its threads share."""
+
+    def __init__(self, phase: str, direct: bool, size: int | None, deadline: float | None,
+                 verify_inline: bool, stop: threading.Event):
+        self.phase, self.write = phase, phase == "write"
+        self.direct, self.why = direct, ""
+        self.size, self.deadline, self.verify_inline, self.stop = \
+            size, deadline, verify_inline, stop
+        self.errors: list[str] = []
+        self.clock: dict[str, float] = {}
+        self.go: threading.Barrier | None = None
+
+    def open_streams(self, streams) -> list[tuple[Stream, int, bool]]:
+        opened = []
+        for s in streams:
+            # Our own new file, never one planted there before us, never through a link.
+            flags = (os.O_WRONLY | os.O_CREAT | os.O_EXCL) if self.write else os.O_RDONLY
+            flags |= os.O_NOFOLLOW
+            try:
+                fd, is_direct, why = open_file(s.path, flags, self.direct)
+            except OSError as e:
+                self.errors.append(f"stream {s.index}: cannot open {s.path}: {e.strerror}")
+                self.stop.set()
+                break
+            if not is_direct:
+                self.direct, self.why = False, why
+            if self.write and self.size:
+                s.preallocated = preallocate(fd, self.size)
+            opened.append((s, fd, is_direct))
+        return opened
+
+    def fail(self, s: Stream, offset: int, why: str) -> None:
+        self.errors.append(f"stream {s.index}: {self.phase} failed at offset {offset} "
+                           f"({offset / 1e9:.2f} GB into {s.path}): {why}")
+        self.stop.set()
+
+    def request_loop(self, s: Stream, fd: int, slot: int, cursor: dict,
+                     lock: threading.Lock) -> None:
+        write, stop = self.write, self.stop
+        limit = self.size if write else s.written
         view = s.buffers[slot]
         if write:
             view[HEADER_SIZE:] = s.patterns[slot]
         try:
-            go.wait()
+            assert self.go is not None
+            self.go.wait()
         except threading.BrokenBarrierError:
             return
         while not stop.is_set():
             with lock:
                 offset = cursor["next"]
                 if (limit is not None and offset + s.block > limit) or (
-                        deadline is not None and write and time.perf_counter() > deadline):
+                        self.deadline is not None and write
+                        and time.perf_counter() > self.deadline):
                     return
                 cursor["next"] += s.block
             try:
@@ -171,20 +201,15 @@ def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: flo
                 else:
                     n = os.preadv(fd, [view], offset)
             except OSError as e:
-                what = "disk full" if e.errno == errno.ENOSPC else e.strerror
-                errors.append(f"stream {s.index}: {phase} failed at offset {offset} "
-                              f"({offset / 1e9:.2f} GB into {s.path}): {what}")
-                stop.set()
+                self.fail(s, offset, "disk full" if e.errno == errno.ENOSPC else e.strerror)
                 return
             if n != s.block:
-                why = f"short {phase}, {n} of {s.block} bytes"
+                why = f"short {self.phase}, {n} of {s.block} bytes"
                 if write and free_bytes(s.path) < s.block:
                     why = f"disk full ({why})"  # a filling disk first writes short
-                errors.append(f"stream {s.index}: {phase} failed at offset {offset} "
-                              f"({offset / 1e9:.2f} GB into {s.path}): {why}")
-                stop.set()
+                self.fail(s, offset, why)
                 return
-            if not write and verify_inline:
+            if not write and self.verify_inline:
                 problem = s.check(view, offset)
                 if problem:
                     s.record_bad(offset, problem)
@@ -192,33 +217,28 @@ def run_phase(streams, phase: str, direct: bool, size: int | None, deadline: flo
                 cursor["done"] += s.block
                 cursor["end"] = time.perf_counter()
 
-    def one(s: Stream, fd: int, is_direct: bool) -> None:
+    def stream_phase(self, s: Stream, fd: int, is_direct: bool) -> None:
         cursor = {"next": 0, "done": 0, "end": None}
         lock = threading.Lock()
-        threads = [threading.Thread(target=worker, args=(s, fd, k, cursor, lock))
+        threads = [threading.Thread(target=self.request_loop, args=(s, fd, k, cursor, lock))
                    for k in range(s.iodepth)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        if write and not is_direct and not stop.is_set():
+        if self.write and not is_direct and not self.stop.is_set():
             os.fsync(fd)  # buffered: the data is on the device before the clock stops
             cursor["end"] = time.perf_counter()
         if not is_direct:  # buffered: do not let the read phase hit the page cache
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
-        if write:
+        if self.write:
             s.written = cursor["done"]
+        clock = self.clock
         seconds = (cursor["end"] - clock["start"]) if cursor["end"] and clock else 0.0
-        s.results[phase] = {"bytes": cursor["done"], "seconds": round(seconds, 4),
-                            "gbps": round(cursor["done"] / seconds / 1e9, 4) if seconds else 0}
-
-    threads = [threading.Thread(target=one, args=o) for o in opened]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return state["direct"], state["why"], errors
+        s.results[self.phase] = {
+            "bytes": cursor["done"], "seconds": round(seconds, 4),
+            "gbps": round(cursor["done"] / seconds / 1e9, 4) if seconds else 0}
 
 
 def free_bytes(path: str) -> int:

@@ -244,17 +244,7 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
     that differed at any step, the model)."""
     gpu = dev.type == "cuda"
     sync = (lambda: torch.cuda.synchronize(dev)) if gpu else (lambda: None)
-    shape = shape_for(dev, threads, settings)
-    if world > 1:
-        # Rank 0's shape for every rank: across nodes, a default sized from each node's
-        # own threads or memory could differ, and replicas of two shapes never agree.
-        keys = sorted(shape)
-        sizes = torch.tensor([shape[k] for k in keys], dtype=torch.int64, device=dev)
-        dist.broadcast(sizes, 0)
-        shape = dict(zip(keys, sizes.tolist(), strict=True))
-    if shape["d_model"] % shape["heads"]:
-        raise ValueError(f"d_model {shape['d_model']} is not a multiple of heads "
-                         f"{shape['heads']}")
+    shape = agreed_shape(settings, dev, threads, world)
     torch.manual_seed(SEED)  # the same initial weights on every rank and node
     model = Decoder(shape).to(dev)
     flat, grad = flatten(model, dev)
@@ -267,7 +257,6 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
     dist.barrier()  # every rank measures its GEMM at once, sharing what training shares
     gemm = gemm_tflops(dev, compute_type, ref_n, float(settings.get("gemm_s", 0.5)), sync)
     warmup, steps = int(settings.get("warmup_steps", 3)), int(settings.get("steps", 20))
-    tokens = shape["batch"] * shape["seq_len"]
     losses, diverged = [], []
     times: list[tuple[float, float, float]] = []
     gathered = torch.zeros(2 * world, dtype=torch.int64, device=dev)
@@ -312,6 +301,36 @@ def train(settings: dict, rank: int, world: int, dev: torch.device, threads: int
     wall, cpu = time.perf_counter() - wall_start, time.process_time() - cpu_start
     sync()
     digest = gemmcore.digest(flat)
+    return rank_record(settings, rank, dev, threads, shape, times=times, losses=losses,
+                       diverged=diverged, gemm_at=(gemm, ref_n), digest=digest,
+                       wall_cpu=(wall, cpu), warmup=warmup, steps=steps, autocast=autocast)
+
+
+def agreed_shape(settings: dict, dev: torch.device, threads: int, world: int) -> dict:
+    """The model's shape, rank 0's for every rank: across nodes, a default sized from each
+    node's own threads or memory could differ, and replicas of two shapes never agree."""
+    shape = shape_for(dev, threads, settings)
+    if world > 1:
+        keys = sorted(shape)
+        sizes = torch.tensor([shape[k] for k in keys], dtype=torch.int64, device=dev)
+        dist.broadcast(sizes, 0)
+        shape = dict(zip(keys, sizes.tolist(), strict=True))
+    if shape["d_model"] % shape["heads"]:
+        raise ValueError(f"d_model {shape['d_model']} is not a multiple of heads "
+                         f"{shape['heads']}")
+    return shape
+
+
+def rank_record(settings: dict, rank: int, dev: torch.device, threads: int, shape: dict, *,
+                times: list[tuple[float, float, float]], losses: list[float],
+                diverged: list[dict], gemm_at: tuple[float, int], digest: str,
+                wall_cpu: tuple[float, float], warmup: int, steps: int,
+                autocast: str) -> dict:
+    """One rank's record from its timed steps: its own figures, and what every rank
+    shares (the loss curve, the replicas that differed, the model)."""
+    gemm, ref_n = gemm_at
+    wall, cpu = wall_cpu
+    tokens = shape["batch"] * shape["seq_len"]
     step_s = [t for t, _, _ in times]
     med = statistics.median(step_s) if step_s else 0.0
     fpt = flops_per_token(shape)
