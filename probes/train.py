@@ -149,6 +149,44 @@ def node_figures(records: list[dict], ranks: list[probelib.Device], world: int) 
             "job_spec": job, "digest": records[0]["digest"]}
 
 
+def launch_rank_workers(ranks: list, group: dict, settings: dict, dtype: str, world: int,
+                        first: int) -> list[subprocess.Popen]:
+    """One worker process per rank here, all told the same world and master."""
+    on_cpu = sum(1 for d in ranks if d.kind != "cuda")
+    cores = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
+    env_common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
+                  "BURNIN_DTYPE": dtype,
+                  "MASTER_ADDR": str(group.get("master_addr", "127.0.0.1")),
+                  "MASTER_PORT": str(group.get("master_port") or free_port()),
+                  "BURNIN_THREADS": str(max(1, cores // on_cpu) if on_cpu else 1)}
+    log(f"ranks {first}..{first + len(ranks) - 1} of {world}, {dtype}, master "
+        f"{env_common['MASTER_ADDR']}:{env_common['MASTER_PORT']}")
+    procs = []
+    for i, d in enumerate(ranks):
+        env = {**os.environ, **env_common, "RANK": str(first + i), "LOCAL_RANK": str(i)}
+        if d.kind == "cuda":
+            env["BURNIN_CUDA_ORDINAL"] = str(d.ordinal)
+        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"],
+                                      stdout=subprocess.PIPE, env=env,
+                                      preexec_fn=probelib.die_with_parent))
+    return procs
+
+
+def collect_rank_records(procs: list[subprocess.Popen], ranks: list,
+                         first: int) -> tuple[list[dict], list[str]]:
+    """Each rank's record (its last JSON line), or why it gave none."""
+    records, errors = [], []
+    for i, (code, out) in enumerate(wait_all(procs)):
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if code != 0 or not lines:
+            errors.append(f"rank {first + i} ({ranks[i].label}) exited with status {code} "
+                          "without a result (see stderr)")
+            continue
+        record = json.loads(lines[-1])
+        records.append({**ranks[i].describe(), **record})
+    return records, errors
+
+
 def main() -> int:
     if "--worker" in sys.argv:
         return worker()
@@ -182,34 +220,9 @@ def main() -> int:
                                             "joined": False, "unable": bool(problem)},
                           problems)
             return 0
-    gpu = ranks[0].gpu
-    dtype = settings.get("dtype") or ("bf16" if gpu else "fp32")
-    on_cpu = sum(1 for d in ranks if d.kind != "cuda")
-    cores = int(os.environ.get("OMP_NUM_THREADS") or 0) or os.cpu_count() or 1
-    env_common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
-                  "BURNIN_DTYPE": dtype,
-                  "MASTER_ADDR": str(group.get("master_addr", "127.0.0.1")),
-                  "MASTER_PORT": str(group.get("master_port") or free_port()),
-                  "BURNIN_THREADS": str(max(1, cores // on_cpu) if on_cpu else 1)}
-    log(f"ranks {first}..{first + len(ranks) - 1} of {world}, {dtype}, master "
-        f"{env_common['MASTER_ADDR']}:{env_common['MASTER_PORT']}")
-    procs = []
-    for i, d in enumerate(ranks):
-        env = {**os.environ, **env_common, "RANK": str(first + i), "LOCAL_RANK": str(i)}
-        if d.kind == "cuda":
-            env["BURNIN_CUDA_ORDINAL"] = str(d.ordinal)
-        procs.append(subprocess.Popen([sys.executable, __file__, "--worker"],
-                                      stdout=subprocess.PIPE, env=env,
-                                      preexec_fn=probelib.die_with_parent))
-    records, errors = [], []
-    for i, (code, out) in enumerate(wait_all(procs)):
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        if code != 0 or not lines:
-            errors.append(f"rank {first + i} ({ranks[i].label}) exited with status {code} "
-                          "without a result (see stderr)")
-            continue
-        record = json.loads(lines[-1])
-        records.append({**ranks[i].describe(), **record})
+    dtype = settings.get("dtype") or ("bf16" if ranks[0].gpu else "fp32")
+    procs = launch_rank_workers(ranks, group, settings, dtype, world, first)
+    records, errors = collect_rank_records(procs, ranks, first)
     figures = {"world": world, "ranks_here": len(ranks), "backend": "nccl" if ranks[0].kind ==
                "cuda" else "gloo"}
     if group:
