@@ -337,6 +337,45 @@ def summarise(streams, phase: str) -> dict:
             if longest else 0.0}
 
 
+def write_then_read(streams: list[Stream], size: int | None, deadline: float | None,
+                    verify_inline: bool, figures: dict, handshake: str | None,
+                    stop: threading.Event) -> list[str]:
+    """The write phase, then the read phase over what was written; the phases' figures go
+    into `figures`; returns the errors."""
+    errors: list[str] = []
+    direct, why, errs = run_phase(streams, "write", True, size, deadline, False, stop)
+    errors += errs
+    figures["direct"] = direct
+    figures["preallocated"] = all(s.preallocated for s in streams)
+    figures["huge_page_buffers"] = all(s.huge_pages for s in streams)
+    if not direct:
+        figures["direct_reason"] = why + "; buffered I/O, fsync, cache dropped"
+    if handshake and not errors:
+        signal_and_wait(handshake, "written", "go")
+    if not errors:
+        _, _, errs = run_phase(streams, "read", direct, None, None, verify_inline, stop)
+        errors += errs
+        if handshake and not errors:
+            signal_and_wait(handshake, "read", "end", only_if="hold")
+        if not verify_inline and not errors:
+            verify_after(streams, direct)
+    return errors
+
+
+def remove_stream_files(streams: list[Stream], created_root: str | None) -> None:
+    """Every stream's file, and the storage directory if this probe created it."""
+    for s in streams:
+        try:
+            os.unlink(s.path)
+        except OSError:
+            pass
+    if created_root:
+        try:
+            os.rmdir(created_root)
+        except OSError:
+            pass
+
+
 def main() -> int:
     payload = probelib.start(__doc__, PROBE)
     if payload is None:
@@ -369,34 +408,10 @@ def main() -> int:
         else:
             figures["filesystem"] = filesystem(root)
             deadline = time.perf_counter() + duration if duration else None
-            direct, why, errs = run_phase(streams, "write", True, size, deadline, False, stop)
-            errors += errs
-            figures["direct"] = direct
-            figures["preallocated"] = all(s.preallocated for s in streams)
-            figures["huge_page_buffers"] = all(s.huge_pages for s in streams)
-            if not direct:
-                figures["direct_reason"] = why + "; buffered I/O, fsync, cache dropped"
-            handshake = probelib.test_hooks(payload).get("handshake_dir")
-            if handshake and not errors:
-                signal_and_wait(handshake, "written", "go")
-            if not errors:
-                _, _, errs = run_phase(streams, "read", direct, None, None, verify_inline, stop)
-                errors += errs
-                if handshake and not errors:
-                    signal_and_wait(handshake, "read", "end", only_if="hold")
-                if not verify_inline and not errors:
-                    verify_after(streams, direct)
+            errors += write_then_read(streams, size, deadline, verify_inline, figures,
+                                      probelib.test_hooks(payload).get("handshake_dir"), stop)
     finally:
-        for s in streams:
-            try:
-                os.unlink(s.path)
-            except OSError:
-                pass
-        if created:
-            try:
-                os.rmdir(root)
-            except OSError:
-                pass
+        remove_stream_files(streams, root if created else None)
     figures["write"] = summarise(streams, "write")
     figures["read"] = summarise(streams, "read")
     figures["integrity_errors"] = sum(s.bad_count for s in streams)
