@@ -141,33 +141,12 @@ class Pair:
                 "gbps": probelib.sig(nbytes * self.count / self.best / 1e9)}
 
 
-def main() -> int:
-    payload = probelib.start(__doc__, PROBE)
-    if payload is None:
-        return 0
-    settings = payload.get("settings", {})
-    slow = probelib.test_hooks(payload).get("slow_pair") or {}
-    corrupt = tuple(probelib.test_hooks(payload).get("corrupt_pair") or ())
-    node = {"hostname": socket.gethostname()}
-    devs, problem = probelib.node_devices(payload)
-    if problem:
-        probelib.emit(PROBE, node, [], {}, [problem])
-        return 0
-    if not devs or not devs[0].gpu:
-        probelib.emit(PROBE, node, [], {"pairs": [], "why": "a CPU-only node has no GPU "
-                                        "pair"}, [])
-        return 0
-    import torch
-    described = [d.describe() for d in devs]
-    named = links(devs)
-    block = int(settings.get("block_mb", 256)) << 20
-    bufs = {}
-    for d in devs:
-        dev = torch.device("cuda", d.ordinal) if d.kind == "cuda" else torch.device("cpu")
-        # torch turns peer access on at the first copy between two GPUs that allow it
-        # (ATen's get_p2p_access): the copy is then peer to peer, on the copy engines.
-        bufs[d.index] = torch.empty(block, dtype=torch.uint8, device=dev).fill_(d.index)
-    rounds = max(1, int(settings.get("rounds", 3)))
+def copy_every_pair(torch, devs: list, bufs: dict, settings: dict, rounds: int,
+                    hooks: dict) -> tuple[dict, set, list[str]]:
+    """Round 0 sizes each ordered pair's copy; then every pair copies in each round and
+    what arrives is checked. A pair that fails is said and left out; the others go on."""
+    slow = hooks.get("slow_pair") or {}
+    corrupt = tuple(hooks.get("corrupt_pair") or ())
     pairs: dict[tuple[int, int], Pair] = {}
     errors: list[str] = []
     failed: set[tuple[int, int]] = set()
@@ -195,6 +174,36 @@ def main() -> int:
                     errors.append(f"{a.label} -> {b.label}: {type(e).__name__}: "
                                   f"{str(e)[:300]}")
                     failed.add(key)
+    return pairs, failed, errors
+
+
+def main() -> int:
+    payload = probelib.start(__doc__, PROBE)
+    if payload is None:
+        return 0
+    settings = payload.get("settings", {})
+    node = {"hostname": socket.gethostname()}
+    devs, problem = probelib.node_devices(payload)
+    if problem:
+        probelib.emit(PROBE, node, [], {}, [problem])
+        return 0
+    if not devs or not devs[0].gpu:
+        probelib.emit(PROBE, node, [], {"pairs": [], "why": "a CPU-only node has no GPU "
+                                        "pair"}, [])
+        return 0
+    import torch
+    described = [d.describe() for d in devs]
+    named = links(devs)
+    block = int(settings.get("block_mb", 256)) << 20
+    bufs = {}
+    for d in devs:
+        dev = torch.device("cuda", d.ordinal) if d.kind == "cuda" else torch.device("cpu")
+        # torch turns peer access on at the first copy between two GPUs that allow it
+        # (ATen's get_p2p_access): the copy is then peer to peer, on the copy engines.
+        bufs[d.index] = torch.empty(block, dtype=torch.uint8, device=dev).fill_(d.index)
+    rounds = max(1, int(settings.get("rounds", 3)))
+    pairs, failed, errors = copy_every_pair(torch, devs, bufs, settings, rounds,
+                                            probelib.test_hooks(payload))
     out = []
     for key, pair in pairs.items():
         if key in failed:
