@@ -1,5 +1,5 @@
 """Guards of the probes that hand mutants survived: each test here fails with its mutant
-applied (docs/developer/testing.md, "The guards issue 50 found unprotected").
+applied (docs/developer/testing.md, "The guards hand mutants found unprotected").
 
 - probes/nvlink5.py reads NVLink 5's failed link recoveries (field 214): a GPU whose only
   NVLink event is one counts it in the burn's NVLink recoveries;
