@@ -9,6 +9,10 @@ schema as today's probes do. BURNIN_INSTANT_MODE says what every node answers:
   fail  each document with a probe error (every node fails every check it runs)
   max   each document padded with a telemetry-like series of numbers to the most output
         the check allows (its max_output): the controller's worst case in memory
+With BURNIN_INSTANT_MEET=1, an inter-node group's members meet as real ones do at their
+rendezvous: each answers only once every rank of its group has arrived (at most
+MEET_S), so that a group's members are running together, as the controller must hold
+them (tests/test_controller_threads.py counts the threads that costs).
 """
 
 from __future__ import annotations
@@ -24,6 +28,9 @@ from burnin.transports.local import LocalTransport
 FAILURE = "benchmark: every node of this fleet fails (a fleet-wide bad rollout)"
 _cache: dict[tuple[str, int], bytes] = {}
 _lock = threading.Lock()
+MEET_S = 30.0
+_meeting = threading.Condition()
+_arrived: dict[tuple[str, int], list[int]] = {}  # group: [ranks arrived, ranks left]
 
 
 def answer(probe: str, max_stdout: int) -> bytes:
@@ -54,8 +61,23 @@ def _instant(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=
     out = answer(probe, max_stdout)
     if probe in ("allreduce", "train") and b'"group"' in stdin:
         group = json.loads(stdin)["group"]
+        if os.environ.get("BURNIN_INSTANT_MEET"):
+            meet(group)
         out = as_member(out, group) if probe == "allreduce" else as_train_member(out, group)
     return CommandResult(0, out, b"", 0.0)
+
+
+def meet(group: dict) -> None:
+    """Wait until every rank of this member's group has arrived (or MEET_S)."""
+    key = (group["master_addr"], group["master_port"])
+    with _meeting:
+        seen = _arrived.setdefault(key, [0, 0])
+        seen[0] += group["ranks_here"]
+        _meeting.notify_all()
+        _meeting.wait_for(lambda: seen[0] >= group["world"], MEET_S)
+        seen[1] += group["ranks_here"]
+        if seen[1] >= group["world"]:
+            _arrived.pop(key, None)  # the group's last member has left
 
 
 def as_member(out: bytes, group: dict) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import resource
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome, run_probe, run_probes, unreachable
 from burnin.probe.shapes import Obj
 from burnin.transports import Launcher, Launchers, NodeUnreachable, Transport, transport_for
-from burnin.transports.fanout import Cancel, fan_out
+from burnin.transports.fanout import CANCEL_WAIT_S, GATE_POLL_S, Cancel, fan_out
 
 DEFAULT_FANOUT = 256
 NOT_STARTED = "not started: the run was interrupted"
@@ -102,15 +103,22 @@ class Launch:
         return results
 
     def at_once(self, items: list, fn: Callable) -> list:
-        """fn(item) for every item, all at once (a group that must start together), and
-        cancellable like any fan-out; results in item order."""
+        """fn(item) for every item, cancellable like any fan-out; results in item order.
+
+        Items that are nodes are one group's members, which must run together: all at
+        once, a thread each while the group runs, whatever the fan-out. Items that are
+        groups (a pair, a list of names: a round of the localisation or the group search)
+        share the fan-out: a group starts once its members fit among the probes running,
+        so that a round of 12,500 pairs holds `fanout` probes and about as many threads,
+        not a thread per node (a group wider than the fan-out waits to run alone)."""
         items = list(items)
+        if items and isinstance(items[0], (list, tuple)):
+            return self._round(items, fn)
         if threading.current_thread() is threading.main_thread() or len(items) < 2:
             # Ctrl-C lands in the main thread: it waits, and fan_out cancels the rest.
             return fan_out(items, fn, len(items), self.cancel)
-        # A group inside a group (a pair of the localisation's rounds, each pair in a
-        # thread of its own): plain threads, and the last item in this one. 10,000 nodes'
-        # rounds cost 10,000 threads, not 10,000 pools, futures and 20,000 threads.
+        # A group inside a round (each group in a thread of its own): plain threads, and
+        # the last item in this one.
         results: list = [None] * len(items)
         raised: list[BaseException | None] = [None] * len(items)
 
@@ -126,6 +134,51 @@ class Launch:
         one(len(items) - 1)
         for t in threads:
             t.join()
+        first = next((e for e in raised if e is not None), None)
+        if first is not None:
+            raise first
+        return results
+
+    def _round(self, groups: list, fn: Callable) -> list:
+        """fn(group) for every group, in order, each started once its members fit among
+        the fan-out's probes; results in item order."""
+        results: list = [None] * len(groups)
+        raised: list[BaseException | None] = [None] * len(groups)
+        room = threading.Condition()
+        free = [self.fanout]
+
+        def one(i: int, width: int) -> None:
+            try:
+                results[i] = fn(groups[i])
+            except BaseException as e:  # fn must not raise: a bug, re-raised below
+                raised[i] = e
+            finally:
+                with room:
+                    free[0] += width
+                    room.notify_all()
+        threads = []
+        try:
+            for i, group in enumerate(groups):
+                width = min(max(1, len(group)), self.fanout)
+                with room:
+                    # A bound on each wait keeps a Ctrl-C in the main thread prompt.
+                    while free[0] < width:
+                        room.wait(GATE_POLL_S)
+                    free[0] -= width
+                t = threading.Thread(target=one, args=(i, width), name="burnin-round",
+                                     daemon=True)
+                t.start()
+                threads.append(t)
+            for t in threads:
+                while t.is_alive():
+                    t.join(GATE_POLL_S)
+        except BaseException:
+            # Interrupted: nothing new starts, and the running groups' probes are killed.
+            self.cancel.set()
+            deadline = time.monotonic() + CANCEL_WAIT_S
+            for t in threads:
+                t.join(max(0.0, deadline - time.monotonic()))
+            raise
         first = next((e for e in raised if e is not None), None)
         if first is not None:
             raise first
