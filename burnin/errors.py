@@ -138,3 +138,10 @@ class StateError(BurninError):
     """node-check's state (its kernel-log cursor) cannot be read or written: the message
     says where and why."""
 
+
+# --- extensions from installed distributions (burnin/extensions.py) ------------------------
+
+class PluginError(BurninError):
+    """An installed distribution's extension cannot be used: two claim one name (or one
+    claims a built-in's), or one does not import or is not what its group takes. The
+    message names the entry point and its distribution: uninstall or fix that one."""

@@ -58,6 +58,24 @@ SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)
 FACTS = next(c.name for c in CHECKS.values() if c.facts)
 
 
+def add(check: Check) -> None:
+    """Put `check` (one an installed distribution brings: burnin/extensions.py) in the
+    table, in run order: after every single-node check if it is one, else after every
+    check. The table is changed in place, since its readers hold it by reference. A name
+    already in the table is the caller's to refuse."""
+    rows = list(CHECKS.values())
+    at = len(rows) if check.group else next(
+        (i for i, c in enumerate(rows) if c.group), len(rows))
+    rows.insert(at, check)
+    CHECKS.clear()
+    CHECKS.update((c.name, c) for c in rows)
+
+
+def single_node() -> list[str]:
+    """The single-node checks of the table as it is now (an installed one included)."""
+    return [c.name for c in CHECKS.values() if not c.group]
+
+
 def applicable(gpus: int | None, nodes: int, equipped: frozenset[str] | None = None
                ) -> list[str]:
     """The checks of the suite that apply to a node with `gpus` GPUs (None: unknown) in a
@@ -72,5 +90,5 @@ def resolve_settings(check: str, profile: str, *overrides: dict) -> dict:
 
 
 __all__ = ["CHECKS", "CHECK_ORDER", "DEFAULT_PROFILE", "FACTS", "PROFILES", "SINGLE_NODE",
-           "Check", "Figure", "Fleet", "Judging", "Kind", "Measure", "Setting", "applicable",
-           "resolve_settings"]
+           "Check", "Figure", "Fleet", "Judging", "Kind", "Measure", "Setting", "add", "applicable",
+           "resolve_settings", "single_node"]

@@ -274,6 +274,9 @@ class Check:
     schema: Obj                     # the probe document's declared shape
     settings: dict[str, Setting] = field(default_factory=dict)
     probe: str = ""                 # probes/<probe>.py; '' = the check's name
+    # The probe's file, for a check an installed distribution brings (its own file, run
+    # beside probes/probelib.py as <probe_name>.py); '' = probes/<probe_name>.py.
+    probe_path: str = ""
     summarize: Callable[[Fleet], object] | None = None
     figures: Callable[[dict], list[Figure]] | None = None
     # Extra files for a failed node's evidence folder: {file name: JSON-able content}.

@@ -4,7 +4,7 @@ exit_code (burnin/errors.py), never a traceback. What --help says to the user is
 burnin/cli/usage.py; the commands with more to them each have a module here (ledger,
 quarantine, incident, compare, rejudge).
 
-Layer 12: may import every layer; nothing of burnin imports it but `python -m burnin`."""
+Layer 13: may import every layer; nothing of burnin imports it but `python -m burnin`."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from burnin import __version__
+from burnin import __version__, extensions
 from burnin.checks import CHECKS
 from burnin.cli import incident as cli_incident
 from burnin.cli import ledger as cli_ledger
@@ -377,6 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    try:  # every command sees the installed distributions' checks, transports, ...
+        extensions.load()
+    except BurninError as e:
+        print(clean(f"burnin: {e}"), file=sys.stderr)
+        return e.exit_code
     if argv[:1] == ["run"] and "--rolling" in argv[1:]:  # waves of runs (cli/rolling.py)
         from burnin.cli import rolling
         return rolling.main(argv[1:])

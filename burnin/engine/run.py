@@ -34,13 +34,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from burnin.checks import CHECKS, FACTS, SINGLE_NODE, Check, Fleet, Judging
+from burnin.checks import CHECKS, FACTS, Check, Fleet, Judging, single_node
 from burnin.checks.groups import GroupRun
 from burnin.checks.health import facts_baseline, facts_equipped, facts_gpus
 from burnin.core.shipped_files import shipped
 from burnin.engine.execution import execute_single_node
 from burnin.engine.launch import DEFAULT_FANOUT, Launch
 from burnin.engine.outcome_store import ControllerFault, OutcomeStore
+from burnin.engine.probe_files import probes_for
 from burnin.engine.progress import Progress
 from burnin.figures import wear as wear_counters
 from burnin.figures.record_figures import Figure, key_figures
@@ -105,6 +106,7 @@ class Run:
     _facts: dict[str, NodeFacts] | None = None
 
     def __post_init__(self):
+        self.probes_dir = probes_for(self.probes_dir, CHECKS.values())
         self.store = OutcomeStore(self.reports_dir / self.run_id, self.run_id)
         self.launch = Launch(self.nodes, self.probes_dir, self.run_id, self.fanout)
 
@@ -342,7 +344,7 @@ class Run:
         """{node: failed checks} over the single-node checks that ran in this run (a node
         another run holds counts too: it is no partner to test others with)."""
         out: dict[str, list[str]] = {}
-        for check in SINGLE_NODE:
+        for check in single_node():
             if not self.has_outcomes(check):
                 continue
             for node in self.nodes:

@@ -6,7 +6,7 @@ the `node` fixture), so it never gets in the way of other test suites. It is the
 entry point (pyproject.toml), so its hooks live here; the run's end is run_end, which
 items are checks is collection, what the controller needs before a run is preflight.
 
-Layer 11: may import every layer below it; never the CLI.
+Layer 12: may import every layer below it; never the CLI.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import pytest
 
+from burnin import extensions
 from burnin.checks import CHECKS, DEFAULT_PROFILE, PROFILES
 from burnin.engine.kept_inventory import keep_inventory
 from burnin.engine.openfiles import raise_to_hard
@@ -83,6 +84,7 @@ class BurninState(RunEnd):
                        else new_run_id())
         self._run: Run | None = None
         self.error: str | None = None
+        self.plugin_error: str | None = None  # an installed extension refused (extensions.py)
         self.cases: dict[tuple[str, str], CaseResult] = {}
         self.ledger: Ledger | None = None
         self.held: list[Node] = []  # left out of this run: in quarantine
@@ -108,6 +110,8 @@ class BurninState(RunEnd):
 
     def run(self) -> Run | None:
         """The run, loading the inventory on first use; None (and .error) when it is wrong."""
+        if self.plugin_error and self.error is None:
+            self.error = self.plugin_error
         if self._run is None and self.error is None:
             given = self.config.getoption("inventory")
             path = Path(given) if given else self.config.rootpath / DEFAULT_INVENTORY
@@ -349,6 +353,10 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("--fanout must be 1 or more")
     state = BurninState(config)
     config.stash[STATE] = state
+    try:  # the installed distributions' checks, transports, ... (burnin/extensions.py)
+        extensions.load()
+    except BurninError as e:  # said where burnin runs (below), as the inventory's errors are
+        state.plugin_error = str(e)
     config.pluginmanager.register(state, "burnin-state")
     # Before xdist's workers start, which inherit it; said only where burnin runs.
     config.stash[TOO_FEW_FILES] = raise_to_hard(config.getoption("fanout"))
