@@ -1,7 +1,7 @@
 """The launch layer: how a run starts probes on its nodes, below the checks.
 
-It holds each node's transport (made on first use, one connection per node for the
-run), the run's launchers (srun: a check's nodes as one job step), the fan-out bound and
+It holds each node's transport (made on first use; a connection kept between uses for at
+most --fanout nodes, held.py), the run's launchers (srun: a check's nodes as one job step), the fan-out bound and
 the run's cancel. Whatever happens to a node comes back as that node's ProbeOutcome; a
 bug of ours comes back as a fault (the run ends incomplete, and blames no node).
 
@@ -13,11 +13,13 @@ from __future__ import annotations
 import resource
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from burnin.engine.held import Held
 from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome, run_probe, run_probes, unreachable
 from burnin.probe.shapes import Obj
@@ -73,8 +75,10 @@ class Launch:
     _prepared: bool = False
     _unprepared: dict[str, Exception] = field(default_factory=dict)
     _preparing: threading.Lock = field(default_factory=threading.Lock)
+    _held: Held = field(init=False)
 
     def __post_init__(self):
+        self._held = Held(self.fanout)
         raise_open_files_limit(sum(n.transport == "ssh" for n in self.nodes))
         self.launchers = Launchers(self.nodes, self.probes_dir, self.run_id, self.cancel)
 
@@ -190,7 +194,8 @@ class Launch:
         return self.launchers.of(node)
 
     def transport(self, node: Node) -> Transport:
-        """The node's transport for this run, made on first use and kept (one connection)."""
+        """The node's transport for this run, made on first use and kept (its connection,
+        if it holds one, only while the run holds no more than --fanout: held.py)."""
         # Called from fan-out threads, each for its own node: no two touch one key.
         t = self._transports.get(node.name)
         if t is None:
@@ -215,31 +220,51 @@ class Launch:
             failed = self._unprepared.pop(node.name, None)
             if failed is not None:
                 raise failed
-            return run_probe(transport, spec.probe_name, payload, timeout_s,
-                             max_output=max_output or spec.max_output,
-                             on_progress=on_progress, schema=schema or spec.schema,
-                             lifeline=True, cancel=self.cancel)
+            with self._using(node, transport):
+                return run_probe(transport, spec.probe_name, payload, timeout_s,
+                                 max_output=max_output or spec.max_output,
+                                 on_progress=on_progress, schema=schema or spec.schema,
+                                 lifeline=True, cancel=self.cancel)
         except NodeUnreachable as e:
             return unreachable(node.name, spec.probe_name, e)
         except Exception as e:  # a bug of ours, never the node's: the run ends incomplete
             return _fault(node, spec, e)
 
+    @contextmanager
+    def _using(self, node: Node, transport: Transport) -> Iterator[None]:
+        """The node's connection, if its transport holds one, is not closed while in use,
+        and counts among the --fanout the run keeps between uses (held.py)."""
+        if not transport.connection_held:
+            yield
+            return
+        self._held.take(node.name)
+        try:
+            yield
+        finally:
+            self._held.give_back(node.name, transport)
+
     def prepare(self) -> None:
         """Once per run, before its first probe: connect to every node that runs one by one
         (ssh), hold it and stage the probes, `fanout` at once. Then the first check's
         probes start together, each only its own start apart, rather than node by node
-        as their connections come up (benchmarks/ssh_start_skew.py: the start skew)."""
+        as their connections come up (benchmarks/ssh_start_skew.py: the start skew). A
+        fleet wider than the fan-out starts in waves anyway, and keeps no connection for
+        every node: each is made at the node's probe."""
         with self._preparing:  # the other fan-out threads wait here, then start together
             if self._prepared:
                 return
             self._prepared = True
             apart = [n for n in self.nodes if self.launcher(n) is None]
+            if len(apart) > self.fanout:
+                return
 
             def ready(node: Node) -> None:
                 if self.cancel.is_set():
                     return
                 try:
-                    self.transport(node).prepare()
+                    transport = self.transport(node)
+                    with self._using(node, transport):
+                        transport.prepare()
                 except Exception as e:  # NodeUnreachable, or a bug: its probe reports it
                     self._unprepared[node.name] = e
             self.fan_out(apart, ready)

@@ -157,6 +157,10 @@ class Transport:
     # Whether run() starts the command, then waits at the fan-out's start gate before it
     # writes stdin (fanout.py: StartGate), so that a fan-out's probes start together.
     starts_together = False
+    # Whether it holds a connection to its node between commands (ssh). The run keeps at
+    # most --fanout of them; another is closed (close()) and its next command connects
+    # and claims the node again (burnin/engine/held.py).
+    connection_held = False
 
     def __init__(self, node: Node, probes_dir: Path, run_id: str = "unnamed"):
         self.node = node

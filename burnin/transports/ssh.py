@@ -48,6 +48,7 @@ STAGE_TIMEOUT_S = 60
 
 class SshTransport(Transport):
     starts_together = True
+    connection_held = True
 
     def __init__(self, node, probes_dir: Path, run_id: str = "unnamed"):
         super().__init__(node, probes_dir, run_id)

@@ -41,6 +41,8 @@ DEAD_LINK_S = 30
 # send a keepalive on a link idle that long (each wake-up cost 60 us of CPU per node
 # every second; benchmarks/ssh_start_skew.py), and a close wakes it at once (hang_up).
 ACTIVE_CHECK_S = 1.0
+# How long a hang-up waits for the connection's thread to end (it is woken at once).
+HANG_UP_JOIN_S = 2.0
 
 
 def connect(node: Node) -> tuple[paramiko.SSHClient, list[paramiko.SSHClient]]:
@@ -252,6 +254,10 @@ def hang_up(client: paramiko.SSHClient) -> None:
         except OSError:
             pass
     client.close()
+    if t is not None and t is not threading.current_thread():
+        # Its thread ends once it sees the socket shut: wait for it (bounded), so that
+        # a run that closes connections as it goes holds no thread per node it closed.
+        t.join(HANG_UP_JOIN_S)
 
 
 def explain(e: Exception, address: str, port: int, user: str | None, known_hosts: str,
