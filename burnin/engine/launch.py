@@ -1,9 +1,10 @@
 """The launch layer: how a run starts probes on its nodes, below the checks.
 
-It holds each node's transport (made on first use; a connection kept between uses for at
-most --fanout nodes, held.py), the run's launchers (srun: a check's nodes as one job step), the fan-out bound and
-the run's cancel. Whatever happens to a node comes back as that node's ProbeOutcome; a
-bug of ours comes back as a fault (the run ends incomplete, and blames no node).
+It holds each node's transport (made on first use; a connection kept between uses for
+at most --fanout nodes, held.py), the run's launchers (srun: a check's nodes as one job
+step), the fan-out bound and the run's cancel. Whatever happens to a node comes back as
+that node's ProbeOutcome; a bug of ours comes back as a fault (the run ends incomplete,
+and blames no node).
 
 It knows nothing of checks: a probe is named by a ProbeSpec (a Check is one).
 """
