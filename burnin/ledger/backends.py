@@ -311,7 +311,7 @@ class SqliteBackend(Backend):
         self.migrations = _migrations("REAL", "INTEGER PRIMARY KEY AUTOINCREMENT")
 
     @classmethod
-    def locate(cls, text: str) -> Path:
+    def locate(cls, text: str) -> Path | str:
         if not text.startswith("sqlite:///") or len(text) == len("sqlite:///"):
             raise LedgerUrlError(f"{text!r}: an SQLite ledger is a path, or "
                                  "sqlite:///absolute/path")

@@ -55,8 +55,8 @@ class LocalTransport(Transport):
         if workdir is not None:
             claims.release_later(workdir, self.node.name, self.run_id)
 
-    def run(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=False,
-            cancel=None):
+    def run(self, argv: list[str], stdin: bytes, timeout_s: float, max_stdout: int,
+            on_stderr=None, lifeline: bool = False, cancel=None) -> CommandResult:
         return run_bounded(argv, stdin, timeout_s, max_stdout, on_stderr=on_stderr,
                            lifeline=lifeline, cancel=cancel)
 

@@ -13,6 +13,7 @@ WIDGET = '''\
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from burnin.api import (Check, Figure, Judging, Measure, Node, Num, Obj, ProbeOutcome,
                         Setting, Str, Verdict, document)
@@ -29,7 +30,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     return Verdict(node.name, "widget", slow)
 
 
-def figures(record: dict) -> list[Figure]:
+def figures(record: dict[str, Any]) -> list[Figure]:
     return [Figure(SPIN.metric, (("device", d["device"]),), d["spin"], "How well it spins.")
             for d in record["data"]["devices"]]
 
