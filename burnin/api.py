@@ -4,13 +4,13 @@ A site's own check, transport, ledger backend or report writer is an entry point
 distribution it installs (docs/developer/plugins.md):
 
     [project.entry-points."burnin.checks"]
-    widget = "site_burnin.widget:CHECK"            # a Check
+    spin = "site_burnin.spin:CHECK"                # a Check
     [project.entry-points."burnin.transports"]
-    pigeon = "site_burnin.pigeon:ROW"              # a TransportRow, or a Transport class
+    courier = "site_burnin.courier:ROW"            # a TransportRow, or a Transport class
     [project.entry-points."burnin.ledger_backends"]
-    scratch = "site_burnin.scratch:ScratchBackend"  # a Backend subclass, by URL scheme
+    vault = "site_burnin.vault:VaultBackend"       # a Backend subclass, by URL scheme
     [project.entry-points."burnin.report_writers"]
-    "widgets.json" = "site_burnin.report:write"    # a function of a Published
+    "spins.csv" = "site_burnin.report:write"       # a function of a Published
 
 Every name here keeps its meaning from one release to the next; what is not here is
 burnin's inside and may change. burnin.testing holds what such an author tests with.
