@@ -75,6 +75,7 @@ def test_the_wheel_carries_probes_suites_inventories_and_data(installed):
                 assert f"burnin/{where}/{path.name}" in names, path
     assert "burnin/data/gpu_models.yaml" in names
     assert "burnin/data/pytest-run.ini" in names
+    assert "burnin/py.typed" in names  # a plugin type-checks against burnin.api
     assert not any(n.startswith(("probes/", "suites/", "tests/")) for n in names)
 
 
