@@ -75,7 +75,8 @@ def load() -> None:
             return
         _loaded = True
         try:
-            found = [f for group in GROUPS for f in discover(group)]
+            every = metadata.entry_points()  # one scan of the installed distributions
+            found = [f for group in GROUPS for f in discover(group, every)]
             refuse_duplicates(found)
             made = [(f, resolve(f)) for f in found]
             for f, obj in made:
@@ -85,11 +86,12 @@ def load() -> None:
             raise
 
 
-def discover(group: str) -> list[Found]:
-    """The entry points of `group` in every installed distribution (a distribution found
-    twice on the path counts once, as importlib.metadata lists it)."""
+def discover(group: str, every: metadata.EntryPoints | None = None) -> list[Found]:
+    """The entry points of `group` in every installed distribution (`every`: those
+    importlib.metadata listed, read once; a distribution found twice on the path counts
+    once, as it lists them)."""
     out = []
-    for ep in metadata.entry_points(group=group):
+    for ep in (every if every is not None else metadata.entry_points()).select(group=group):
         dist = ep.dist.name if ep.dist is not None else "an unnamed distribution"
         out.append(Found(group, ep.name, ep.value, dist, ep))
     return out

@@ -161,7 +161,7 @@ def test_a_refusal_is_said_again_to_every_later_call(monkeypatch):
     monkeypatch.setattr(extensions, "_loaded", False)
     monkeypatch.setattr(extensions, "_failure", None)
     entry = metadata.EntryPoint("gadget", "no_such_module_here:CHECK", extensions.CHECKS_GROUP)
-    monkeypatch.setattr(extensions, "discover", lambda group: [
+    monkeypatch.setattr(extensions, "discover", lambda group, every=None: [
         extensions.Found(group, "gadget", entry.value, "broken-dist", entry)]
         if group == extensions.CHECKS_GROUP else [])
     for _ in range(2):
