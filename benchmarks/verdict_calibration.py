@@ -145,7 +145,7 @@ def capture(runs: int, nodes: int, gpus: int, settings: dict = SETTINGS) -> dict
             "defaults": {"transport": "local", "gpus": gpus, "python": wrapper},
             "quarantine": {"ledger": str(t / "ledger.db")}, "nodes": members}))
         # made on purpose, as an operator does: a run never creates a configured ledger
-        subprocess.run([sys.executable, "-m", "burnin.cli", "ledger", "init",
+        subprocess.run([sys.executable, "-m", "burnin", "ledger", "init",
                         str(t / "ledger.db")], check=True, capture_output=True)
         for i in range(runs):
             started = time.monotonic()

@@ -112,7 +112,7 @@ DOCTORED = [
 
 def admit(report: Path, *args: str) -> subprocess.CompletedProcess:
     """`burnin admit` as the gate runs it: the real entry point, in its own process."""
-    return subprocess.run([sys.executable, "-m", "burnin.cli", "admit", str(report), *args],
+    return subprocess.run([sys.executable, "-m", "burnin", "admit", str(report), *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -239,7 +239,7 @@ def test_quarantine_cli_list_show_release(pytester):
     def cli(*args):  # in this process (tests/support/incli.py) but the first: what it says
         return burnin("quarantine", "--inventory", str(inv), *args)
     # The entry point, in its own process, once.
-    listed = subprocess.run([sys.executable, "-m", "burnin.cli", "quarantine", "--inventory",
+    listed = subprocess.run([sys.executable, "-m", "burnin", "quarantine", "--inventory",
                              str(inv), "list"], capture_output=True, text=True, timeout=60)
     assert listed.returncode == 0 and listed.stdout.startswith("n3  since ")
     assert "1 node(s) in quarantine" in listed.stdout
@@ -282,7 +282,7 @@ def test_a_node_failed_in_three_real_runs_is_a_repeat_offender_held_for_a_person
     assert "Repeat offenders, quarantined 3 times or more in 30 days (released only by a " \
            "person): <a href='#n-n3'>n3</a> (3 times)" in page
 
-    shown = subprocess.run([sys.executable, "-m", "burnin.cli", "history", "n3", "--inventory",
+    shown = subprocess.run([sys.executable, "-m", "burnin", "history", "n3", "--inventory",
                             str(inv)], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout.startswith("n3: a repeat offender: quarantined 3 times in 30 days")

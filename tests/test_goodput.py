@@ -27,7 +27,7 @@ print(json.dumps(doc))
 
 
 def burnin(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "burnin", *args], capture_output=True,
                           text=True, timeout=300)
 
 

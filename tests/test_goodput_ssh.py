@@ -71,7 +71,7 @@ def test_a_disk_ten_percent_slow_is_priced_every_run_and_healthy_hosts_always_pa
             assert props["h3"]["goodput_pays_for_itself"] == "true"  # 0.9 > 1 - 1/3
             page = (run_dir / "summary.html").read_text()
             assert "pace of a 3-node job" in page
-            again = subprocess.run([sys.executable, "-m", "burnin.cli", "rejudge",
+            again = subprocess.run([sys.executable, "-m", "burnin", "rejudge",
                                     str(run_dir), "--json"], capture_output=True, text=True,
                                    timeout=300)
             assert again.returncode == 0, again.stdout + again.stderr

@@ -53,7 +53,7 @@ def test_a_rate_limited_switch_is_one_incident_naming_it_and_the_others_pass(pyt
     assert Ledger(pytester.path / "ledger.db").quarantined() == set()
     (kept,) = Ledger(pytester.path / "ledger.db").incidents()
     assert kept.incident.component == "switch=leafB"
-    admitted = subprocess.run([sys.executable, "-m", "burnin.cli", "admit",
+    admitted = subprocess.run([sys.executable, "-m", "burnin", "admit",
                                str(reports / "latest" / "junit.xml"), "--json",
                                "--require", "allreduce_internode"],
                               capture_output=True, text=True, timeout=60)

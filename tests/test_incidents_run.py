@@ -101,7 +101,7 @@ def test_a_floor_no_node_meets_is_one_incident_and_nobody_is_quarantined_for_it(
     # no repeat-offender count grows: the history holds n6's quarantine and nothing else
     for node in ("n1", "n2", "n3", "n4", "n5"):
         assert ledger.history(node) == []
-    admitted = subprocess.run([sys.executable, "-m", "burnin.cli", "admit",
+    admitted = subprocess.run([sys.executable, "-m", "burnin", "admit",
                                str(reports / "latest" / "junit.xml"), "--json",
                                "--require", "storage"],
                               capture_output=True, text=True, timeout=60)
@@ -122,7 +122,7 @@ def test_a_floor_some_nodes_meet_blames_each_failing_node(pytester):
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "burnin", *args], capture_output=True,
                           text=True, timeout=60)
 
 

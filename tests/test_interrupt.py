@@ -30,7 +30,7 @@ LONG = {"burn": {"duration_s": 240, "n": 128, "sample_s": 1, "peer_fraction": 0}
 
 
 def admit(report: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burnin.cli", "admit", str(report), *args],
+    return subprocess.run([sys.executable, "-m", "burnin", "admit", str(report), *args],
                           capture_output=True, text=True, timeout=60)
 
 

@@ -65,7 +65,7 @@ def drop(where: str, names: tuple[str, ...]) -> None:
 
 
 def burnin(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "burnin", *args], capture_output=True,
                           text=True, timeout=120, cwd=cwd,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
 

@@ -117,7 +117,7 @@ def test_two_controllers_and_a_hand_over_tls_lose_nothing(make_hosts, tmp_path, 
                     for n in nodes:  # faults come and go; the other controller sees them too
                         flag = flags / f"fail-{n.name}"
                         flag.touch() if rng.random() < 0.4 else flag.unlink(missing_ok=True)
-                    argv = ["ip", "netns", "exec", c.netns, sys.executable, "-m", "burnin.cli",
+                    argv = ["ip", "netns", "exec", c.netns, sys.executable, "-m", "burnin",
                             "run", "--inventory", str(inv), "--nodes", names, "-k", "health",
                             "--reports", str(tmp_path / f"reports-{c.name}"),
                             "-p", "no:cacheprovider"] + (["--revalidate"] if round_ % 2 else [])
@@ -138,7 +138,7 @@ def test_two_controllers_and_a_hand_over_tls_lose_nothing(make_hosts, tmp_path, 
                     node = rng.choice(nodes).name
                     action = rng.choice(("add", "release"))
                     done = subprocess.run(
-                        [sys.executable, "-m", "burnin.cli", "quarantine", "--ledger", url,
+                        [sys.executable, "-m", "burnin", "quarantine", "--ledger", url,
                          action, node, "--reason", f"hand-{i}", "--who", "hand", "--json"],
                         env=env, capture_output=True, text=True, timeout=120)
                     assert done.returncode in (0, 1), done.stderr

@@ -36,7 +36,7 @@ def healthy(pytester) -> str:
 
 
 def burnin(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "burnin", *args], capture_output=True,
                           text=True, timeout=120)
 
 

@@ -13,7 +13,7 @@ from support.suiterun import TINY_MEMORY, junit_cases, run_suite, script, trio_i
 
 
 def burnin(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "burnin", *args], capture_output=True,
                           text=True, timeout=300)
 
 

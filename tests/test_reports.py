@@ -115,7 +115,7 @@ def test_report_renders_again_from_a_run_directory_and_compare_shows_moves(tmp_p
     (a / "summary.html").unlink()
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "burnin.cli", *args], capture_output=True,
+        return subprocess.run([sys.executable, "-m", "burnin", *args], capture_output=True,
                               text=True, timeout=60)
     res = cli("report", str(a))
     assert res.returncode == 0, res.stderr

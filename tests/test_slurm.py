@@ -84,7 +84,7 @@ def test_drain_admit_revalidate_resume_and_an_administrators_drain_stays(pyteste
     result.stdout.fnmatch_lines(["*slurm on h3: already drained by someone else*"])
 
     # A `-k health` run: the gate requires every applicable check unless told otherwise.
-    admit = subprocess.run([sys.executable, "-m", "burnin.cli", "admit", "--require", "health",
+    admit = subprocess.run([sys.executable, "-m", "burnin", "admit", "--require", "health",
                             str(reports / "latest" / "junit.xml")], capture_output=True,
                            text=True, timeout=60)
     assert admit.returncode == 1

@@ -111,7 +111,7 @@ def test_a_run_groups_its_grid_by_the_inventorys_racks(pytester):
 def test_burnin_report_without_inventory_groups_by_nothing(tmp_path):
     run, verdicts = fleet(tmp_path, nodes=4, failing=1, kinds=("storage",))
     (run / "summary.html").unlink()
-    res = subprocess.run([sys.executable, "-m", "burnin.cli", "report", str(run)],
+    res = subprocess.run([sys.executable, "-m", "burnin", "report", str(run)],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     page = Summary(run / "summary.html")
@@ -122,7 +122,7 @@ def test_burnin_report_without_inventory_groups_by_nothing(tmp_path):
 def test_the_trend_marks_what_burnin_compare_lists(tmp_path):
     run, verdicts = fleet(tmp_path, nodes=6, earlier=2, failing=2, kinds=("storage", "thermal"))
     previous = sorted(p for p in run.parent.iterdir() if p.name < run.name)[-1]
-    res = subprocess.run([sys.executable, "-m", "burnin.cli", "compare", str(previous), str(run)],
+    res = subprocess.run([sys.executable, "-m", "burnin", "compare", str(previous), str(run)],
                          capture_output=True, text=True, timeout=120)
     listed = {line.split()[0] for line in res.stdout.splitlines() if "%)" in line}
     assert listed >= set(failing(verdicts)), res.stdout  # a slow disk, a hot GPU: both moved

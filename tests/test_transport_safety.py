@@ -192,7 +192,7 @@ def test_a_second_run_skips_nodes_under_test_as_busy_and_blames_nobody(pytester,
             assert " since " in message
         assert not hook_log.exists(), hook_log.read_text()
         assert Ledger(tmp_path / "second.db").quarantined() == set()
-        admitted = subprocess.run([sys.executable, "-m", "burnin.cli", "admit",
+        admitted = subprocess.run([sys.executable, "-m", "burnin", "admit",
                                    str(second / "latest" / "junit.xml")],
                                   capture_output=True, text=True, timeout=60)
         assert admitted.returncode == 1 and "health: skipped: busy: under test by run" in \

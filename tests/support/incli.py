@@ -1,5 +1,5 @@
 """`burnin ...` run in the test's own process: what the command prints and returns, without
-the fresh interpreter (about 0.25 s of CPU) a `python -m burnin.cli` subprocess costs.
+the fresh interpreter (about 0.25 s of CPU) a `python -m burnin` subprocess costs.
 
 For a test whose claim is the command's verdict (its exit status, its output), not its entry
 point: where the entry point or the process boundary is the claim, the test runs the real
@@ -16,7 +16,7 @@ from burnin import cli
 
 def burnin(*argv: str) -> subprocess.CompletedProcess:
     """burnin.cli.main(argv) with its stdout and stderr captured, as
-    subprocess.run([... "-m", "burnin.cli", *argv], capture_output=True, text=True) gives
+    subprocess.run([... "-m", "burnin", *argv], capture_output=True, text=True) gives
     them. An exception raised out of main is not caught: where a process would print a
     traceback, the test fails with it."""
     out, err = io.StringIO(), io.StringIO()
