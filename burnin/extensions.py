@@ -86,10 +86,10 @@ def load() -> None:
             raise
 
 
-def discover(group: str, every: metadata.EntryPoints | None = None) -> list[Found]:
+def discover(group: str, every: Any = None) -> list[Found]:
     """The entry points of `group` in every installed distribution (`every`: those
-    importlib.metadata listed, read once; a distribution found twice on the path counts
-    once, as it lists them)."""
+    importlib.metadata listed, read once: EntryPoints, or Python 3.10's SelectableGroups;
+    a distribution found twice on the path counts once, as it lists them)."""
     out = []
     for ep in (every if every is not None else metadata.entry_points()).select(group=group):
         dist = ep.dist.name if ep.dist is not None else "an unnamed distribution"
