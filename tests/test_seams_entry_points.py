@@ -56,6 +56,7 @@ def test_each_seam_works_through_every_command(site, tmp_path):
                     pigeon: {{loft: {loft}}}}}
         nodes:
           - name: w[1-2]
+        checks: {{widget: {{min_spin: 0.5}}}}
         quarantine: {{ledger: "scratch://fleet", release_after: 1}}
         """))
     env = {"WIDGET_SPINS": str(spins), "SCRATCH_ROOT": str(scratch)}
