@@ -6,7 +6,9 @@ A new check is one probe (probes/<name>.py), one module here defining `CHECK`, o
 file (suites/test_<name>.py) and one row in burnin/checks/__init__.py; plus, if it wants
 one, its part of a node's section on summary.html (Check.page, a function in
 burnin/report/summary/checks.py or anywhere else, named by reference so that nothing here
-imports the page). tests/test_new_check.py counts these places.
+imports the page). tests/test_new_check.py counts these places. A check from outside the
+repository is an installed distribution's entry point instead, its probe named by
+Check.probe_path (burnin/extensions.py; docs/developer/plugins.md).
 """
 
 from __future__ import annotations

@@ -142,7 +142,8 @@ TABLES = ("quarantine", "history", "runs", "incidents", "ledger_schema")
 
 class Backend:
     """One engine: connections, transactions, the schema's version, and whether a ledger
-    is there at all. A new engine is a subclass and a row of BACKENDS (below)."""
+    is there at all. A new engine is a subclass and a row of BACKENDS (below), or, from
+    outside the repository, an installed distribution's entry point (burnin/extensions.py)."""
 
     where: str  # what messages call this ledger (never a secret: url.shown)
     example = ""  # a location of this engine, as messages show what is accepted

@@ -6,7 +6,8 @@ unexpected shape, a full disk) is named in the returned problems, its fallback i
 and the others are still made; nothing here can stop a run or its junit.xml. A new
 report is a function of a Published and a ReportWriter appended to WRITERS: the plugin's
 end of a run and `burnin report RUN_DIR` both publish through this list
-(tests/test_new_report.py adds one in a test).
+(tests/test_new_report.py adds one in a test); one from outside the repository is an
+installed distribution's entry point, appended after these (burnin/extensions.py).
 """
 
 from __future__ import annotations

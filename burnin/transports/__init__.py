@@ -2,7 +2,8 @@
 and one row per transport in TABLE: its class, imported only when an inventory uses it,
 and the record of its own inventory settings (`ssh:` under defaults or a node), from which
 the inventory derives the keys it accepts, their kinds and defaults. A new transport is
-its file and its row (tests/test_new_transport.py adds one in a test).
+its file and its row (tests/test_new_transport.py adds one in a test); one from outside
+the repository, an installed distribution's entry point (burnin/extensions.py).
 
 A transport returns what happened (exit code, bounded output, timeout); it raises
 NodeUnreachable only when the node cannot be reached at all.
