@@ -1,33 +1,71 @@
-"""What pytest keeps of a failed check's report (burnin/plugin/kept_reports.py): a failure
+"""What pytest keeps of each test's reports (burnin/plugin/kept_reports.py): a failure
 without a traceback (a verdict's messages: pytest.fail(pytrace=False)) keeps its text
 alone once every plugin has seen it, pytest's --junitxml and FAILURES section still
-saying it; a failure with a traceback keeps it whole."""
+saying it; a failure with a traceback keeps it whole; a passed setup or teardown with
+nothing captured leaves the statistics, one with captured output stays and is shown."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+import pytest
+
 MESSAGE = "gpu3: 412.0 TFLOPS below the floor of 600.0 TFLOPS"
 
 
-def test_a_verdicts_failure_keeps_its_text_and_a_bugs_its_traceback(pytester):
+@pytest.fixture()
+def tests_file(pytester):
     pytester.makepyfile(f"""
         import pytest
+
+        @pytest.fixture()
+        def talks():
+            yield
+            print("said in teardown")
 
         def test_verdict():
             pytest.fail({MESSAGE!r}, pytrace=False)
 
         def test_bug():
             raise ValueError("a bug of ours")
+
+        def test_passes(talks):
+            pass
+
+        def test_quiet():
+            pass
     """)
+    return pytester
+
+
+def test_a_verdicts_failure_keeps_its_text_and_a_bugs_its_traceback(tests_file):
+    pytester = tests_file
     result = pytester.inline_run("--junitxml=junit.xml", "-p", "no:cacheprovider")
     reports = {r.nodeid.rsplit("::", 1)[1]: r for r in result.getreports()
                if r.when == "call"}
     assert reports["test_verdict"].longrepr == MESSAGE
+    assert all(not r.keywords for r in reports.values()), "a call's keywords are let go"
     assert not isinstance(reports["test_bug"].longrepr, str)
     assert "ValueError" in reports["test_bug"].longreprtext
     junit = ET.parse(pytester.path / "junit.xml").getroot()
     said = {c.get("name"): c.find("failure") for c in junit.iter("testcase")}
     assert MESSAGE in (said["test_verdict"].get("message") or "")
     shown = pytester.runpytest("-p", "no:cacheprovider")
-    shown.stdout.fnmatch_lines([f"*{MESSAGE}*"])
+    shown.stdout.fnmatch_lines([f"*{MESSAGE}*", "*2 failed, 2 passed*"])
+
+
+def test_passed_setups_and_teardowns_leave_the_statistics_unless_they_said_something(
+        tests_file):
+    pytester = tests_file
+    kept: dict = {}
+
+    class Look:
+        @pytest.hookimpl(trylast=True)
+        def pytest_sessionfinish(self, session):
+            terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+            kept.update({k: list(v) for k, v in terminal.stats.items()})
+    pytester.inline_run("-p", "no:cacheprovider", plugins=[Look()])
+    unlisted = [(r.nodeid.rsplit("::", 1)[1], r.when) for r in kept.get("", [])]
+    assert unlisted == [("test_passes", "teardown")], unlisted
+    shown = pytester.runpytest("-p", "no:cacheprovider", "-rP")
+    shown.stdout.fnmatch_lines(["*said in teardown*", "*2 failed, 2 passed*"])

@@ -359,7 +359,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except BurninError as e:  # said where burnin runs (below), as the inventory's errors are
         state.plugin_error = str(e)
     config.pluginmanager.register(state, "burnin-state")
-    config.pluginmanager.register(KeptReports(), "burnin-kept-reports")
+    config.pluginmanager.register(KeptReports(config), "burnin-kept-reports")
     # Before xdist's workers start, which inherit it; said only where burnin runs.
     config.stash[TOO_FEW_FILES] = raise_to_hard(config.getoption("fanout"))
     # Asked for burnin explicitly: validate now, on the controller, before xdist workers
