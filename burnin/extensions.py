@@ -20,6 +20,8 @@ the plugin, the CLI and burnin.api import it.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -29,6 +31,7 @@ from typing import Any
 
 from burnin import checks as check_table
 from burnin.checks import CHECKS, Check
+from burnin.core.rootfiles import refusal, running_as_root, untrusted
 from burnin.core.shipped_files import shipped
 from burnin.errors import PluginError
 from burnin.ledger.backends import BACKENDS, Backend
@@ -42,6 +45,7 @@ LEDGER_GROUP = "burnin.ledger_backends"
 REPORTS_GROUP = "burnin.report_writers"
 GROUPS = (CHECKS_GROUP, TRANSPORTS_GROUP, LEDGER_GROUP, REPORTS_GROUP)
 BUILT_IN = "burnin (built in)"
+MAX_CODE_FILES = 5000  # a plugin's files root checks before importing it
 
 # {group: {name: the distribution that brought it}}: what load() (or register()) added.
 ORIGINS: dict[str, dict[str, str]] = {g: {} for g in GROUPS}
@@ -126,12 +130,45 @@ def refuse_duplicates(found: list[Found]) -> None:
 
 
 def resolve(f: Found) -> Any:
-    """The object `f` names, imported; PluginError naming it when it does not import."""
+    """The object `f` names, imported; PluginError naming it when it does not import, or,
+    as root, when its code is not root's alone (core/rootfiles.py)."""
+    problem = untrusted_code(f) if running_as_root() else ""
+    if problem:
+        raise PluginError(f"{f.group} {f.name!r} of {f.dist}: {problem}")
     try:
         return f.entry.load() if f.entry is not None else None
     except Exception as e:  # a distribution's own code: any error is its author's
         raise PluginError(f"{f.group} {f.name!r} of {f.dist}: {f.target} does not import: "
                           f"{type(e).__name__}: {e}") from None
+
+
+def untrusted_code(f: Found) -> str:
+    """Why root may not import `f`'s code, or '': every module and .pth file of its
+    distribution, and every file of the top-level package its target names (an editable
+    install's code lies outside the distribution's own list), must be root's alone. Read,
+    never run: a top-level package is located without importing it."""
+    paths: list[str] = []
+    dist = f.entry.dist if f.entry is not None else None
+    for p in (dist.files or []) if dist is not None else []:
+        if p.suffix in (".py", ".pth", ".so") or p.name == "entry_points.txt":
+            paths.append(str(p.locate()))
+    top = f.target.split(":")[0].split(".")[0]
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None  # said by resolve() when it imports
+    if spec is not None and spec.origin and spec.origin not in ("built-in", "frozen"):
+        paths.append(spec.origin)
+    for where in (spec.submodule_search_locations or []) if spec is not None else []:
+        for dirpath, _, names in os.walk(where):
+            paths += [os.path.join(dirpath, n) for n in names if n.endswith((".py", ".so"))]
+    for path in paths[:MAX_CODE_FILES]:
+        problem = untrusted(path)
+        if problem:
+            return refusal("the code of", path, problem)
+    if len(paths) > MAX_CODE_FILES:
+        return f"its code is more than {MAX_CODE_FILES} files, more than root checks"
+    return ""
 
 
 def register(group: str, name: str, obj: Any, dist: str = "this process") -> None:

@@ -150,3 +150,29 @@ def test_a_plugin_that_does_not_import_is_named(tmp_path):
     runs = refused(tmp_path, broken)
     assert "burnin.checks 'gadget' of broken-checks: broken_checks:CHECK does not import: " \
         "ModuleNotFoundError: No module named 'no_such_module'" in runs["run"].stderr
+
+
+def test_as_root_a_plugin_whose_code_others_can_change_is_refused_unread(tmp_path):
+    """burnin runs as root (node-check under slurmd, a prolog): it imports a plugin only
+    when every file of its code is root's alone, as it runs only root's commands; what
+    another user could change is refused before a line of it runs."""
+    assert os.geteuid() == 0, "this test runs as root (CI does)"
+    marker = tmp_path / "ran"
+    lib = tmp_path / "lib"
+    write_installed(lib, "loose-checks",
+                    {"loose_checks/__init__.py": "",
+                     "loose_checks/gadget.py": f"open({str(marker)!r}, 'w').close()\n"},
+                    {"burnin.checks": {"gadget": "loose_checks.gadget:CHECK"}})
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\ndefaults: {transport: local, gpus: 0}\nnodes: [{name: n1}]\n")
+    loose = lib / "loose_checks" / "gadget.py"
+    loose.chmod(0o666)
+    done = command([BURNIN, "inventory", "check", str(inv)], tmp_path, lib)
+    assert done.returncode == 2, done.stderr
+    assert f"burnin.checks 'gadget' of loose-checks: refusing the code of {loose} as root: " \
+        in done.stderr, done.stderr
+    assert "writable by group or others" in done.stderr and "Traceback" not in done.stderr
+    assert not marker.exists(), "root ran the code it refused"
+    loose.chmod(0o644)  # root's alone: imported (and then refused as no check, not unread)
+    done = command([BURNIN, "inventory", "check", str(inv)], tmp_path, lib)
+    assert marker.exists() and "refusing the code" not in done.stderr, done.stderr
