@@ -26,7 +26,6 @@ from burnin.model import environment
 from burnin.model.gpu_reference import FLAG_FIELDS, GPU_MODELS, NUMERIC_FIELDS, model_from
 from burnin.model.node_check import NODE_CHECK_KEYS, NODE_CHECKS
 from burnin.model.nodes import (
-    TOPOLOGY_LABELS,
     GoodputSettings,
     Inventory,
     Node,
@@ -35,6 +34,7 @@ from burnin.model.nodes import (
     SharedCauseSettings,
     StorageSettings,
 )
+from burnin.model.settings import kinds_of, section
 from burnin.transports import TABLE
 
 QUARANTINE_ACTIONS = ("slurm", "command")
@@ -92,7 +92,7 @@ KINDS = {
                    "a non-empty list of: " + ", ".join(CHECKS)),
 }
 
-STORAGE_KEYS = {"path": "str", "mount": "str"}
+STORAGE_KEYS = kinds_of(StorageSettings)
 EXPECT_KEYS = {"driver": "str", "vbios": "str", "cuda": "str"}
 
 
@@ -126,16 +126,11 @@ def node_keys() -> dict[str, str]:
             **default_keys()}
 
 
-QUARANTINE_KEYS = {"ledger": "ledger", "ledger_insecure": "bool", "actions": "actions",
-                   "release_after": "release_after",
-                   "command": "str_list", "repeat_times": "release_after",
-                   "repeat_days": "positive", "keep_runs_days": "positive",
-                   "shared_cause": "mapping", "incident_command": "str_list"}
-SHARED_CAUSE_KEYS = {"fraction": "fraction", "min_nodes": "release_after", "labels": "str_list"}
+# Each section's keys, kinds and defaults are its dataclass's (burnin/model/nodes.py).
+QUARANTINE_KEYS = kinds_of(QuarantineSettings)
+SHARED_CAUSE_KEYS = kinds_of(SharedCauseSettings)
 ADMISSION_KEYS = {"require": "check_list"}
-GOODPUT_KEYS = {"job_nodes": "job_nodes", "restart_minutes": "nonnegative",
-                "checkpoint_minutes": "nonnegative", "speed_drop_per_week": "fraction",
-                "min_voters": "release_after"}
+GOODPUT_KEYS = kinds_of(GoodputSettings)
 MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS},
               **{k: "bool" for k in FLAG_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
@@ -266,14 +261,12 @@ def load_inventory(path: str | Path) -> Inventory:
         require = c.keys(top["admission"], ADMISSION_KEYS, "admission").get("require")
     goodput = GoodputSettings()
     if "goodput" in top and c.mapping(top["goodput"], "goodput", doc.key_lines["goodput"]):
-        goodput = GoodputSettings(**c.keys(top["goodput"], GOODPUT_KEYS, "goodput"))
+        goodput = section(GoodputSettings, c.keys(top["goodput"], GOODPUT_KEYS, "goodput"))
     node_check = NodeCheckSettings()
     if "node_check" in top and c.mapping(top["node_check"], "node_check",
                                          doc.key_lines["node_check"]):
-        values = c.keys(top["node_check"], NODE_CHECK_KEYS, "node_check")
-        if "skip" in values:
-            values["skip"] = tuple(values["skip"])
-        node_check = NodeCheckSettings(**values)
+        node_check = section(NodeCheckSettings,
+                             c.keys(top["node_check"], NODE_CHECK_KEYS, "node_check"))
     remediation = _remediation(c, doc, top)
     rolling = _rolling(c, doc, top)
     if c.errors:
@@ -432,14 +425,8 @@ def _quarantine(c: _Checker, doc: Mapping, top: dict) -> QuarantineSettings:
         problem = transport_problem(parse_location(q["ledger"]))
         if problem:
             c.error(top["quarantine"].key_lines["ledger"], "quarantine.ledger", problem)
-    return QuarantineSettings(
-        ledger=q.get("ledger"), ledger_insecure=q.get("ledger_insecure", False),
-        actions=tuple(q.get("actions", ())),
-        release_after=q.get("release_after", 2), command=tuple(q.get("command", ())),
-        repeat_times=q.get("repeat_times", 3), repeat_days=q.get("repeat_days", 30.0),
-        keep_runs_days=q.get("keep_runs_days", 180.0),
-        shared_cause=_shared_cause(c, top["quarantine"]),
-        incident_command=tuple(q.get("incident_command", ())))
+    return section(QuarantineSettings,
+                   {**q, "shared_cause": _shared_cause(c, top["quarantine"])})
 
 
 def _shared_cause(c: _Checker, quarantine: Mapping) -> SharedCauseSettings:
@@ -448,9 +435,7 @@ def _shared_cause(c: _Checker, quarantine: Mapping) -> SharedCauseSettings:
             quarantine.key_lines["shared_cause"]):
         return SharedCauseSettings()
     s = c.keys(quarantine["shared_cause"], SHARED_CAUSE_KEYS, "quarantine.shared_cause")
-    labels = s.get("labels")
-    return SharedCauseSettings(fraction=s.get("fraction", 0.2), min_nodes=s.get("min_nodes", 3),
-                               labels=TOPOLOGY_LABELS if labels is None else tuple(labels))
+    return section(SharedCauseSettings, s)
 
 
 def select_nodes(inventory: Inventory, hostlist: str | None) -> list[Node]:

@@ -12,6 +12,7 @@ from typing import Any
 from burnin.model.gpu_reference import GpuModel
 from burnin.model.remediation import RemediationSettings
 from burnin.model.rolling import RollingSettings
+from burnin.model.settings import setting
 
 # The staging directory on a node: under the login user's home, never a shared /tmp
 # path that another local user could create first (see transports).
@@ -20,8 +21,8 @@ DEFAULT_WORKDIR = "~/.cache/burnin"
 
 @dataclass(frozen=True)
 class StorageSettings:
-    path: str = "/tmp"  # set it to the file system the GPUs read from
-    mount: str | None = None  # when set, `path` must be on this mount point
+    path: str = setting("str", "/tmp")  # set it to the file system the GPUs read from
+    mount: str | None = setting("str", None)  # when set, `path` must be on this mount point
 
 
 @dataclass(frozen=True)
@@ -79,56 +80,63 @@ class SharedCauseSettings:
     """`quarantine.shared_cause`: when failures of one check are one incident, not N
     faulty nodes (burnin/gate/incidents.py says why these defaults)."""
 
-    fraction: float = 0.2   # more than this share of the nodes judged for the check ...
-    min_nodes: int = 3      # ... and at least this many
-    labels: tuple[str, ...] = TOPOLOGY_LABELS  # the labels declared as topology
+    fraction: float = setting("fraction", 0.2)  # more than this share of the nodes judged
+    min_nodes: int = setting("release_after", 3)  # ... and at least this many
+    labels: tuple[str, ...] = setting("str_list", TOPOLOGY_LABELS)  # declared as topology
 
 
 @dataclass(frozen=True)
 class QuarantineSettings:
-    ledger: str | None = None
-    actions: tuple[str, ...] = ()
-    release_after: int = 2
-    command: tuple[str, ...] = ()
+    ledger: str | None = setting("ledger", None)
+    actions: tuple[str, ...] = setting("actions", ())
+    release_after: int = setting("release_after", 2)
+    command: tuple[str, ...] = setting("str_list", ())
     # A node quarantined repeat_times times within repeat_days is a repeat offender:
     # clean re-validation runs do not release it; a person does.
-    repeat_times: int = 3
-    repeat_days: float = 30.0
+    repeat_times: int = setting("release_after", 3)
+    repeat_days: float = setting("positive", 30.0)
     # Every run's verdict per node is kept this long (burnin history, failures per
     # node-day, the speed trend), then let go.
-    keep_runs_days: float = 180.0
+    keep_runs_days: float = setting("positive", 180.0)
     # A PostgreSQL ledger over TCP without sslmode=verify-full/verify-ca is refused
     # unless this says the operator accepts an unverified connection (burnin/ledger/url.py).
-    ledger_insecure: bool = False
-    shared_cause: SharedCauseSettings = field(default_factory=SharedCauseSettings)
+    ledger_insecure: bool = setting("bool", False)
+    shared_cause: SharedCauseSettings = setting("mapping", factory=SharedCauseSettings)
     # argv run once per shared-cause incident, to page a person (never per node)
-    incident_command: tuple[str, ...] = ()
+    incident_command: tuple[str, ...] = setting("str_list", ())
 
 
 @dataclass(frozen=True)
 class GoodputSettings:
     """What a node's speed and failures cost a synchronous job (burnin/figures/goodput.py)."""
 
-    job_nodes: int | None = None     # nodes in a job; None: the run's node count
-    restart_minutes: float = 10.0    # a failed job's restart: rescheduling, loading
-    checkpoint_minutes: float = 60.0  # checkpoint interval: a failure loses half of one
-    speed_drop_per_week: float = 0.01  # a steady fall this fast is warned of
-    min_voters: int = 5              # nodes of a model a relative speed needs (goodput.py)
+    job_nodes: int | None = setting("job_nodes", None)  # None: the run's node count
+    # a failed job's restart: rescheduling, loading
+    restart_minutes: float = setting("nonnegative", 10.0)
+    # checkpoint interval: a failure loses half of one
+    checkpoint_minutes: float = setting("nonnegative", 60.0)
+    speed_drop_per_week: float = setting("fraction", 0.01)  # a steady fall warned of
+    min_voters: int = setting("release_after", 5)  # nodes a relative speed needs
 
 
 @dataclass(frozen=True)
 class NodeCheckSettings:
     """`node_check:`: how `burnin node-check` runs on the nodes (docs/operator/node-check.md)."""
 
-    budget_s: float = 5.0       # every check within this; slurmd kills a health check at 60 s
-    scontrol: str = "scontrol"  # a name on PATH (or /usr/bin, /bin) or a path
-    min_free_gib: float = 1.0   # the root and workdir file systems keep this much free
-    dcgm: str = "auto"          # auto: `dcgmi health -c` where dcgmi is installed; off
-    skip: tuple[str, ...] = ()  # node-check's checks not to run (nodecheck.model.NODE_CHECKS)
+    # every check within this; slurmd kills a health check at 60 s
+    budget_s: float = setting("budget", 5.0)
+    scontrol: str = setting("str", "scontrol")  # a name on PATH (or /usr/bin, /bin) or a path
+    # the root and workdir file systems keep this much free
+    min_free_gib: float = setting("nonnegative", 1.0)
+    # auto: `dcgmi health -c` where dcgmi is installed; off
+    dcgm: str = setting("dcgm_mode", "auto")
+    # node-check's checks not to run (burnin/model/node_check.py: NODE_CHECKS)
+    skip: tuple[str, ...] = setting("node_check_list", ())
     # node-check's cursor, held events and last clean figures: a directory of its own that
     # only its user (root) can write, created 0700 (burnin/nodecheck/state.py).
-    state_dir: str = "/var/lib/burnin/node-check"
-    textfile: str | None = None  # node_exporter's textfile directory: burnin_node_check_up
+    state_dir: str = setting("abspath", "/var/lib/burnin/node-check")
+    # node_exporter's textfile directory: burnin_node_check_up
+    textfile: str | None = setting("abspath", None)
 
 
 @dataclass(frozen=True)

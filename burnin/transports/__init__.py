@@ -20,17 +20,12 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from burnin.model.nodes import Node
-
-
-def setting(kind: str, default: Any, shown: bool = False) -> Any:
-    """A transport setting: its inventory kind (burnin/inventory/schema.py: KINDS), its
-    default, and whether `burnin inventory --json` shows it."""
-    return field(default=default, metadata={"kind": kind, "shown": shown})
+from burnin.model.settings import setting  # noqa: F401  (a transport's settings use it)
 
 
 @dataclass(frozen=True)
