@@ -59,11 +59,11 @@ def _instant(self, argv, stdin, timeout_s, max_stdout, on_stderr=None, lifeline=
              cancel=None):
     probe = os.path.basename(argv[-1]).removesuffix(".py")
     out = answer(probe, max_stdout)
-    if probe in ("allreduce", "train") and b'"group"' in stdin:
+    if probe in ("allreduce", "collectives", "train") and b'"group"' in stdin:
         group = json.loads(stdin)["group"]
         if os.environ.get("BURNIN_INSTANT_MEET"):
             meet(group)
-        out = as_member(out, group) if probe == "allreduce" else as_train_member(out, group)
+        out = as_train_member(out, group) if probe == "train" else as_member(out, group)
     return CommandResult(0, out, b"", 0.0)
 
 
