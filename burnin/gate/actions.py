@@ -7,8 +7,9 @@ from __future__ import annotations
 import re
 import subprocess
 
+from burnin.model.drain import NODE_CHECK_PREFIX, REASON_PREFIX
 from burnin.model.outcome import ActionResult  # noqa: F401  (callers read it here)
-from burnin.transports.slurmctl import NODE_CHECK_PREFIX, REASON_PREFIX, SlurmNode, show_nodes
+from burnin.transports.slurmctl import SlurmNode, show_nodes
 
 # Slurm keeps longer reasons, but sinfo's columns and people's terminals do not.
 REASON_MAX = 200

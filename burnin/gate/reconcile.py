@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from burnin.gate import actions
 from burnin.ledger.api import Entry, Ledger, LedgerError
+from burnin.model.drain import NODE_CHECK_PREFIX, REASON_PREFIX
 from burnin.model.nodes import Inventory
 from burnin.model.outcome import ActionResult
-from burnin.transports.slurmctl import NODE_CHECK_PREFIX, REASON_PREFIX, SlurmNode, read_nodes
+from burnin.transports.slurmctl import SlurmNode, read_nodes
 
 # What reconcile makes of a held node's Slurm state (decide):
 DRAIN = "drain"          # in service (or only down): drain it with its ledger reason

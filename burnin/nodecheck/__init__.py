@@ -12,7 +12,7 @@ psycopg), and pynvml only on a node the inventory gives GPUs.
 Layer 10, beside the report: may import every layer below it (the inventory, the checks'
 rules, the gate's Slurm actions, the ledger); nothing of burnin imports it but the CLI.
 Its settings' names live below the inventory, in burnin/model/node_check.py, and its drain
-prefix in burnin/transports/slurmctl.py (NODE_CHECK_PREFIX), where the run reads them.
+prefix in burnin/model/drain.py (NODE_CHECK_PREFIX), where the run reads it too.
 """
 
 from __future__ import annotations

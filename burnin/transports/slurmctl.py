@@ -11,17 +11,10 @@ from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet
 
+from burnin.model.drain import NODE_CHECK_PREFIX, REASON_PREFIX  # noqa: F401  (the allocation's)
 from burnin.transports import BUSY as BUSY_REASON
 
 TIMEOUT_S = 60
-# How burnin's own drains start (burnin/gate/actions.py writes them, the allocation
-# recognises them): burnin recognises its own drains by it: never change it.
-REASON_PREFIX = "burnin:"
-# `burnin node-check` (on the node, as Slurm's HealthCheckProgram) drains with this, and
-# lifts only drains whose reason starts with it. The run never resumes such a drain, and
-# a node the ledger holds gets the ledger's reason in its place (burnin/gate/actions.py),
-# so that node-check cannot lift it: a run's reason never starts with this.
-NODE_CHECK_PREFIX = "burnin: node-check:"
 # Base states and flags under which Slurm gives a node to nobody (scontrol's State=).
 REFUSING = ("DOWN", "DRAIN", "FAIL", "FUTURE", "NOT_RESPONDING", "POWERED_DOWN",
             "POWERING_DOWN", "POWERING_UP", "POWER_DOWN", "REBOOT_ISSUED", "REBOOT_REQUESTED",

@@ -15,8 +15,9 @@ from ClusterShell.NodeSet import NodeSet
 from burnin.cli import main
 from burnin.gate import actions, reconcile
 from burnin.ledger.api import Ledger
+from burnin.model.drain import NODE_CHECK_PREFIX
 from burnin.model.nodes import Inventory, Node, QuarantineSettings
-from burnin.transports.slurmctl import NODE_CHECK_PREFIX, SlurmNode
+from burnin.transports.slurmctl import SlurmNode
 
 NC = f"{NODE_CHECK_PREFIX} storage: storage.mount /mnt is not mounted"
 
