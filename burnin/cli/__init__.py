@@ -261,6 +261,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="burnin")
     p.add_argument("--version", action="version", version=f"burnin {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
+    _add_admission(sub)
+    cli_quarantine.add_parser(sub, cli_ledger.history)
+    cli_ledger.add_parser(sub)
+    cli_incident.add_parser(sub)
+    cli_remediate.add_parser(sub)
+    _add_node_check(sub)
+    _add_run_records(sub)
+    usage.apply(p)  # every command's --help: what it does, its exit codes, an example
+    return p
+
+
+def _add_admission(sub) -> None:
+    """run (listed for --help), inventory check, admit."""
     # Parsed by pytest, not here (see main): listed for --help.
     sub.add_parser("run", help="run the acceptance suites: burnin run [--inventory FILE] "
                                "[pytest args] (see burnin run --help); with --rolling, "
@@ -290,58 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where to write the admitted nodes (default: beside the report)")
     admit.set_defaults(func=_admit)
 
-    q = sub.add_parser("quarantine", help="the quarantine ledger")
-    where = argparse.ArgumentParser(add_help=False)
-    for parser, default in ((q, None), (where, argparse.SUPPRESS)):
-        # Accepted before and after the action: `quarantine --inventory X list` and
-        # `quarantine list --inventory X` (SUPPRESS: after, it does not reset before).
-        parser.add_argument("--ledger", default=default,
-                            help="ledger: a file, sqlite:///path or postgresql://user@host/db "
-                                 "(default: the inventory's, or reports/quarantine.db)")
-        parser.add_argument("--inventory", default=default,
-                            help="take the ledger path (and for add, the actions) from it")
-    where.add_argument("--json", action="store_true", help="machine-readable output")
-    q_sub = q.add_subparsers(dest="action", required=True)
-    q_sub.add_parser("list", parents=[where], help="nodes in quarantine")
-    show = q_sub.add_parser("show", parents=[where], help="nodes' entries and history")
-    show.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
-    add = q_sub.add_parser("add", parents=[where],
-                           help="quarantine nodes by hand (released only by hand); with "
-                                "--inventory, its quarantine.actions too (Slurm drain)")
-    release = q_sub.add_parser("release", parents=[where],
-                               help="take nodes out of quarantine by hand")
-    release.add_argument("nodes", metavar="NODES", help="a node or a hostlist: gpu[001-004]")
-    add.add_argument("nodes", metavar="NODES", nargs="?",
-                     help="a node or a hostlist: gpu[001-004] (with --run: of the incident's)")
-    add.add_argument("--run", help="with --check: the nodes of that run's shared-cause "
-                                   "incident of that check (a person judged them node faults)")
-    add.add_argument("--check", help="the incident's check (with --run)")
-    reconcile = q_sub.add_parser(
-        "reconcile", parents=[where],
-        help="drain in Slurm every node of --inventory the ledger holds that Slurm has in "
-             "service, with its ledger reason (an administrator's drain stays); for a "
-             "timer: exit 0 done or nothing to do, 1 some could not be drained, 2 bad input")
-    for a in (add, release):
-        a.add_argument("--reason", required=True)
-    for a in (add, release, reconcile):
-        a.add_argument("--who", help="who does it (default: the current user)")
-    q.set_defaults(func=cli_quarantine.run)
-    history = sub.add_parser("history", parents=[where],
-                             help="nodes over time: quarantined, failed again, clean, released, "
-                                  "every run's verdict and speed; and whether each is a "
-                                  "repeat offender")
-    history.add_argument("nodes", metavar="NODES", nargs="?",
-                         help="a node or a hostlist (with --watch: optional)")
-    history.add_argument("--watch", action="store_true",
-                         help="the replace-soon list: nodes whose wear counters or speed "
-                              "reach their limit soon, with reason and projected date; exit "
-                              "1 when some node is on it (docs/operator/replace-soon.md)")
-    # not ledger/inventory: set_defaults would change the actions `where` shares with
-    # every quarantine action (argparse's parents share them), and their SUPPRESS
-    history.set_defaults(func=cli_ledger.history, action="show")
-    cli_ledger.add_parser(sub)
-    cli_incident.add_parser(sub)
-    cli_remediate.add_parser(sub)
+
+def _add_node_check(sub) -> None:
     node_check = sub.add_parser(
         "node-check", help="on a node, between runs: the fast checks (NVML, XIDs since the "
                            "last check, fabric ports, storage mount, host, DCGM health) as "
@@ -351,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     nodecheck_run.add_arguments(node_check)
     node_check.set_defaults(func=nodecheck_run.main)
 
+
+def _add_run_records(sub) -> None:
+    """A run's records again: report, compare, rejudge."""
     report = sub.add_parser("report", help="render summary.html and metrics.prom again from "
                                            "a run directory (junit.xml, results.jsonl)")
     report.add_argument("dir")
@@ -371,8 +337,6 @@ def build_parser() -> argparse.ArgumentParser:
                                              "of the copy the run kept")
     rejudge.add_argument("--json", action="store_true", help="machine-readable output")
     rejudge.set_defaults(func=_rejudge)
-    usage.apply(p)  # every command's --help: what it does, its exit codes, an example
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ to be done or every held node in service was drained, 1 when some could not be d
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import json
 import sys
@@ -26,6 +27,60 @@ from burnin.inventory.schema import InventoryError, load_inventory
 from burnin.ledger.api import Entry, Ledger, LedgerError
 from burnin.ledger.open import open_configured
 from burnin.model.nodes import QuarantineSettings
+
+
+def add_parser(sub, history_command) -> None:
+    """`quarantine` and `history` (which shares its --ledger/--inventory/--json; its
+    command is burnin/cli/ledger.py's, which imports this module)."""
+    q = sub.add_parser("quarantine", help="the quarantine ledger")
+    where = argparse.ArgumentParser(add_help=False)
+    for parser, default in ((q, None), (where, argparse.SUPPRESS)):
+        # Accepted before and after the action: `quarantine --inventory X list` and
+        # `quarantine list --inventory X` (SUPPRESS: after, it does not reset before).
+        parser.add_argument("--ledger", default=default,
+                            help="ledger: a file, sqlite:///path or postgresql://user@host/db "
+                                 "(default: the inventory's, or reports/quarantine.db)")
+        parser.add_argument("--inventory", default=default,
+                            help="take the ledger path (and for add, the actions) from it")
+    where.add_argument("--json", action="store_true", help="machine-readable output")
+    q_sub = q.add_subparsers(dest="action", required=True)
+    q_sub.add_parser("list", parents=[where], help="nodes in quarantine")
+    show = q_sub.add_parser("show", parents=[where], help="nodes' entries and history")
+    show.add_argument("nodes", metavar="NODES", help="a node or a hostlist")
+    add = q_sub.add_parser("add", parents=[where],
+                           help="quarantine nodes by hand (released only by hand); with "
+                                "--inventory, its quarantine.actions too (Slurm drain)")
+    release = q_sub.add_parser("release", parents=[where],
+                               help="take nodes out of quarantine by hand")
+    release.add_argument("nodes", metavar="NODES", help="a node or a hostlist: gpu[001-004]")
+    add.add_argument("nodes", metavar="NODES", nargs="?",
+                     help="a node or a hostlist: gpu[001-004] (with --run: of the incident's)")
+    add.add_argument("--run", help="with --check: the nodes of that run's shared-cause "
+                                   "incident of that check (a person judged them node faults)")
+    add.add_argument("--check", help="the incident's check (with --run)")
+    reconcile = q_sub.add_parser(
+        "reconcile", parents=[where],
+        help="drain in Slurm every node of --inventory the ledger holds that Slurm has in "
+             "service, with its ledger reason (an administrator's drain stays); for a "
+             "timer: exit 0 done or nothing to do, 1 some could not be drained, 2 bad input")
+    for a in (add, release):
+        a.add_argument("--reason", required=True)
+    for a in (add, release, reconcile):
+        a.add_argument("--who", help="who does it (default: the current user)")
+    q.set_defaults(func=run)
+    history = sub.add_parser("history", parents=[where],
+                             help="nodes over time: quarantined, failed again, clean, released, "
+                                  "every run's verdict and speed; and whether each is a "
+                                  "repeat offender")
+    history.add_argument("nodes", metavar="NODES", nargs="?",
+                         help="a node or a hostlist (with --watch: optional)")
+    history.add_argument("--watch", action="store_true",
+                         help="the replace-soon list: nodes whose wear counters or speed "
+                              "reach their limit soon, with reason and projected date; exit "
+                              "1 when some node is on it (docs/operator/replace-soon.md)")
+    # not ledger/inventory: set_defaults would change the actions `where` shares with
+    # every quarantine action (argparse's parents share them), and their SUPPRESS
+    history.set_defaults(func=history_command, action="show")
 
 
 def run(args) -> int:
