@@ -338,6 +338,16 @@ def main() -> int:
     node = {"hostname": socket.gethostname()}
     if group.get("per_task"):
         return one_rank(payload, settings, group, node)
+    return node_ranks(PROBE, __file__, payload, settings, node, MAX_WORLD, "sweep")
+
+
+def node_ranks(probe: str, script: str, payload: dict, settings: dict, node: dict,
+               max_world: int, result: str) -> int:
+    """This node's ranks of `script` (probes/<probe>.py), in its own group or in the
+    controller's `group` across nodes: its rank layout, the hello with the other nodes,
+    the rank processes; its document carries the first rank's `result` figure (every
+    rank's times are reduced over the group: any rank's is the node's) and backend."""
+    group = payload.get("group") or {}
     devs, problem = probelib.node_devices(payload)
     ranks = rank_devices(payload, devs)
     world = group.get("world", len(ranks))
@@ -347,36 +357,36 @@ def main() -> int:
     if not problem and group and len(ranks) != group.get("ranks_here", len(ranks)):
         problem = (f"the group gives this node {group['ranks_here']} ranks, one per GPU, but "
                    f"it has {len(devs)} GPUs")
-    if not problem and world > MAX_WORLD:
-        problem = f"a world of {world} ranks is beyond the {MAX_WORLD} whose sums stay exact"
+    if not problem and world > max_world:
+        problem = f"a world of {world} ranks is beyond the {max_world} whose sums stay exact"
     if problem:
         # Still say hello (and that we cannot go on), so that the master ends the group
         # at once rather than at its rendezvous timeout.
         if group:
             hello(group, payload.get("node", ""),
                   float(settings.get("rendezvous_timeout_s", 60)), ready=False)
-        log(problem)
-        probelib.emit(PROBE, node, [], {**figures, "joined": False, "unable": True},
+        probelib.log(probe, problem)
+        probelib.emit(probe, node, [], {**figures, "joined": False, "unable": True},
                       [problem])
         return 0
     env_common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
                   "MASTER_ADDR": group.get("master_addr", "127.0.0.1"),
                   "MASTER_PORT": str(group.get("master_port") or free_port())}
-    log(f"ranks {first}..{first + len(ranks) - 1} of {world}, master "
-        f"{env_common['MASTER_ADDR']}:{env_common['MASTER_PORT']}")
+    probelib.log(probe, f"ranks {first}..{first + len(ranks) - 1} of {world}, master "
+                        f"{env_common['MASTER_ADDR']}:{env_common['MASTER_PORT']}")
     if group:
         problems = hello(group, payload.get("node", ""),
                          float(settings.get("rendezvous_timeout_s", 60)))
         if problems:
-            probelib.emit(PROBE, node, [], {**figures, "joined": False}, problems)
+            probelib.emit(probe, node, [], {**figures, "joined": False}, problems)
             return 0
-    records, errors = run_ranks(__file__, ranks, env_common, first,
+    records, errors = run_ranks(script, ranks, env_common, first,
                                 "see stderr: did every node join the rendezvous?")
-    for r in records:  # every rank's sweep: the node's first rank's in its figures
-        sweep, backend = r.pop("sweep", None), r.pop("backend", None)
-        if sweep is not None and "sweep" not in figures:
-            figures.update(sweep=sweep, backend=backend)
-    probelib.emit(PROBE, node, records, figures, errors)
+    for r in records:  # every rank's figure: the node's first rank's in its figures
+        found, backend = r.pop(result, None), r.pop("backend", None)
+        if found is not None and result not in figures:
+            figures.update({result: found, "backend": backend})
+    probelib.emit(probe, node, records, figures, errors)
     return 0
 
 

@@ -3,8 +3,11 @@
 measured as nccl-tests measures them.
 
 Runs ON a node. Starts one rank process per GPU (NCCL), or `ranks` processes on a CPU
-node (gloo, one per CPU device where the node has several), in the node's own group, as
-probes/allreduce.py does (its rank layout and free port are reused). For each operation
+node (gloo, one per CPU device where the node has several), in the node's own group or,
+when the controller says so, in a group across nodes (`group`, one rank per device of
+each node), as probes/allreduce.py does: its rank layout, rendezvous and rank processes
+(allreduce.node_ranks). Every rank reports the sweeps (their times are reduced over the
+group), so that every node of a group across nodes says what the group did. For each operation
 and size: the result is checked exactly (small integers in fp32), then back-to-back
 iterations after a warm-up are timed; the time is the mean across ranks (nccl-tests'
 default); algbw = size / time, busbw = algbw x the operation's factor, decimal GB/s.
@@ -25,9 +28,9 @@ Settings: min_bytes, max_bytes (defaults 16 MiB to 1 GiB on GPUs, 256 KiB to 1 M
 CPUs), warmup (3), seconds_per_size (0.05), ranks (CPU, 2), rendezvous_timeout_s (60).
 
 FOR THE PROJECT'S TESTS ONLY, in the payload's test_hooks (probelib.test_hooks: never sent
-by the controller): slow = {"op": name, "rank": r, "delay_s": s}: rank r sleeps s seconds
-after each timed iteration of that operation (a slow link that only one collective
-crosses).
+by the controller): slow = {"op": name, "rank": r, "delay_s": s}: this node's rank r (its r-th
+rank process, whatever its place in a group across nodes) sleeps s seconds after each
+timed iteration of that operation (a slow link that only one collective crosses).
 """
 
 from __future__ import annotations
@@ -43,8 +46,10 @@ import probelib
 
 PROBE = "collectives"
 OPS = ("all_gather", "reduce_scatter", "all_to_all", "send_recv")
-BASE_MOD = 61  # inputs are index mod 61 plus the rank: every sum is exact in fp32
-MAX_WORLD = 1024  # 60 x 1024 + 1024 x 1023 / 2, the largest sum, is below 2**24
+BASE_MOD = 61  # inputs are index mod 61 plus the rank (reduce-scatter: the rank mod 64)
+# reduce-scatter's inputs are all-reduce's (probes/allreduce.py: max_sum), whose every sum
+# stays exact in fp32 up to its MAX_WORLD; the others move values below 2**24 unchanged.
+MAX_WORLD = allreduce.MAX_WORLD
 
 
 def factor(op: str, world: int) -> float:
@@ -68,7 +73,8 @@ def worker() -> int:
     ordinal = os.environ.get("BURNIN_CUDA_ORDINAL")
     record = measure(json.loads(os.environ["BURNIN_SETTINGS"]), int(os.environ["RANK"]),
                      int(os.environ["WORLD_SIZE"]), None if ordinal is None else int(ordinal),
-                     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+                     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"],
+                     int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
     print(json.dumps(record), flush=True)
     return 0
 
@@ -98,9 +104,10 @@ def buffers(torch, op: str, nbytes: int, rank: int, world: int, dev) -> tuple[di
         return {"in": base + rank, "out": torch.empty(n, device=dev)}, want
     base = (torch.arange(n, device=dev) % BASE_MOD).float()
     if op == "reduce_scatter":  # the sum of every rank's input, this rank's chunk of it
-        total = world * (world - 1) // 2
+        total = allreduce.offsets_sum(world)
         want = base[rank * chunk:(rank + 1) * chunk] * world + total
-        return {"in": base + rank, "out": torch.empty(chunk, device=dev)}, want
+        return {"in": base + rank % allreduce.VALUE_MOD, "out": torch.empty(chunk, device=dev)
+                }, want
     if op == "all_to_all":  # chunk k of the output is rank k's chunk `rank`
         mine = base[rank * chunk:(rank + 1) * chunk]
         want = torch.cat([mine + k for k in range(world)])
@@ -110,9 +117,9 @@ def buffers(torch, op: str, nbytes: int, rank: int, world: int, dev) -> tuple[di
 
 
 def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_addr: str,
-            master_port) -> dict:
-    """One rank: join the group, sweep every operation; rank 0's record carries the
-    sweeps."""
+            master_port, local: int | None = None) -> dict:
+    """One rank (`local`: its place among this node's ranks): join the group, sweep
+    every operation; its record carries the sweeps."""
     warnings.filterwarnings("ignore", category=FutureWarning)  # renamed collectives
     import torch
     import torch.distributed as dist
@@ -123,7 +130,7 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
     for op in OPS:
         results = []
         delay = float(slow.get("delay_s", 0)) if slow.get("op") == op and \
-            int(slow.get("rank", -1)) == rank else 0.0
+            int(slow.get("rank", -1)) == (rank if local is None else local) else 0.0
         for nbytes in sizes(settings, gpu, world):
             bufs, want = buffers(torch, op, nbytes, rank, world, dev)
             _op(dist, op, rank, world, bufs)
@@ -144,12 +151,8 @@ def measure(settings: dict, rank: int, world: int, ordinal: int | None, master_a
                             "wrong_elements": wrong})
         sweeps[op] = results
     dist.destroy_process_group()
-    record = {"rank": rank, "host": socket.gethostname(), "device": str(dev),
-              "wrong_elements": wrong_total}
-    if rank == 0:
-        record["ops"] = sweeps
-        record["backend"] = "nccl" if gpu else "gloo"
-    return record
+    return {"rank": rank, "host": socket.gethostname(), "device": str(dev),
+            "wrong_elements": wrong_total, "ops": sweeps, "backend": "nccl" if gpu else "gloo"}
 
 
 def main() -> int:
@@ -163,24 +166,7 @@ def main() -> int:
     if slow:
         settings["test_slow"] = slow
     node = {"hostname": socket.gethostname()}
-    devs, problem = probelib.node_devices(payload)
-    ranks = allreduce.rank_devices({"settings": settings}, devs)
-    world = len(ranks)
-    figures = {"world": world, "ranks_here": world, "first_rank": 0, "mode": "intra-node"}
-    if not problem and world > MAX_WORLD:
-        problem = f"{world} ranks is beyond the {MAX_WORLD} this probe lays out"
-    if problem:
-        probelib.log(PROBE, problem)
-        probelib.emit(PROBE, node, [], {**figures, "unable": True}, [problem])
-        return 0
-    common = {"WORLD_SIZE": str(world), "BURNIN_SETTINGS": json.dumps(settings),
-              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(allreduce.free_port())}
-    records, errors = allreduce.run_ranks(__file__, ranks, common, 0, "see stderr")
-    for r in records:
-        if "ops" in r:
-            figures.update(ops=r.pop("ops"), backend=r.pop("backend"))
-    probelib.emit(PROBE, node, records, figures, errors)
-    return 0
+    return allreduce.node_ranks(PROBE, __file__, payload, settings, node, MAX_WORLD, "ops")
 
 
 if __name__ == "__main__":

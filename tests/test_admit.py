@@ -44,7 +44,8 @@ def bad(check: str, tag: str, message: str = "why") -> str:
 
 GOOD = junit(suite("n1", ok("health"), ok("sdc")), suite("n2", ok("health"), ok("sdc")))
 EVERY = ("health", "fabric", "pcie", "gpupairs", "memory", "dcgm", "sdc", "burn", "storage",
-         "allreduce", "collectives", "train", "hca", "allreduce_internode", "train_internode")
+         "allreduce", "collectives", "train", "hca", "allreduce_internode", "collectives_internode",
+         "train_internode")
 CPU_ONLY = tuple(c for c in EVERY if c not in ("pcie", "gpupairs", "dcgm", "hca"))
 HEALTH_ONLY = junit(*(suite(n, ok("health"), admission_require=None) for n in ("n1", "n2")))
 FULL = junit(*(suite(n, *map(ok, EVERY), admission_require=None) for n in ("n1", "n2")))

@@ -158,6 +158,7 @@ ALLOWED = {
     ("burnin.checks", "burnin.report.summary.fleet_checks"): "check pages",
     ("burnin.checks", "burnin.report.summary.burn_part"): "check pages",
     ("burnin.checks", "burnin.report.summary.train_part"): "check pages",
+    ("burnin.checks", "burnin.report.summary.collectives_part"): "check pages",
 }
 
 

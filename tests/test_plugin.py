@@ -32,6 +32,7 @@ THREE = """\
       allreduce: {max_bytes: 262144, seconds_per_size: 0.02, peer_fraction: 0,
                   pair_fraction: 0}
       collectives: {min_bytes: 65536, max_bytes: 262144, seconds_per_size: 0.02}
+      collectives_internode: {pair_fraction: 0}
       train: {steps: 6, warmup_steps: 2, d_model: 32, layers: 1, heads: 2, seq_len: 16,
               vocab: 64, batch: 4, gemm_n: 64, gemm_s: 0.05, lr: 0.01, peer_fraction: 0,
               straggler_fraction: 0}
@@ -52,17 +53,18 @@ def replayed(pytester: pytest.Pytester, body: str = THREE) -> str:
 
 
 def test_three_local_nodes_give_three_testsuites(pytester):
-    # n1 runs every real probe; n2 and n3 replay theirs but the inter-node all-reduce and
-    # train job (their groups move real data between all three): the real probes' cost
-    # once, not three times.
-    py = replay_python(pytester.path / "replay", real_in_groups=("allreduce", "train"))
+    # n1 runs every real probe; n2 and n3 replay theirs but the inter-node all-reduce,
+    # collectives and train job (their groups move real data between all three): the real
+    # probes' cost once, not three times.
+    py = replay_python(pytester.path / "replay",
+                       real_in_groups=("allreduce", "collectives", "train"))
     body = THREE.replace("      - name: n[1-3]\n        address: 127.0.0.[1-3]\n",
                          "      - {name: n1, address: 127.0.0.1}\n"
                          f"      - {{name: n2, address: 127.0.0.2, python: {py}}}\n"
                          f"      - {{name: n3, address: 127.0.0.3, python: {py}}}\n")
     assert body != THREE
     result, reports = run_suite(pytester, inventory(pytester, body), "-v")
-    result.assert_outcomes(passed=33)
+    result.assert_outcomes(passed=36)
     result.stdout.fnmatch_lines(["*test_health.py::test_health[[]n1[]] PASSED*",
                                  "*test_health.py::test_health[[]n3[]] PASSED*",
                                  "*test_sdc.py::test_sdc[[]n3[]] PASSED*",

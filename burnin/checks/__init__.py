@@ -16,6 +16,7 @@ from burnin.checks import (
     allreduce_internode,
     burn,
     collectives,
+    collectives_internode,
     dcgm,
     fabric,
     gpupairs,
@@ -46,12 +47,14 @@ from burnin.checks.base import (
 # installed, before the long burn; the collectives beside all-reduce after it; train, a
 # real job over the parts the checks before it measured one by one; fabric after the
 # load, judging its counters' growth since health read them; each HCA port alone after
-# that window, where perftest is installed; the train job across nodes
-# after the inter-node all-reduce, as one over that fabric.
+# that window, where perftest is installed; the collectives across nodes after the
+# inter-node all-reduce, whose fabric they cross the same way; the train job across nodes
+# last, as one over that fabric.
 CHECKS: dict[str, Check] = {c.name: c for c in (
     health.CHECK, pcie.CHECK, gpupairs.CHECK, memory.CHECK, dcgm.CHECK, sdc.CHECK,
     burn.CHECK, storage.CHECK, allreduce.CHECK, collectives.CHECK, train.CHECK, fabric.CHECK,
-    hca.CHECK, allreduce_internode.CHECK, train_internode.CHECK,
+    hca.CHECK, allreduce_internode.CHECK, collectives_internode.CHECK,
+    train_internode.CHECK,
 )}
 CHECK_ORDER = tuple(CHECKS)
 SINGLE_NODE = tuple(c.name for c in CHECKS.values() if not c.group)

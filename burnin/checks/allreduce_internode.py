@@ -16,11 +16,10 @@ from burnin.checks.base import Check, Figure, Judging, Setting, timeout
 from burnin.checks.group_search import MAX_GROUP
 from burnin.checks.groups import (
     GroupRun,
-    group_figures,
+    by_node,
+    form,
     group_members,
     localise,
-    observed,
-    run_group,
     search_slow,
 )
 from burnin.model.nodes import Node
@@ -59,34 +58,20 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
         # at the intra-node check's 1 GiB, a fabric reads below what it does.
         settings = {**settings, "max_bytes": GPU_MAX_BYTES}
     timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
-    group, outcomes, pairs = None, {}, []
-    while len(members) >= 2:
-        outcomes = run_group(run, members, settings, facts, timeouts)
-        group = group_figures(outcomes, members, facts)
-        if group is not None:
-            break
-        culprits = observed(outcomes)
-        if not culprits:  # nobody failed where the controller could see it: try pairs
-            tried, culprits = localise(run, members, settings, None, facts, complete=True,
-                                       timeouts=timeouts)
-            pairs += tried
-        for name, why in culprits.items():
-            result[name] = _outcome(name, pairs=[p for p in pairs if name in p["nodes"]],
-                                    group_failure="did not take part in the inter-node "
-                                                  f"all-reduce: {why}")
-        if not culprits:
-            break
-        members = [n for n in members if n.name not in culprits]
+    formed = form(run, members, settings, facts, timeouts)
+    members, outcomes, group, pairs = formed.members, formed.outcomes, formed.group, formed.pairs
+    for name, why in formed.culprits.items():
+        result[name] = _outcome(name, pairs=[p for p in pairs if name in p["nodes"]],
+                                group_failure="did not take part in the inter-node "
+                                              f"all-reduce: {why}")
     if group is None:
-        said = "; ".join(f"{n} said: {'; '.join(o.data['errors'])}" if o.ok else
-                         f"{n}: {o.reason}" for n, o in outcomes.items()
-                         if not o.ok or o.data["errors"])
-        of = _by_node(pairs)
+        of = by_node(pairs)
         for n in members:
             result.setdefault(n.name, _outcome(
                 n.name, pairs=of.get(n.name, []),
                 group_failure="the inter-node all-reduce did not complete, and no node could "
-                              f"be singled out with a known-good partner ({said or 'no error'})"))
+                              "be singled out with a known-good partner "
+                              f"({formed.said() or 'no error'})"))
         return result
     floor, floor_source = settings.get("min_internode_busbw_gbps"), "set in the inventory"
     if floor is None:
@@ -102,7 +87,7 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
         else:  # too few for groups to compare: each node paired with the others
             tried, named = localise(run, members, settings, floor, facts, timeouts=timeouts)
         pairs += tried
-    of = _by_node(pairs)
+    of = by_node(pairs)
     for n in members:
         devices = outcomes[n.name].data["devices"]
         fig = {"group": group, "pairs": of.get(n.name, []),
@@ -137,16 +122,6 @@ def line_floor(fabric) -> tuple[float | None, str]:
 
 def _size(n: int) -> str:
     return f"{n / (1 << 30):g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):g} MiB"
-
-
-def _by_node(pairs: list[dict]) -> dict[str, list[dict]]:
-    """{node: the pairs it was measured in, in order}: one pass, where asking each member
-    for its pairs would cost members x pairs (18 s of CPU at 10,000 nodes)."""
-    out: dict[str, list[dict]] = {}
-    for p in pairs:
-        for name in dict.fromkeys(p["nodes"]):
-            out.setdefault(name, []).append(p)
-    return out
 
 
 def _outcome(name: str, **figures) -> ProbeOutcome:

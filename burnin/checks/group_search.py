@@ -83,9 +83,10 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def find_slow(members: list[str], where: dict[str, str], measure: Measure,
-              floor: float | None, fraction: float, label: str = "") -> Search:
+              floor: float | None, fraction: float, label: str = "",
+              what: str = "an all-reduce") -> Search:
     """The slow nodes among `members` (`where`: each one's value of the topology label
-    `label`, all '' without one)."""
+    `label`, all '' without one; `what`: the group's words, "an all-reduce")."""
     tests: list[dict] = []
     rounds = 0
     good: set[str] = set()
@@ -205,7 +206,7 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
                 confirmed_with[node] = partner
                 good.discard(node)  # no longer anyone's known-good partner
                 named[node] = (
-                    f"could not complete an all-reduce with known-good {partner}"
+                    f"could not complete {what} with known-good {partner}"
                     if not f["completed"] else
                     f"{f['busbw_gbps']:.3f} GB/s with known-good {partner}, below "
                     f"{threshold:.3f} GB/s ({source}); slow in every group it was in, "

@@ -62,6 +62,13 @@ class Facts:
     gpus: dict[str, int | None]
 
 
+# A group's figures from its members' outcomes, None where it did not complete as laid
+# out; `busbw_gbps` is what localisation compares (group_figures: the all-reduce's).
+GroupFigures = Callable[[dict[str, ProbeOutcome], list[Node], Facts], dict | None]
+# One group run over these nodes and read: its figures, or None (measurer).
+GroupMeasure = Callable[[list[Node]], dict | None]
+
+
 def group_members(run: GroupRun, exclude: Callable[..., ProbeOutcome], what: str
                   ) -> tuple[list[Node], Facts | None, dict[str, ProbeOutcome]]:
     """The nodes an inter-node `what` (a "run", a "job") takes: those that passed the
@@ -177,21 +184,28 @@ def node_of_ranks(name: str, outs: list[ProbeOutcome]) -> ProbeOutcome:
                         outs[0].stderr_tail)
 
 
+def laid_out(outcomes: dict[str, ProbeOutcome], nodes: list[Node], facts: Facts) -> bool:
+    """Every member ran, said no error and reported the layout the controller gave it."""
+    world, offsets = layout(nodes, facts)
+    for n in nodes:
+        o = outcomes.get(n.name)
+        if o is None or not o.ok or o.data["errors"]:
+            return False
+        fig = o.data["figures"]
+        if (fig.get("world"), fig.get("first_rank"), fig.get("ranks_here")) != (
+                world, offsets[n.name], facts.ranks[n.name]):
+            return False
+    return True
+
+
 def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
                   facts: Facts) -> dict | None:
     """The group's busbw, when the whole group completed as laid out: the lowest of its
     members' own sweeps at their judged sizes (every rank measures the group's times),
     so that no one member's document, rank 0's included, reports its group fast; a
     member that reports no sweep leaves the group incomplete."""
-    world, offsets = layout(nodes, facts)
-    for n in nodes:
-        o = outcomes.get(n.name)
-        if o is None or not o.ok or o.data["errors"]:
-            return None
-        fig = o.data["figures"]
-        if (fig.get("world"), fig.get("first_rank"), fig.get("ranks_here")) != (
-                world, offsets[n.name], facts.ranks[n.name]):
-            return None
+    if not laid_out(outcomes, nodes, facts):
+        return None
     tops = []
     for n in nodes:
         sweep = outcomes[n.name].data["figures"].get("sweep")
@@ -206,6 +220,71 @@ def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
             "bytes": top["bytes"], "busbw_gbps": busbw}
 
 
+@dataclass(frozen=True)
+class Formed:
+    """What forming a group left: the members still in it, their last outcomes, its
+    figures (None: it never completed), the pairs tried to find who spoilt it, and the
+    nodes taken out on the way with why (the controller's own evidence)."""
+
+    members: list[Node]
+    outcomes: dict[str, ProbeOutcome]
+    group: dict | None
+    pairs: list[dict]
+    culprits: dict[str, str]
+
+    def said(self) -> str:
+        """What the members of a group that did not complete said, or why they failed."""
+        return "; ".join(f"{n} said: {'; '.join(o.data['errors'])}" if o.ok else
+                         f"{n}: {o.reason}" for n, o in self.outcomes.items()
+                         if not o.ok or o.data["errors"])
+
+
+def form(run: GroupRun, members: list[Node], settings: dict, facts: Facts,
+         timeouts: dict[str, float] | None = None, probe: Check = INTRA,
+         figures_of: GroupFigures = group_figures, what: str = "an all-reduce") -> Formed:
+    """Run the group over `members` until it completes: a member the controller saw fail
+    (observed), or else one that cannot complete a group with a partner that can
+    (localise, complete=True), is taken out and the rest run again."""
+    group, outcomes, pairs, culprits = None, {}, [], {}
+    while len(members) >= 2:
+        outcomes = run_group(run, members, settings, facts, timeouts, probe)
+        group = figures_of(outcomes, members, facts)
+        if group is not None:
+            break
+        found = observed(outcomes)
+        if not found:  # nobody failed where the controller could see it: try pairs
+            tried, found = localise(run, members, settings, None, facts, complete=True,
+                                    measure=measurer(run, settings, facts, timeouts, probe,
+                                                     figures_of), what=what)
+            pairs += tried
+        if not found:
+            break
+        culprits.update(found)
+        members = [n for n in members if n.name not in found]
+    return Formed(members, outcomes, group, pairs, culprits)
+
+
+def by_node(pairs: list[dict]) -> dict[str, list[dict]]:
+    """{node: the pairs it was measured in, in order}: one pass, where asking each member
+    for its pairs would cost members x pairs (18 s of CPU at 10,000 nodes)."""
+    out: dict[str, list[dict]] = {}
+    for p in pairs:
+        for name in dict.fromkeys(p["nodes"]):
+            out.setdefault(name, []).append(p)
+    return out
+
+
+def measurer(run: GroupRun, settings: dict, facts: Facts,
+             timeouts: dict[str, float] | None = None, probe: Check = INTRA,
+             figures_of: GroupFigures = group_figures) -> GroupMeasure:
+    """A group of the given nodes run with `probe` and read by `figures_of` (default:
+    the all-reduce's busbw)."""
+    def measure(nodes: list[Node]) -> dict | None:
+        return figures_of(run_group(run, nodes, settings, facts, timeouts, probe), nodes,
+                          facts)
+    return measure
+
+
 def observed(outcomes: dict[str, ProbeOutcome]) -> dict[str, str]:
     """The members the controller itself saw fail: a probe that did not run, did not
     finish or printed no valid document, and a node that said it could not take part
@@ -218,15 +297,19 @@ def observed(outcomes: dict[str, ProbeOutcome]) -> dict[str, str]:
 
 
 def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | None,
-             facts: Facts, complete: bool = False, timeouts: dict[str, float] | None = None):
+             facts: Facts, complete: bool = False, timeouts: dict[str, float] | None = None,
+             measure: GroupMeasure | None = None, what: str = "an all-reduce"):
     """(every pair's figure, {node: why it is named}). With `complete`, a pair is good
     when it completes at all (a group that did not form); else when its busbw reaches the
-    floor, or with no floor pair_fraction of a high quantile (QUANTILE) of the pairs."""
-    def measure(pairs: list[tuple[Node, Node]]) -> list[dict]:
+    floor, or with no floor pair_fraction of a high quantile (QUANTILE) of the pairs.
+    `measure` runs and reads each pair (default: the all-reduce's); `what` names the group
+    in the words."""
+    group = measure or measurer(run, settings, facts, timeouts)
+
+    def measure_pairs(pairs: list[tuple[Node, Node]]) -> list[dict]:
         def one(pair: tuple[Node, Node]) -> dict:
             a, b = pair
-            g = group_figures(run_group(run, [a, b], settings, facts, timeouts), [a, b],
-                              facts)
+            g = group([a, b])
             return {"nodes": [a.name, b.name], "busbw_gbps": g["busbw_gbps"] if g else 0.0,
                     "completed": g is not None}
         return run.at_once(pairs, one)
@@ -236,7 +319,7 @@ def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | 
               [(members[i], members[(i + 1) % n]) for i in range(1, n, 2)]]
     if n % 2:  # the odd one out meets the first node in the first round
         rounds[0].append((members[-1], members[0]))
-    figures = [f for r in rounds for f in measure([p for p in r if p[0] != p[1]])]
+    figures = [f for r in rounds for f in measure_pairs([p for p in r if p[0] != p[1]])]
     if complete:
         def good_pair(f):
             return f["completed"]
@@ -256,14 +339,14 @@ def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | 
     if partners:
         retest = [(s, partners[i % len(partners)]) for i, s in enumerate(suspects)]
         for i in range(0, len(retest), max(1, len(partners))):  # a partner in one pair at once
-            for f in measure(retest[i:i + len(partners)]):
+            for f in measure_pairs(retest[i:i + len(partners)]):
                 f["retest"] = True
                 figures.append(f)
                 if good_pair(f):
                     continue
                 partner = f["nodes"][1]
                 named[f["nodes"][0]] = (
-                    f"could not complete an all-reduce with known-good {partner}"
+                    f"could not complete {what} with known-good {partner}"
                     if not f["completed"] else
                     f"{f['busbw_gbps']:.3f} GB/s paired with known-good {partner}, below "
                     f"{threshold:.3f} GB/s")
@@ -271,23 +354,24 @@ def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | 
 
 
 def search_slow(run: GroupRun, members: list[Node], settings: dict, floor: float | None,
-                facts: Facts, timeouts: dict[str, float] | None = None):
+                facts: Facts, timeouts: dict[str, float] | None = None,
+                measure: GroupMeasure | None = None, what: str = "an all-reduce"):
     """(every group's figure, {node: why it is named}, the Search): adaptive group
     testing over the members' topology (burnin/checks/group_search.py), each round's
-    groups run at once on real probes."""
+    groups run at once on real probes (`measure`: default the all-reduce's)."""
+    group = measure or measurer(run, settings, facts, timeouts)
     from burnin.checks.group_search import find_slow, topology_label
 
     by_name = {m.name: m for m in members}
     label = topology_label({m.name: m.labels for m in members})
     where = {m.name: m.labels.get(label, "") if label else "" for m in members}
 
-    def measure(groups: list[list[str]]) -> list[tuple[bool, float]]:
+    def measure_groups(groups: list[list[str]]) -> list[tuple[bool, float]]:
         def one(names: list[str]) -> tuple[bool, float]:
-            nodes = [by_name[x] for x in names]
-            g = group_figures(run_group(run, nodes, settings, facts, timeouts), nodes, facts)
+            g = group([by_name[x] for x in names])
             return (g is not None, g["busbw_gbps"] if g else 0.0)
         return run.at_once(groups, one)
 
-    found = find_slow([m.name for m in members], where, measure, floor,
-                      settings.get("pair_fraction", 0.5), label)
+    found = find_slow([m.name for m in members], where, measure_groups, floor,
+                      settings.get("pair_fraction", 0.5), label, what)
     return found.tests, found.named, found

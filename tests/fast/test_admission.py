@@ -13,10 +13,10 @@ from burnin.gate.admit import Decision, Report, ReportError, decide, read_junit,
 PROPS = {"cluster": "c", "run_id": "r1", "burnin_report": "1", "complete": "true",
          "nodes_in_run": "2", "gpus": "0"}
 CPU_CHECKS = ["health", "memory", "sdc", "burn", "storage", "allreduce", "collectives", "train",
-              "fabric", "allreduce_internode", "train_internode"]
+              "fabric", "allreduce_internode", "collectives_internode", "train_internode"]
 GPU_CHECKS = ["health", "pcie", "gpupairs", "memory", "dcgm", "sdc", "burn", "storage",
               "allreduce", "collectives", "train", "fabric", "hca", "allreduce_internode",
-              "train_internode"]
+              "collectives_internode", "train_internode"]
 
 
 def suite(node: str, *cases: str, **props: str | None) -> str:
@@ -74,12 +74,12 @@ def test_an_unknown_gpu_count_keeps_out_a_node_that_passed_only_the_cpu_checks(t
 
 def test_the_runs_size_decides_whether_the_internode_allreduce_is_required(tmp_path):
     lone = report(tmp_path, suite("n1", ok("health"), nodes_in_run="1"))
-    assert lone.required("n1") == CPU_CHECKS[:-2]  # no group check
+    assert lone.required("n1") == CPU_CHECKS[:-3]  # no group check
     two = report(tmp_path, suite("n1", ok("health"), nodes_in_run="2"))
     assert two.required("n1") == CPU_CHECKS
     # Without the property, the report's own testsuites are the run.
     assert report(tmp_path, suite("n1", ok("h"), nodes_in_run=None)).required("n1") == \
-        CPU_CHECKS[:-2]
+        CPU_CHECKS[:-3]
     assert report(tmp_path, suite("n1", ok("h"), nodes_in_run=None),
                   suite("n2", ok("h"), nodes_in_run=None)).required("n1") == CPU_CHECKS
     assert report(tmp_path, suite("n1", ok("h"), nodes_in_run=""),
@@ -90,9 +90,9 @@ def test_the_runs_size_decides_whether_the_internode_allreduce_is_required(tmp_p
     assert report(tmp_path, suite("n1", ok("h"), nodes_in_run="x"),
                   suite("n2", ok("h"), nodes_in_run="-1")).required("n1") == CPU_CHECKS
     assert report(tmp_path, suite("n1", ok("h"), nodes_in_run="two")).required("n1") == \
-        CPU_CHECKS[:-2]
+        CPU_CHECKS[:-3]
     assert report(tmp_path, suite("n1", ok("h"), nodes_in_run="\u00b2")).required("n1") == \
-        CPU_CHECKS[:-2], "a digit int() does not read (superscript two)"
+        CPU_CHECKS[:-3], "a digit int() does not read (superscript two)"
     assert report(tmp_path, suite("n1", ok("h"), gpus="\u00b2")).required("n1") == GPU_CHECKS
 
 

@@ -104,7 +104,7 @@ def test_applicable_follows_the_table():
     assert applicable(8, 2, frozenset()) == ["health", "pcie", "gpupairs", "memory", "sdc",
                                              "burn", "storage", "allreduce", "collectives",
                                              "train", "fabric", "allreduce_internode",
-                                             "train_internode"]
+                                             "collectives_internode", "train_internode"]
     assert applicable(None, 2) == list(CHECKS)
 
 
