@@ -138,6 +138,31 @@ def render(cluster: str, run_id: str, finished: float,
                     [f"burnin_run_info{_labels([c, ('run_id', run_id)])} 1"])
     lines += _family("burnin_last_run_timestamp_seconds", "When the last run finished.",
                      [f"burnin_last_run_timestamp_seconds{_labels([c])} {finished:.0f}"])
+    passed, outcome = _verdict_series(cluster, verdicts)
+    lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
+                     "run, else 0 (failed, error or skipped).", passed)
+    lines += _family("burnin_check_outcome", "The check's outcome on the node in the last "
+                     "run: 1 for the outcome it had (passed, failed, error, skipped), 0 for "
+                     "the others.", outcome)
+    if quarantined is not None:
+        lines += _family("burnin_node_quarantined", "1 when the node is in burnin's "
+                         "quarantine ledger at the end of the run, else 0.",
+                         [f"burnin_node_quarantined{_labels([c, ('node', n)])} {int(q)}"
+                          for n, q in sorted(quarantined.items())])
+    lines += _figure_families(cluster, records)
+    if speeds:  # {node: (relative speed, the check that sets it)}, from junit.xml
+        lines += _family(
+            "burnin_node_relative_speed", "The node's slowest speed-bearing figure (TFLOPS, "
+            "busbw, storage or PCIe GB/s) over the fleet's median of it: a synchronous job of "
+            "N nodes that takes the node in loses N x (1 - this) node-hours an hour.",
+            [f"burnin_node_relative_speed{_labels([c, ('node', n), ('check', check)])} "
+             f"{speed:.6g}" for n, (speed, check) in sorted(speeds.items())])
+    return "\n".join(lines) + "\n"
+
+
+def _verdict_series(cluster: str, verdicts: dict[str, dict[str, tuple[str, str]]]
+                    ) -> tuple[list[str], list[str]]:
+    """burnin_check_passed's and burnin_check_outcome's samples, node by node."""
     passed, outcome = [], []
     head = f'{{cluster="{_esc(cluster)}",node="'
     ends: dict[object, tuple[str, list[str]]] = {}  # an outcome -> its lines' ends
@@ -154,16 +179,11 @@ def render(cluster: str, run_id: str, finished: float,
             passed.append(f"burnin_check_passed{base}{one}")
             # metrics.prom's label values are the outcomes' own words
             outcome.extend([f"burnin_check_outcome{base}{end}" for end in each])
-    lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
-                     "run, else 0 (failed, error or skipped).", passed)
-    lines += _family("burnin_check_outcome", "The check's outcome on the node in the last "
-                     "run: 1 for the outcome it had (passed, failed, error, skipped), 0 for "
-                     "the others.", outcome)
-    if quarantined is not None:
-        lines += _family("burnin_node_quarantined", "1 when the node is in burnin's "
-                         "quarantine ledger at the end of the run, else 0.",
-                         [f"burnin_node_quarantined{_labels([c, ('node', n)])} {int(q)}"
-                          for n, q in sorted(quarantined.items())])
+    return passed, outcome
+
+
+def _figure_families(cluster: str, records: list[dict]) -> list[str]:
+    """The families of the records' key figures, each sample once per series."""
     families: dict[str, tuple[str, dict[str, str]]] = {}
     placed: dict[tuple, tuple] = {}  # (metric, labels) -> _placed's: a fleet has dozens
     for r in records:
@@ -184,16 +204,10 @@ def render(cluster: str, run_id: str, finished: float,
             # One sample per series: a node repeating a device or port says it once.
             if series not in samples:
                 samples[series] = f"{series} {f.value * factor:.12g}"
+    lines: list[str] = []
     for name, (help_text, samples) in sorted(families.items()):
         lines += _family(f"burnin_{name}", help_text, list(samples.values()))
-    if speeds:  # {node: (relative speed, the check that sets it)}, from junit.xml
-        lines += _family(
-            "burnin_node_relative_speed", "The node's slowest speed-bearing figure (TFLOPS, "
-            "busbw, storage or PCIe GB/s) over the fleet's median of it: a synchronous job of "
-            "N nodes that takes the node in loses N x (1 - this) node-hours an hour.",
-            [f"burnin_node_relative_speed{_labels([c, ('node', n), ('check', check)])} "
-             f"{speed:.6g}" for n, (speed, check) in sorted(speeds.items())])
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def replace_soon(cluster: str, listed: list | None) -> str:
