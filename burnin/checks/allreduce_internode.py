@@ -20,8 +20,11 @@ from burnin.checks.groups import (
     form,
     group_members,
     localise,
+    member_outcome,
     search_slow,
+    unformed,
 )
+from burnin.checks.groups import excluded as excluded  # the suite's skip reason
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
@@ -34,6 +37,7 @@ GPU_MAX_BYTES = 8 << 30  # the inter-node sweep's top on GPUs, unless the invent
 # (nccl-tests' busbw is defined to compare with the hardware's peak: its PERFORMANCE.md);
 # half of it is a margin, not a published figure: a fabric below it is broken, not tuned.
 LINE_FRACTION = 0.5
+_outcome = member_outcome(NAME, "allreduce")
 # From this many members, a slow group's nodes are found by adaptive group testing
 # (burnin/checks/group_search.py); fewer have too few groups to compare: pairs.
 SEARCH_FROM = 4
@@ -59,20 +63,10 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
         settings = {**settings, "max_bytes": GPU_MAX_BYTES}
     timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
     formed = form(run, members, settings, facts, timeouts)
-    members, outcomes, group, pairs = formed.members, formed.outcomes, formed.group, formed.pairs
-    for name, why in formed.culprits.items():
-        result[name] = _outcome(name, pairs=[p for p in pairs if name in p["nodes"]],
-                                group_failure="did not take part in the inter-node "
-                                              f"all-reduce: {why}")
-    if group is None:
-        of = by_node(pairs)
-        for n in members:
-            result.setdefault(n.name, _outcome(
-                n.name, pairs=of.get(n.name, []),
-                group_failure="the inter-node all-reduce did not complete, and no node could "
-                              "be singled out with a known-good partner "
-                              f"({formed.said() or 'no error'})"))
+    group = formed.group
+    if unformed(formed, result, _outcome, "all-reduce") or group is None:
         return result
+    members, outcomes, pairs = formed.members, formed.outcomes, formed.pairs
     floor, floor_source = settings.get("min_internode_busbw_gbps"), "set in the inventory"
     if floor is None:
         floor, floor_source = line_floor(run.fleet_of("fabric"))
@@ -122,17 +116,6 @@ def line_floor(fabric) -> tuple[float | None, str]:
 
 def _size(n: int) -> str:
     return f"{n / (1 << 30):g} GiB" if n >= 1 << 30 else f"{n / (1 << 20):g} MiB"
-
-
-def _outcome(name: str, **figures) -> ProbeOutcome:
-    return ProbeOutcome(name, NAME, True, data={"probe": "allreduce", "schema": 1,
-                                                 "node": {}, "devices": [], "errors": [],
-                                                 "figures": figures})
-
-
-def excluded(outcome: ProbeOutcome) -> str:
-    """Why a node took no part in the inter-node run ('' when it did)."""
-    return outcome.data.get("figures", {}).get("excluded", "") if outcome.ok else ""
 
 
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:

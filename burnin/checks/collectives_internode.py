@@ -42,8 +42,11 @@ from burnin.checks.groups import (
     laid_out,
     localise,
     measurer,
+    member_outcome,
     search_slow,
+    unformed,
 )
+from burnin.checks.groups import excluded as excluded  # the suite's skip reason
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
@@ -54,20 +57,10 @@ NAME = "collectives_internode"
 # doc/PERFORMANCE.md: the same bus bandwidth as all-reduce's): the line-rate floor applies.
 LINE_BOUND = ("all_gather", "reduce_scatter")
 WHAT = "the collectives"  # the group, in the words of a verdict
+_outcome = member_outcome(NAME, "collectives")
 # What the collectives check's settings give the group (its floors are inside a node's).
 SHARED = ("min_bytes", "max_bytes", "warmup", "seconds_per_size", "ranks",
           "rendezvous_timeout_s")
-
-
-def _outcome(name: str, **figures) -> ProbeOutcome:
-    return ProbeOutcome(name, NAME, True, data={"probe": "collectives", "schema": 1,
-                                                 "node": {}, "devices": [], "errors": [],
-                                                 "figures": figures})
-
-
-def excluded(outcome: ProbeOutcome) -> str:
-    """Why a node took no part in the inter-node collectives ('' when it did)."""
-    return outcome.data.get("figures", {}).get("excluded", "") if outcome.ok else ""
 
 
 def group_ops(outcomes: dict[str, ProbeOutcome], nodes: list[Node], facts: Facts
@@ -132,20 +125,9 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     settings = own[members[0].name]
     timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
     formed = form(run, members, settings, facts, timeouts, INTRA, group_ops, WHAT)
-    members, pairs = formed.members, formed.pairs
-    for name, why in formed.culprits.items():
-        result[name] = _outcome(name, pairs=[p for p in pairs if name in p["nodes"]],
-                                group_failure="did not take part in the inter-node "
-                                              f"collectives: {why}")
-    if formed.group is None:
-        of = by_node(pairs)
-        for n in members:
-            result.setdefault(n.name, _outcome(
-                n.name, pairs=of.get(n.name, []),
-                group_failure="the inter-node collectives did not complete, and no node "
-                              "could be singled out with a known-good partner "
-                              f"({formed.said() or 'no error'})"))
+    if unformed(formed, result, _outcome, "collectives") or formed.group is None:
         return result
+    members, pairs = formed.members, formed.pairs
     ops = {op: {k: formed.group[op][k] for k in ("bytes", "busbw_gbps")} for op in OPS}
     floors = _floors(settings, run.fleet_of("fabric"))
     # With a floor, an operation is sought when the group is below it; with none, the
