@@ -8,6 +8,7 @@ threads alive at once is counted each time one starts."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -77,3 +78,28 @@ def test_a_round_of_pairs_holds_threads_for_the_fanout_not_the_fleet(instant_nod
     assert most[0] - base <= FANOUT + SPARE, (
         f"{most[0] - base} threads at once for a round of {len(pairs)} pairs at --fanout "
         f"{FANOUT}: threads grow with the fleet")
+
+
+def test_an_interrupted_round_cancels_its_groups_and_starts_no_more(instant_nodes):
+    """Ctrl-C lands in the main thread while it waits for the round: the run's cancel is
+    set (each running group's probes are killed: here they wait for it), nothing new
+    starts, and the interrupt is raised once the running groups have ended."""
+    launch = Launch(instant_nodes[:40], PROBES_DIR, "r1", fanout=4)
+    started, ended = [], []
+    running = threading.Barrier(3, timeout=30)  # two groups of two fill the fan-out
+
+    def group(nodes: tuple[Node, Node]) -> None:
+        started.append(nodes[0].name)
+        running.wait()
+        launch.cancel.wait(30)  # a probe's command, killed when the run is cancelled
+        ended.append(nodes[0].name)
+
+    def interrupt() -> None:
+        running.wait()
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    threading.Thread(target=interrupt, daemon=True).start()
+    pairs = [(instant_nodes[i], instant_nodes[i + 1]) for i in range(0, 40, 2)]
+    with pytest.raises(KeyboardInterrupt):
+        launch.at_once(pairs, group)
+    assert launch.cancel.is_set()
+    assert sorted(ended) == sorted(started) and len(started) == 2, (started, ended)
