@@ -17,8 +17,13 @@ PyYAML only; the repository tree as it is, no venv), the most useful steps first
                              fits what is left of --deadline-s is skipped, and says so)
 
 Each step's result is written to OUT/first_run.json as it lands (OUT: --out, else $OUT),
-so a call cut short still returns what finished. The storage probe writes 256 MB under
---storage-path (default: a folder beside this checkout, not the VM's /tmp) and removes it.
+so a call cut short still returns what finished. A step that starts probes or benchmark
+interpreters bounds each by what is left of its share of the deadline (the time left less
+the later steps' budgets, and never under FLOOR_S), so a hung one costs that step, not the
+call. The storage probe writes 256 MB under --storage-path (default: a folder beside this
+checkout, on its disk rather than the VM's /tmp, whose tmpfs refuses O_DIRECT; where that
+folder cannot be made, one inside the checkout, then the temporary directory) and removes
+it.
 `--smoke` runs the same steps on the CPU at tiny sizes (tests/test_first_run.py).
 """
 
@@ -30,6 +35,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -65,6 +71,9 @@ SMOKE_PROBES = ("sdc", "storage", "fabric")
 # their recoveries and BERs (probes/nvlink5.py names them).
 RAW_FIELDS = (160, 206, 207, 208, 209, 210, 211, 212, 213, 214, 215, 219, 220, 221, 222)
 ALL_LINKS = 0xFFFFFFFF
+# Where storage writes when --storage-path is not given, the first that can be made.
+STORAGE_CANDIDATES = (REPO.parent / "burnin-first-run-storage", REPO / ".first-run-storage")
+FLOOR_S = 20  # the least a probe or benchmark is given, however late its step runs
 
 
 class Results:
@@ -235,13 +244,15 @@ def probes_judged(gpus: int, storage: str, small: bool, left) -> dict:
     return out
 
 
-def train_twice(gpus: int, small: bool) -> dict:
-    """The same job twice: its digest must be the same bits both times."""
+def train_twice(gpus: int, small: bool, left=lambda: 1e6) -> dict:
+    """The same job twice: its digest must be the same bits both times. Each run is
+    bounded by what is left of the step (`left()`, at least FLOOR_S)."""
     from burnin.model.gpu_reference import GPU_MODELS
     node = _node(gpus, None, "/nonexistent")
     runs = []
     for _ in range(2):
-        verdict, o = judged("train", node, None, TINY if small else {})
+        verdict, o = judged("train", node, None, TINY if small else {},
+                            timeout_s=max(FLOOR_S, left()))
         fig = o.data.get("figures", {}) if o.ok else {}
         runs.append({**verdict, **{k: fig.get(k) for k in (
             "digest", "job", "tokens_per_s", "model_tflops", "mfu", "dtype", "diverged")}})
@@ -259,14 +270,23 @@ def sdc_exactness(gpu: bool, small: bool) -> list[dict]:
                      ["bf16", "fp16", "fp32"] if gpu else ["fp32"])
 
 
-def ratios(gpu: bool, small: bool) -> dict:
-    from gpu_first_run import probe_vs_mm
+def ratios(gpu: bool, small: bool, left=lambda: 1e6) -> dict:
+    """Each probe against a bare loop, each pair bounded by what is left of the step
+    (`left()`, at least FLOOR_S): a pair past it is that pair's result, not the step's."""
+    import gpu_first_run
     seconds, n = (0.3, 128) if small else (4, 8192)
     dtype = "bf16" if gpu else "fp32"
+    out: dict = {}
     # The smoke run's CPU time is four interpreters starting torch: burn's pair is left to
     # the GPU, where it is the figure.
-    return {name: probe_vs_mm(name, n, dtype, seconds, 1, None if gpu else 0)
-            for name in (("sdc",) if small else ("sdc", "burn"))}
+    for name in ("sdc",) if small else ("sdc", "burn"):
+        try:
+            out[name] = gpu_first_run.probe_vs_mm(name, n, dtype, seconds, 1,
+                                                  None if gpu else 0,
+                                                  timeout_s=max(FLOOR_S, left()))
+        except subprocess.TimeoutExpired as e:
+            out[name] = {"failed": f"not done within {e.timeout:.0f} s"}
+    return out
 
 
 def summary(data: dict) -> list[str]:
@@ -285,18 +305,22 @@ def run(out: Path, smoke: bool, storage: str | None, deadline_s: float = DEADLIN
     deadline_s = 1e6 if smoke else deadline_s  # the CPU's pace is not the budget's
     gpus = torch.cuda.device_count() if gpu else 0
     results = Results(out)
-    store = Path(storage) if storage else REPO.parent / "burnin-first-run-storage"
-    store.mkdir(parents=True, exist_ok=True)
+    store = storage_dir(storage)
 
     def left() -> float:
         return deadline_s - (time.monotonic() - start)
 
+    def share(step: str):
+        """What is left for `step`: the time left less the later steps' budgets."""
+        later = sum(list(BUDGET_S.values())[list(BUDGET_S).index(step) + 1:])
+        return lambda: left() - later
+
     steps = [("facts", lambda: facts(gpu)), ("nvml_raw", nvml_raw),
-             ("probes_judged", lambda: probes_judged(gpus, str(store), smoke, lambda: left()
-                                                     - sum(list(BUDGET_S.values())[3:]))),
-             ("train_twice", lambda: train_twice(gpus, smoke)),
+             ("probes_judged", lambda: probes_judged(gpus, str(store), smoke,
+                                                     share("probes_judged"))),
+             ("train_twice", lambda: train_twice(gpus, smoke, share("train_twice"))),
              ("sdc_exactness", lambda: sdc_exactness(gpu, smoke)),
-             ("ratios_vs_cublas", lambda: ratios(gpu, smoke))]
+             ("ratios_vs_cublas", lambda: ratios(gpu, smoke, share("ratios_vs_cublas")))]
     try:
         for name, step in steps:
             if left() < BUDGET_S[name] and not smoke:
@@ -317,6 +341,19 @@ def run(out: Path, smoke: bool, storage: str | None, deadline_s: float = DEADLIN
     print(f"device call on {_device(results.data)}: {len(done)} of {len(steps)} steps "
           f"done in {time.monotonic() - start:.0f} s; first_run.json in {out}")
     return 0 if len(done) == len(steps) else 1
+
+
+def storage_dir(given: str | None) -> Path:
+    """Where storage writes: `given`, else the first of STORAGE_CANDIDATES that can be
+    made, else a new temporary directory: never the end of the call (a checkout whose
+    parent is read-only once stopped it before its first step)."""
+    for path in ([Path(given)] if given else []) + list(STORAGE_CANDIDATES):
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        except OSError:
+            continue
+    return Path(tempfile.mkdtemp(prefix="burnin-first-run-storage-"))
 
 
 def _device(data: dict) -> str:

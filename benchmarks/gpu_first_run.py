@@ -52,6 +52,7 @@ import os
 import platform
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -127,16 +128,26 @@ def setup_cost(n: int, devices: int) -> dict:
                 (inputs.A.numel() * 2 + inputs.B.numel() * 2) / 2**20)}
 
 
-def probe_vs_mm(name: str, n: int, dtype: str, seconds: float, repeat: int, gpus) -> str:
+def probe_vs_mm(name: str, n: int, dtype: str, seconds: float, repeat: int, gpus,
+                timeout_s: float = 3600) -> str:
     argv = [sys.executable, str(REPO / "benchmarks" / "probe_vs_mm.py"), "--probe", name,
             "--n", str(n), "--dtype", dtype, "--seconds", str(seconds), "--repeat",
             str(repeat)]
     if gpus is not None:
         argv += ["--gpus", str(gpus)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-2000:])
-    return done.stdout.strip().splitlines()[-1]
+    # Its own process group: past `timeout_s` the probes and bare loops it started go
+    # with it, rather than holding the GPU through the steps after.
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    if proc.returncode != 0:
+        raise RuntimeError(stderr[-2000:])
+    return stdout.strip().splitlines()[-1]
 
 
 def burn_series(seconds: float, gpus, n: int | None) -> dict:
