@@ -97,9 +97,15 @@ def test_an_interrupted_round_cancels_its_groups_and_starts_no_more(instant_node
     def interrupt() -> None:
         running.wait()
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-    threading.Thread(target=interrupt, daemon=True).start()
-    pairs = [(instant_nodes[i], instant_nodes[i + 1]) for i in range(0, 40, 2)]
-    with pytest.raises(KeyboardInterrupt):
-        launch.at_once(pairs, group)
+    # Python's own Ctrl-C handler, also where the test runs with SIGINT ignored (a
+    # shell's background job).
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt, daemon=True).start()
+        pairs = [(instant_nodes[i], instant_nodes[i + 1]) for i in range(0, 40, 2)]
+        with pytest.raises(KeyboardInterrupt):
+            launch.at_once(pairs, group)
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert launch.cancel.is_set()
     assert sorted(ended) == sorted(started) and len(started) == 2, (started, ended)
