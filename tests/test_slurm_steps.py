@@ -36,7 +36,7 @@ from burnin.transports import srun_step
 # them all; `-m "not slow"` leaves them out of a developer's quick run.
 pytestmark = pytest.mark.slow
 
-SINGLE = GPU_CHECKS[:-2]  # every check of a GPU node but the inter-node group checks
+SINGLE = GPU_CHECKS[:-3]  # every check of a GPU node but the inter-node group checks
 
 
 def test_the_suite_runs_in_one_allocation_one_step_per_check_holding_every_gpu(
@@ -83,12 +83,13 @@ def test_the_suite_runs_in_one_allocation_one_step_per_check_holding_every_gpu(
     assert {option(c["argv"], "jobid") for c in sruns} == {job}
     # One srun per check, whatever the node count: the single-node checks, one task per
     # node each, the inter-node all-reduce of the two healthy nodes, one task per GPU, and
-    # their train job, one task per node (its probe starts a rank per GPU).
-    assert len(sruns) == len(SINGLE) + 2, [c["argv"][:12] for c in sruns]
+    # their collectives and train job, one task per node (each probe starts a rank per GPU).
+    assert len(sruns) == len(SINGLE) + 3, [c["argv"][:12] for c in sruns]
     assert Counter(option(c["argv"], "job-name") for c in sruns) == Counter(
-        [f"burnin-{c}" for c in SINGLE] + ["burnin-allreduce", "burnin-train"])
+        [f"burnin-{c}" for c in SINGLE] + ["burnin-allreduce", "burnin-collectives",
+                                           "burnin-train"])
     layout = [(option(c["argv"], "ntasks"), option(c["argv"], "ntasks-per-node")) for c in sruns]
-    assert layout == [("3", "1")] * len(SINGLE) + [("4", "2"), ("2", "1")]
+    assert layout == [("3", "1")] * len(SINGLE) + [("4", "2"), ("2", "1"), ("2", "1")]
     for c in sruns:  # each step's job holds the node alone, with both its GPUs
         assert "OverSubscribe=NO" in c["job"] and "TresPerNode=gres:gpu:2" in c["job"]
         assert "--gres=gpu:2" in c["argv"]
@@ -97,7 +98,7 @@ def test_the_suite_runs_in_one_allocation_one_step_per_check_holding_every_gpu(
     assert {(node, jobid, cvd) for node, jobid, _, cvd in steps} == {
         (n, job, "0,1") for n in names}, "every probe saw both GPUs, inside the one job"
     per_step = Counter(step for _, _, step, _ in steps)
-    assert sorted(per_step.values()) == sorted([3] * len(SINGLE) + [4, 2])
+    assert sorted(per_step.values()) == sorted([3] * len(SINGLE) + [4, 2, 2])
     health = [json.loads(ln) for ln in (reports / "latest" / "results.jsonl").open()
               if '"check": "health"' in ln]
     # Each probe ran in its own node's namespaces.

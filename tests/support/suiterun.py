@@ -13,11 +13,12 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SUITES = str(REPO / "suites")
 # The full suite on CPU-only nodes, in run order (pcie does not apply to them).
 CHECKS = ("health", "memory", "sdc", "burn", "storage", "allreduce", "collectives", "train",
-          "fabric", "allreduce_internode", "train_internode")
+          "fabric", "allreduce_internode", "collectives_internode", "train_internode")
 # The same on GPU nodes (emulated): pcie and gpupairs apply there; dcgm only where dcgmi
 # is installed.
 GPU_CHECKS = ("health", "pcie", "gpupairs", "memory", "sdc", "burn", "storage", "allreduce",
-              "collectives", "train", "fabric", "allreduce_internode", "train_internode")
+              "collectives", "train", "fabric", "allreduce_internode", "collectives_internode",
+              "train_internode")
 # Tiny settings for the memory check where a test runs the full suite.
 TINY_MEMORY = {"host_bytes": 1 << 20, "retention_s": 0.2, "passes": 1}
 # And for the train check: the recorded documents' own model (tests/corpus/record.py), so
