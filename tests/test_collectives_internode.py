@@ -149,8 +149,7 @@ def test_the_judge_names_the_operation_and_fails_wrong_elements_and_group_failur
     assert line.startswith("localised as the slow node: all-to-all: 0.010 GB/s") and \
         "the group of 4 nodes" in line
     assert _judge({"group": group, "wrong_elements": 3}) == (
-        "3 wrong elements in this node's collectives results across nodes, expected exact "
-        "values",)
+        "3 wrong elements in this node's collectives results, expected exact values",)
     assert _judge({"group_failure": "did not take part"}) == ("did not take part",)
 
 

@@ -4,22 +4,13 @@ step (benchmarks/device_call.py), never the call's first_run.json or the steps a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def load(name: str):
-    """A benchmarks/ module by its file (benchmarks/ is no package)."""
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from test_first_run import load
 
 
 def test_storage_falls_back_when_the_checkouts_parent_cannot_be_written(tmp_path):

@@ -13,18 +13,10 @@ from __future__ import annotations
 from burnin.checks.allreduce import BUSBW, SIZE
 from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.base import Check, Figure, Judging, Setting, timeout
+from burnin.checks.group_outcomes import by_node, member_outcome, own_failures, unformed
+from burnin.checks.group_outcomes import excluded as excluded  # the suite's skip reason
 from burnin.checks.group_search import MAX_GROUP
-from burnin.checks.groups import (
-    GroupRun,
-    by_node,
-    form,
-    group_members,
-    localise,
-    member_outcome,
-    search_slow,
-    unformed,
-)
-from burnin.checks.groups import excluded as excluded  # the suite's skip reason
+from burnin.checks.groups import GroupRun, form, group_members, localise, search_slow
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
@@ -122,10 +114,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if not outcome.ok:
         return Verdict(node.name, NAME, (outcome.reason,))
     fig = outcome.data["figures"]
-    failures = list(outcome.data["errors"])
-    if fig.get("wrong_elements"):
-        failures.append(f"{fig['wrong_elements']} wrong elements in this node's all-reduce "
-                        "results, expected exact sums")
+    failures = own_failures(outcome, "all-reduce", "sums")
     group = fig.get("group", {})
     pairs = ", ".join(f"{'+'.join(p['nodes'])} {p['busbw_gbps']:.3f}" for p in fig.get("pairs", []))
     mib = f"{group.get('bytes', 0) / (1 << 20):g} MiB"

@@ -31,22 +31,20 @@ from burnin.checks.allreduce_internode import SEARCH_FROM, line_floor
 from burnin.checks.base import Check, Figure, Judging, Measure, Setting, timeout
 from burnin.checks.collectives import CHECK as INTRA
 from burnin.checks.collectives import OPS, WORDS
+from burnin.checks.group_outcomes import by_node, member_outcome, own_failures, unformed
+from burnin.checks.group_outcomes import excluded as excluded  # the suite's skip reason
 from burnin.checks.group_search import MAX_GROUP
 from burnin.checks.groups import (
     Facts,
     GroupMeasure,
     GroupRun,
-    by_node,
     form,
     group_members,
     laid_out,
     localise,
     measurer,
-    member_outcome,
     search_slow,
-    unformed,
 )
-from burnin.checks.groups import excluded as excluded  # the suite's skip reason
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
@@ -185,10 +183,7 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     if not outcome.ok:
         return Verdict(node.name, NAME, (outcome.reason,))
     fig = outcome.data["figures"]
-    failures = list(outcome.data["errors"])
-    if fig.get("wrong_elements"):
-        failures.append(f"{fig['wrong_elements']} wrong elements in this node's collectives "
-                        "results across nodes, expected exact values")
+    failures = own_failures(outcome, "collectives", "values")
     group = fig.get("group", {})
     if fig.get("slow_with_good_partner"):
         failures.append(f"localised as the slow node: {fig['verdict']}; the group of "
