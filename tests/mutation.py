@@ -44,8 +44,9 @@ MODULES = ("gate.admit", "gate.quarantine", "ledger.api", "ledger.read", "ledger
 # Modules mutated in part: these functions only. allreduce_internode's inter-node run
 # (internode, _outcome: groups, pairs, retests over real nodes) is tested on real SSH hosts
 # (tests/test_allreduce.py), which the fast tier cannot reach: a first run over all of it
-# caught 12% (47 of 389), all of its judge's mutants among the missed ones.
-ONLY = {"checks.allreduce_internode": ("judge", "figures", "excluded")}
+# caught 12% (47 of 389), all of its judge's mutants among the missed ones. `excluded`
+# is checks/group_outcomes.py's now, shared with collectives_internode.
+ONLY = {"checks.allreduce_internode": ("judge", "figures")}
 # The slow tier, for what the fast tier cannot reach. checks.health's facts (facts_gpus,
 # facts_equipped, facts_baseline) are read by the run's engine alone, before the other
 # checks: only a suite run reaches them. These tests run suites in-process (pytester), so
