@@ -35,15 +35,14 @@ class Count:
 
 
 def instant(speed: dict[str, float], count: Count):
-    """groups.run_group and groups.group_figures answering at once."""
-    def run_group(run, nodes, settings, facts, timeouts=None):
+    """A group measure (groups.GroupMeasure) answering at once: a group's busbw is its
+    slowest member's speed."""
+    def measure(nodes):
         count.launches += 1
         count.node_probes += len(nodes)
-        return min(speed[n.name] for n in nodes)
-
-    def group_figures(busbw, nodes, facts):
-        return {"busbw_gbps": busbw, "bytes": 1 << 20, "members": len(nodes)}
-    return run_group, group_figures
+        return {"busbw_gbps": min(speed[n.name] for n in nodes), "bytes": 1 << 20,
+                "members": len(nodes)}
+    return measure
 
 
 class Run:
@@ -64,18 +63,13 @@ def one(n: int, slow: int, per_switch: int, how: str, seed: int = 1) -> tuple[Co
     members = [Node(x, x, labels={"switch": f"leaf{i // per_switch}"} if per_switch else {})
                for i, x in enumerate(names)]
     count = Count()
-    saved = groups.run_group, groups.group_figures
-    groups.run_group, groups.group_figures = instant(
-        {x: (SLOW if x in bad else FAST) for x in names}, count)
-    try:
-        run = Run(count)
-        settings = {"pair_fraction": 0.5, "timeout_s": 60}
-        if how == "pairs":
-            _, named = groups.localise(run, members, settings, None, None)
-        else:
-            _, named, _ = groups.search_slow(run, members, settings, None, None)
-    finally:
-        groups.run_group, groups.group_figures = saved
+    measure = instant({x: (SLOW if x in bad else FAST) for x in names}, count)
+    run = Run(count)
+    settings = {"pair_fraction": 0.5, "timeout_s": 60}
+    if how == "pairs":
+        _, named = groups.localise(run, members, settings, None, None, measure=measure)
+    else:
+        _, named, _ = groups.search_slow(run, members, settings, None, None, measure=measure)
     assert set(named) == bad, (how, n, slow, sorted(named), sorted(bad))
     return count, set(named)
 

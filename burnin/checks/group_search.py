@@ -87,61 +87,37 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
               what: str = "an all-reduce") -> Search:
     """The slow nodes among `members` (`where`: each one's value of the topology label
     `label`, all '' without one; `what`: the group's words, "an all-reduce")."""
-    tests: list[dict] = []
-    rounds = 0
-    good: set[str] = set()
-    # A one-node test that is slow says only that the node or its partner is: the
-    # partner becomes a suspect too (a link that flaps after the first round), and
-    # neither is ever confirmed with the other.
-    slow_with: dict[str, set[str]] = {}
-    blamed: list[str] = []
-
-    def run(groups: list[list[str]], kind: str) -> list[tuple[list[str], bool]]:
-        """One round; (group, slow) for each group tested (a one-node group is paired
-        with a known-good partner, or left for a later round when none is free)."""
-        nonlocal rounds
-        free = sorted(good - {x for g in groups for x in g})
-        launched: list[list[str]] = []
-        partnered: list[str | None] = []
-        for g in groups:
-            if len(g) >= 2:
-                launched.append(g)
-                partnered.append(None)
-                continue
-            fresh = [p for p in free if p not in slow_with.get(g[0], ())]
-            pick = [p for p in fresh if where.get(p) == where.get(g[0])] or fresh
-            if kind == "confirm":  # another value's partner: the link out too
-                pick = [p for p in fresh if where.get(p) != where.get(g[0])] or pick
-            if not pick:
-                continue
-            chosen = pick[0]  # before the removal: `pick` may be `free` itself
-            free.remove(chosen)
-            launched.append(g + [chosen])
-            partnered.append(chosen)
-        if not launched:
-            return []
-        rounds += 1
-        out = []
-        for g, with_, (done, busbw) in zip(launched, partnered, measure(launched), strict=True):
-            slow = not done or busbw < threshold
-            tests.append({"nodes": g, "busbw_gbps": busbw, "completed": done,
-                          "round": rounds, "kind": kind})
-            tested = [x for x in g if x != with_]
-            if not slow:
-                good.update(g)
-            elif with_ is not None:
-                slow_with.setdefault(tested[0], set()).add(with_)
-                slow_with.setdefault(with_, set()).add(tested[0])
-                blamed.append(with_)
-            out.append((tested, slow))
-        return out
-
+    s = _Searching(where, measure, what, floor)
     by_value: dict[str, list[str]] = {}
     for m in members:
         by_value.setdefault(where.get(m, ""), []).append(m)
-    # Groups of about sqrt(N) (at most MAX_GROUP): enough of them that the yardstick's
-    # quantile has groups to compare, few enough that the first round stays cheap.
-    size = min(MAX_GROUP, max(2, math.isqrt(len(members))))
+    inside = _inside_groups(by_value, len(members))
+    first = s.yardstick(inside, fraction) if floor is None else s.run(inside, "inside")
+    suspects = _bisect(first, s.run)
+    values = [v for v in by_value if v]
+    if not suspects and len(values) >= 2 and not any(slow for _, slow in first):
+        width = max(len(by_value[v]) for v in values)
+        across = [[by_value[v][i] for v in values if i < len(by_value[v])]
+                  for i in range(width)]
+        across = [c for g in across for c in _chunks(g, MAX_GROUP) if len(c) >= 2]
+        suspects = _bisect(s.run(across, "across"), s.run)
+    named = s.confirm(suspects)
+    whole = [v for v in values
+             if len(by_value[v]) >= 2 and all(x in named for x in by_value[v])]
+    for v in whole:  # its nodes' verdicts say so; the incident rule names it in the outputs
+        for x in by_value[v]:
+            named[x] += f"; every node of {label}={v} stayed slow whatever it was split " \
+                        "into: a component, not a node"
+    components = tuple(f"{label}={v}" for v in whole)
+    return Search(named, s.tests, s.rounds, s.threshold, s.source, components,
+                  tuple(sorted(set(suspects) - set(named))))
+
+
+def _inside_groups(by_value: dict[str, list[str]], members: int) -> list[list[str]]:
+    """The first round's groups: each label value's nodes in groups of about sqrt(N) (at
+    most MAX_GROUP: enough of them that the yardstick's quantile has groups to compare,
+    few enough that the first round stays cheap); values of one node tested together."""
+    size = min(MAX_GROUP, max(2, math.isqrt(members)))
     inside = [c for nodes in by_value.values() for c in _chunks(nodes, size)]
     lone = [c for c in inside if len(c) < 2]
     inside = [c for c in inside if len(c) >= 2]
@@ -153,78 +129,136 @@ def find_slow(members: list[str], where: dict[str, str], measure: Measure,
             inside[-1] = inside[-1] + rest
         else:
             inside = [rest]
-    threshold = floor if floor is not None else 0.0
-    source = f"the floor of {floor:g} GB/s" if floor is not None else ""
-    first = []
-    if floor is None:  # the yardstick comes from the first round itself
-        rounds += 1
-        results = measure(inside)
+    return inside
+
+
+class _Searching:
+    """One search's state: every group tested, the known-good nodes, who was slow with
+    whom, the rounds, and the yardstick."""
+
+    def __init__(self, where: dict[str, str], measure: Measure, what: str,
+                 floor: float | None):
+        self.where, self.measure, self.what = where, measure, what
+        self.tests: list[dict] = []
+        self.rounds = 0
+        self.good: set[str] = set()
+        # A one-node test that is slow says only that the node or its partner is: the
+        # partner becomes a suspect too (a link that flaps after the first round), and
+        # neither is ever confirmed with the other.
+        self.slow_with: dict[str, set[str]] = {}
+        self.blamed: list[str] = []
+        self.threshold = floor if floor is not None else 0.0
+        self.source = f"the floor of {floor:g} GB/s" if floor is not None else ""
+
+    def yardstick(self, inside: list[list[str]], fraction: float
+                  ) -> list[tuple[list[str], bool]]:
+        """The first round, without a floor: the yardstick comes from it."""
+        self.rounds += 1
+        results = self.measure(inside)
         done = [b for ok, b in results if ok]
         top = quantile(done, QUANTILE) if done else 0.0
-        threshold = fraction * top
-        source = (f"{fraction:g} of the fleet's fast groups ({QUANTILE:.0%} quantile "
-                  f"{top:.3f} GB/s of {len(done)} groups)")
+        self.threshold = fraction * top
+        self.source = (f"{fraction:g} of the fleet's fast groups ({QUANTILE:.0%} quantile "
+                       f"{top:.3f} GB/s of {len(done)} groups)")
+        first = []
         for g, (ok, busbw) in zip(inside, results, strict=True):
-            slow = not ok or busbw < threshold
-            tests.append({"nodes": g, "busbw_gbps": busbw, "completed": ok, "round": rounds,
-                          "kind": "inside"})
+            slow = not ok or busbw < self.threshold
+            self.tests.append({"nodes": g, "busbw_gbps": busbw, "completed": ok,
+                               "round": self.rounds, "kind": "inside"})
             if not slow:
-                good.update(g)
+                self.good.update(g)
             first.append((g, slow))
-    else:
-        first = run(inside, "inside")
-    suspects = _bisect(first, run)
-    values = [v for v in by_value if v]
-    if not suspects and len(values) >= 2 and not any(s for _, s in first):
-        width = max(len(by_value[v]) for v in values)
-        across = [[by_value[v][i] for v in values if i < len(by_value[v])]
-                  for i in range(width)]
-        across = [c for g in across for c in _chunks(g, MAX_GROUP) if len(c) >= 2]
-        suspects = _bisect(run(across, "across"), run)
-    named: dict[str, str] = {}
-    confirmed_with: dict[str, str] = {}
-    suspected = set(suspects)
-    untested: list[str] = list(suspects)
-    partners: list[str] = []
-    while untested or partners:
-        # The partners slow one-node tests blamed are suspects too, confirmed once the
-        # nodes they were slow with are: they stay partners meanwhile (a slow switch's
-        # every node blames its partner, and would leave none to confirm them with).
-        partners += [p for p in dict.fromkeys(blamed) if p not in suspected]
-        suspected.update(blamed)
-        blamed.clear()
-        queue = untested if untested else partners
-        before = len(tests)
-        confirmed = run([[s] for s in queue], "confirm")
-        if len(tests) == before:
-            break  # no known-good partner left: nobody more can be confirmed
-        for (node,), slow in ((g, s) for g, s in confirmed):
-            f = next(t for t in reversed(tests) if node in t["nodes"])
-            partner = next(x for x in f["nodes"] if x != node)
-            queue.remove(node)
-            if slow:
-                confirmed_with[node] = partner
-                good.discard(node)  # no longer anyone's known-good partner
-                named[node] = (
-                    f"could not complete {what} with known-good {partner}"
-                    if not f["completed"] else
-                    f"{f['busbw_gbps']:.3f} GB/s with known-good {partner}, below "
-                    f"{threshold:.3f} GB/s ({source}); slow in every group it was in, "
-                    "confirmed")
-        # A confirmation whose partner proved slow itself confirms nothing: once more,
-        # with another partner.
-        for node in [x for x, p in confirmed_with.items() if p in named and x in named]:
-            del named[node], confirmed_with[node]
-            untested.append(node)
-    whole = [v for v in values
-             if len(by_value[v]) >= 2 and all(x in named for x in by_value[v])]
-    for v in whole:  # its nodes' verdicts say so; the incident rule names it in the outputs
-        for x in by_value[v]:
-            named[x] += f"; every node of {label}={v} stayed slow whatever it was split " \
-                        "into: a component, not a node"
-    components = tuple(f"{label}={v}" for v in whole)
-    return Search(named, tests, rounds, threshold, source, components,
-                  tuple(sorted(set(suspects) - set(named))))
+        return first
+
+    def run(self, groups: list[list[str]], kind: str) -> list[tuple[list[str], bool]]:
+        """One round; (group, slow) for each group tested (a one-node group is paired
+        with a known-good partner, or left for a later round when none is free)."""
+        launched, partnered = self._partner(groups, kind)
+        if not launched:
+            return []
+        self.rounds += 1
+        out = []
+        for g, with_, (done, busbw) in zip(launched, partnered, self.measure(launched),
+                                           strict=True):
+            slow = not done or busbw < self.threshold
+            self.tests.append({"nodes": g, "busbw_gbps": busbw, "completed": done,
+                               "round": self.rounds, "kind": kind})
+            tested = [x for x in g if x != with_]
+            if not slow:
+                self.good.update(g)
+            elif with_ is not None:
+                self.slow_with.setdefault(tested[0], set()).add(with_)
+                self.slow_with.setdefault(with_, set()).add(tested[0])
+                self.blamed.append(with_)
+            out.append((tested, slow))
+        return out
+
+    def _partner(self, groups: list[list[str]], kind: str
+                 ) -> tuple[list[list[str]], list[str | None]]:
+        """The groups to launch, a one-node group with its known-good partner (from its
+        own label value; for a confirmation, from another where there is one)."""
+        where = self.where
+        free = sorted(self.good - {x for g in groups for x in g})
+        launched: list[list[str]] = []
+        partnered: list[str | None] = []
+        for g in groups:
+            if len(g) >= 2:
+                launched.append(g)
+                partnered.append(None)
+                continue
+            fresh = [p for p in free if p not in self.slow_with.get(g[0], ())]
+            pick = [p for p in fresh if where.get(p) == where.get(g[0])] or fresh
+            if kind == "confirm":  # another value's partner: the link out too
+                pick = [p for p in fresh if where.get(p) != where.get(g[0])] or pick
+            if not pick:
+                continue
+            chosen = pick[0]  # before the removal: `pick` may be `free` itself
+            free.remove(chosen)
+            launched.append(g + [chosen])
+            partnered.append(chosen)
+        return launched, partnered
+
+    def confirm(self, suspects: list[str]) -> dict[str, str]:
+        """Every suspect, and every partner a slow one-node test blamed, once more with a
+        known-good partner: {node: why} for those slow again."""
+        named: dict[str, str] = {}
+        confirmed_with: dict[str, str] = {}
+        suspected = set(suspects)
+        untested: list[str] = list(suspects)
+        partners: list[str] = []
+        while untested or partners:
+            # The partners slow one-node tests blamed are suspects too, confirmed once the
+            # nodes they were slow with are: they stay partners meanwhile (a slow switch's
+            # every node blames its partner, and would leave none to confirm them with).
+            partners += [p for p in dict.fromkeys(self.blamed) if p not in suspected]
+            suspected.update(self.blamed)
+            self.blamed.clear()
+            queue = untested if untested else partners
+            before = len(self.tests)
+            confirmed = self.run([[x] for x in queue], "confirm")
+            if len(self.tests) == before:
+                break  # no known-good partner left: nobody more can be confirmed
+            for (node,), slow in ((g, x) for g, x in confirmed):
+                f = next(t for t in reversed(self.tests) if node in t["nodes"])
+                partner = next(x for x in f["nodes"] if x != node)
+                queue.remove(node)
+                if slow:
+                    confirmed_with[node] = partner
+                    self.good.discard(node)  # no longer anyone's known-good partner
+                    named[node] = self._why(f, partner)
+            # A confirmation whose partner proved slow itself confirms nothing: once more,
+            # with another partner.
+            for node in [x for x, p in confirmed_with.items() if p in named and x in named]:
+                del named[node], confirmed_with[node]
+                untested.append(node)
+        return named
+
+    def _why(self, test: dict, partner: str) -> str:
+        if not test["completed"]:
+            return f"could not complete {self.what} with known-good {partner}"
+        return (f"{test['busbw_gbps']:.3f} GB/s with known-good {partner}, below "
+                f"{self.threshold:.3f} GB/s ({self.source}); slow in every group it was "
+                "in, confirmed")
 
 
 def _bisect(slow_groups: list[tuple[list[str], bool]], run) -> list[str]:
