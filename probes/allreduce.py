@@ -197,44 +197,57 @@ def hello(group: dict, me: str, timeout_s: float, ready: bool = True,
     expected[me] = expected.get(me, 1) - 1  # the master does not greet itself
     deadline = time.monotonic() + timeout_s
     if master if master is not None else group.get("rank_offset", 0) == 0:
-        seen, conns, unready = dict.fromkeys(expected, 0), [], set()
-        with socket.socket() as srv:
-            srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            srv.bind(("", port))
-            srv.listen(256)
-            while any(seen[n] < want for n, want in expected.items()) and \
-                    time.monotonic() < deadline:
-                srv.settimeout(max(0.1, deadline - time.monotonic()))
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    break
-                conn.settimeout(5)
-                try:
-                    name, _, state = conn.makefile().readline().strip().partition(" ")
-                except OSError:
-                    conn.close()
-                    continue
-                seen[name] = seen.get(name, 0) + 1
-                conns.append(conn)
-                if state == "abort" or not ready:
-                    unready.add(name)
-                    break  # no group this time: tell everyone now
-            missing = sorted(n for n, want in expected.items() if seen.get(n, 0) < want)
-            go = ready and not missing and not unready
-            for conn in conns:
-                try:
-                    conn.sendall(b"go\n" if go else b"abort\n")
-                finally:
-                    conn.close()
-        if go:
-            return []
-        if not ready:
-            return ["this node could not take part, so the group was aborted"]
-        if unready:
-            return [f"the group was aborted: {', '.join(sorted(unready))} said it could "
-                    "not take part"]
-        return [f"did not join the rendezvous: {', '.join(missing)}"]
+        return greet_as_master(port, expected, deadline, ready)
+    return greet_master(addr, port, me, ready, deadline)
+
+
+def greet_as_master(port: int, expected: dict[str, int], deadline: float,
+                    ready: bool) -> list[str]:
+    """The master's side of hello: wait for every node's greetings (`expected`: how many
+    of each), then answer each 'go', or 'abort' when one is missing or not ready."""
+    seen, conns, unready = dict.fromkeys(expected, 0), [], set()
+    with socket.socket() as srv:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("", port))
+        srv.listen(256)
+        while any(seen[n] < want for n, want in expected.items()) and \
+                time.monotonic() < deadline:
+            srv.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                break
+            conn.settimeout(5)
+            try:
+                name, _, state = conn.makefile().readline().strip().partition(" ")
+            except OSError:
+                conn.close()
+                continue
+            seen[name] = seen.get(name, 0) + 1
+            conns.append(conn)
+            if state == "abort" or not ready:
+                unready.add(name)
+                break  # no group this time: tell everyone now
+        missing = sorted(n for n, want in expected.items() if seen.get(n, 0) < want)
+        go = ready and not missing and not unready
+        for conn in conns:
+            try:
+                conn.sendall(b"go\n" if go else b"abort\n")
+            finally:
+                conn.close()
+    if go:
+        return []
+    if not ready:
+        return ["this node could not take part, so the group was aborted"]
+    if unready:
+        return [f"the group was aborted: {', '.join(sorted(unready))} said it could "
+                "not take part"]
+    return [f"did not join the rendezvous: {', '.join(missing)}"]
+
+
+def greet_master(addr: str, port: int, me: str, ready: bool, deadline: float) -> list[str]:
+    """A node's side of hello: say its name (and whether it is ready) to the master until
+    it answers or the rendezvous ends."""
     while True:
         try:
             # A connection that hangs (its SYN dropped) ends with the rendezvous, not up to
