@@ -19,10 +19,12 @@ of it only what the end of the session can still print:
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 TEXT_MAX = 64 * 1024  # a verdict's messages are bounded well below this
-_NO_KEYWORDS: dict[str, int] = {}
+_NO_KEYWORDS: dict[str, Literal[1]] = {}
 
 
 class KeptReports:
