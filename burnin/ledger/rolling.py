@@ -6,7 +6,8 @@ rebooted reads where it left off. No table of its own: the history is the record
 Events: `rolling-out` (drained for a wave), `rolling-validated` (the wave's run passed it;
 its time is when the node was last validated), `rolling-released` (back in service
 without a verdict: its jobs did not end in time, or the loop stopped), `rolling-failed`
-(the run did not pass it: left to quarantine). `RollingLog` is a mixin of
+(the run did not pass it: left to quarantine); and `rolling-hook`, what a site's hook
+said. `RollingLog` is a mixin of
 burnin.ledger.api.Ledger, whose `_read` and `note` it uses."""
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 OUT, VALIDATED, RELEASED, FAILED = ("rolling-out", "rolling-validated", "rolling-released",
                                     "rolling-failed")
 EVENTS = (OUT, VALIDATED, RELEASED, FAILED)
+# A rolling hook's call (burnin/gate/rolling_control.py): its result and the end of its
+# output; not a step of the node through a wave, so not one of EVENTS.
+HOOK = "rolling-hook"
 T = TypeVar("T")
 
 

@@ -38,6 +38,18 @@ def amount(value: object, total: int) -> int:
 
 
 @dataclass(frozen=True)
+class RollingHooks:
+    """The site's commands that stand in for Slurm on a fleet without it: argv lists run on
+    the controller, `{node}` and `{address}` filled in (each word stays one argument)."""
+
+    busy: tuple[str, ...]              # exit 0: the node has work; 1: idle; else: busy
+    out: tuple[str, ...]               # exit 0: taken out of service (no new work)
+    back: tuple[str, ...]              # exit 0: back in service
+    timeout_s: float = 60.0            # each call; a hook that takes longer has failed
+    output_bytes: int = 2000           # the last characters of its output kept in the ledger
+
+
+@dataclass(frozen=True)
 class RollingSettings:
     max_out: int | float = 1           # nodes out of service at once: a count or a fraction
     min_available: int | float = 0     # per group, nodes that stay in service
@@ -46,3 +58,4 @@ class RollingSettings:
     every: float = 7 * 86400.0         # a node validated this recently is not due
     poll_s: float = 5.0                # how often Slurm is asked while a wave waits
     retries: int = 3                   # waves a busy node is tried in, per invocation
+    hooks: RollingHooks | None = None  # set: the hooks take nodes out and back, not Slurm
