@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -57,18 +58,32 @@ def filled(argv: tuple[str, ...], **values: str) -> list[str]:
     return out
 
 
+KILL_WAIT_S = 2.0  # after a time-out, how long what is left of its output is waited for
+
+
 def local(argv: list[str], timeout_s: float, limit: int) -> Done:
-    """`argv` on the controller, bounded in time and in what is kept of its output."""
+    """`argv` on the controller, bounded in time and in what is kept of its output. It runs
+    in a process group of its own, killed whole at the time-out: a shell's child (a
+    `sleep`, an ssh) that outlived its shell held the output pipes, and the wait with it."""
     try:
-        res = subprocess.run(argv, capture_output=True, timeout=timeout_s,
-                             stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        return Done(False, f"timed out after {timeout_s:g} s",
-                    bounded((e.stdout or b"") + (e.stderr or b""), limit))
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
         return Done(False, f"could not run {argv[0]}: {e.strerror or e}")
-    return Done(res.returncode == 0, f"exit {res.returncode}",
-                bounded(res.stdout + res.stderr, limit))
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:  # a child that left the group may still hold a pipe: not waited on for long
+            out, err = proc.communicate(timeout=KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = b"", b""
+        return Done(False, f"timed out after {timeout_s:g} s", bounded(out + err, limit))
+    return Done(proc.returncode == 0, f"exit {proc.returncode}", bounded(out + err, limit))
 
 
 def untrusted_by_root(settings: RemediationSettings) -> list[str]:
