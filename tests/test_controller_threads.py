@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -108,4 +109,10 @@ def test_an_interrupted_round_cancels_its_groups_and_starts_no_more(instant_node
     finally:
         signal.signal(signal.SIGINT, before)
     assert launch.cancel.is_set()
+    # The running groups end on the cancel; under CI's load one was once seen still
+    # finishing when the interrupt was raised (the bounded wait is the product's promise,
+    # not a full join): allowed a few seconds more, never a third group.
+    deadline = time.monotonic() + 5
+    while len(ended) < len(started) and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert sorted(ended) == sorted(started) and len(started) == 2, (started, ended)
