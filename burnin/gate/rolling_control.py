@@ -186,11 +186,7 @@ class HookControl(Control):
         return out, {n: "held in quarantine" for n in held if n in self.nodes}
 
     def take_out(self, names):
-        said = {}
-        for n, (result, output) in self.each("out", names).items():
-            self.note(n, "out", result, output)
-            said[n] = "" if result == "exit 0" else f"out hook failed ({result})"
-        return said
+        return self.act("out", names)
 
     def idle(self, names):
         idle = []
@@ -203,10 +199,14 @@ class HookControl(Control):
         return idle
 
     def give_back(self, names):
+        return self.act("back", names)
+
+    def act(self, hook: str, names: list[str]) -> dict[str, str]:
+        """`hook` (out or back) for each node, noted: {node: '' done, or why not}."""
         said = {}
-        for n, (result, output) in self.each("back", names).items():
-            self.note(n, "back", result, output)
-            said[n] = "" if result == "exit 0" else f"back hook failed ({result})"
+        for n, (result, output) in self.each(hook, names).items():
+            self.note(n, hook, result, output)
+            said[n] = "" if result == "exit 0" else f"{hook} hook failed ({result})"
         return said
 
     def keep_out(self, names, run_id):
