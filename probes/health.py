@@ -364,6 +364,10 @@ def main() -> int:
     tools = {check: {"command": str(cmd), "path": shutil.which(str(cmd))}
              for check, cmd in (settings.get("tools") or {}).items()}
     host = hostfacts.host_facts(settings.get("settings") or {})
+    sysfs_root = str((settings.get("settings") or {}).get("sysfs_root") or "/sys")
+    for dev in devices:  # a wear counter (burnin/checks/wear.py); the kernel's, not NVML's
+        dev["pcie_aer_correctable"] = hostfacts.aer_correctable(sysfs_root,
+                                                                dev.get("pci_bus_id"))
     # Counters that later checks judge the growth of, read here, before the load.
     wanted = settings.get("baselines") if isinstance(settings.get("baselines"), dict) else {}
     baselines = {}

@@ -225,6 +225,39 @@ def edac(sysfs_root: str) -> dict:
     return out
 
 
+# The kernel's AER statistics of one PCI function, since boot (Documentation/ABI/testing/
+# sysfs-bus-pci-devices-aer_stats): a line per error kind and TOTAL_ERR_COR, their sum.
+AER_FILE = "aer_dev_correctable"
+AER_BYTES = 4096  # the kernel writes about 150 bytes; a larger file is not its own
+
+
+def aer_correctable(sysfs_root: str, bus_id) -> int | None:
+    """The GPU's correctable PCIe errors since boot as the kernel's AER driver counts them
+    (TOTAL_ERR_COR of /sys/bus/pci/devices/<domain:bus:dev.fn>/aer_dev_correctable), for
+    NVML's bus id ("00000000:3B:00.0"); None where the kernel keeps no such count (no AER
+    on the port, an older kernel) or the id is not one."""
+    m = re.fullmatch(r"([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])",
+                     str(bus_id or ""))
+    if not m:
+        return None
+    name = (f"{int(m.group(1), 16):04x}:{int(m.group(2), 16):02x}:"
+            f"{int(m.group(3), 16):02x}.{m.group(4)}")
+    try:
+        with open(Path(sysfs_root) / "bus" / "pci" / "devices" / name / AER_FILE,
+                  encoding="ascii", errors="replace") as f:
+            text = f.read(AER_BYTES)
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "TOTAL_ERR_COR":
+            try:
+                return int(value.strip())
+            except ValueError:
+                return None
+    return None
+
+
 def meminfo(proc_root: str) -> dict:
     """MemTotal and SwapTotal in bytes (None where unreadable)."""
     out = {"memory_bytes": None, "swap_bytes": None}

@@ -11,6 +11,7 @@ import json
 import sqlite3
 import subprocess
 import time
+from pathlib import Path
 
 import nvmlemu
 import pytest
@@ -100,6 +101,63 @@ def test_a_growing_corrected_ecc_count_is_listed_with_its_day_and_a_flat_one_is_
     assert burnin("history", "--watch", "flat", "--ledger", str(ledger)).returncode == 0
 
 
+def aer_file(sysfs, count: int | None) -> None:
+    """The kernel's AER statistics of the GPU at 0000:18:00.0 (None: no such file)."""
+    path = sysfs / "bus" / "pci" / "devices" / "0000:18:00.0" / "aer_dev_correctable"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if count is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.write_text(f"RxErr {count}\nBadTLP 0\nBadDLLP 0\nRollover 0\nTimeout 0\n"
+                        f"NonFatalErr 0\nCorrIntErr 0\nHeaderOF 0\nTOTAL_ERR_COR {count}\n")
+
+
+def test_a_growing_aer_count_is_read_by_health_and_listed_and_a_missing_file_is_no_zero(
+        pytester, tmp_path):
+    """The kernel's correctable PCIe errors of the GPU: 0, 3,000, 2,000 after a reboot
+    (a reset: its increase summed), then 5,000 on the last run, so some 8,000 since the
+    first, about 2,700 a day, the limit in under two days. On the flat node the kernel has
+    no AER file: nothing is read, so it is no point of a trend (never a zero)."""
+    ledger = tmp_path / "ledger.db"
+    Ledger(ledger)
+    nodes = []
+    for name in ("worn", "flat"):
+        scen = scenario(tmp_path / f"{name}.json", 0)
+        nodes.append({"name": name, "python": nvmlemu.python_wrapper(
+            tmp_path / f"py-{name}", scen),
+            "checks": {"health": {"sysfs_root": str(tmp_path / f"sys-{name}")}}})
+    inv = pytester.path / "inv.yaml"
+    inv.write_text(json.dumps({
+        "version": 1, "cluster": "wear",
+        "defaults": {"transport": "local", "gpus": 1, "gpu_model": "H100-SXM5-80GB"},
+        "checks": {"health": {"kernel_log": False}}, "nodes": nodes,
+        "quarantine": {"ledger": str(ledger)}}))
+    aer_file(tmp_path / "sys-flat", None)
+    counts = (0, 3_000, 2_000, 5_000)
+    for i, count in enumerate(counts):
+        aer_file(tmp_path / "sys-worn", count)
+        result, reports = run_suite(pytester, inv, "-k", "health")
+        assert junit_cases(reports) == {n: {"health": ("passed", "")} for n in ("worn", "flat")}
+        if i != len(counts) - 1:
+            with sqlite3.connect(ledger) as db:
+                db.execute("UPDATE runs SET time = time - ?", (DAY,))
+    worn = Ledger(ledger, create=False).runs("worn")
+    assert [r.figures["wear"].get("pcie_aer_correctable", {}).get("0") for r in worn] == \
+        [None, 3_000.0, 2_000.0, 5_000.0]
+    assert all("pcie_aer_correctable" in r.figures["wear_read"] for r in worn)
+    flat = Ledger(ledger, create=False).runs("flat")
+    assert not any("pcie_aer_correctable" in r.figures.get("wear_read", ()) for r in flat)
+
+    listed = replace_soon.load(reports / "latest")
+    assert listed is not None and [[f.node for f in fs] for fs in listed] == [["worn"]]
+    [found] = listed[0]
+    assert (found.counter, found.device) == ("pcie_aer_correctable", "0")
+    assert found.value == 8_000  # 3,000, then 2,000 after the reset, then 3,000 more
+    assert not found.reached
+    watched = burnin("history", "--watch", "--ledger", str(ledger))
+    assert watched.returncode == 1 and "correctable PCIe errors (AER)" in watched.stdout
+
+
 # --- the command on a generated ledger ---------------------------------------------------
 
 def generated(path, days: int = 5) -> str:
@@ -138,3 +196,25 @@ def test_history_watch_exit_codes_and_what_it_says(tmp_path):
         assert bad.returncode == 2 and said in bad.stderr, (argv, bad.stderr)
         assert "Traceback" not in bad.stderr
     assert not (tmp_path / "none.db").exists(), "a missing ledger is said, never created"
+
+
+def test_the_aer_reader_takes_only_the_kernels_total_and_nothing_else(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "burnin_probe_hostfacts", Path(__file__).resolve().parent.parent / "probes"
+        / "hostfacts.py")
+    hostfacts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hostfacts)
+    aer_file(tmp_path, 17)
+    read = hostfacts.aer_correctable
+    # NVML's 8-digit domain and upper case; the kernel's 4-digit, lower case
+    assert read(str(tmp_path), "00000000:18:00.0") == 17
+    assert read(str(tmp_path), "0000:18:00.0") == 17
+    for bad_id in (None, "", "18:00.0", "0000:18:00", "../../etc:18:00.0", "0:0:0.9"):
+        assert read(str(tmp_path), bad_id) is None, bad_id
+    assert read(str(tmp_path / "none"), "00000000:18:00.0") is None
+    path = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0" / "aer_dev_correctable"
+    for text in ("RxErr 5\n", "TOTAL_ERR_COR many\n", "",
+                 "x" * 10_000 + "\nTOTAL_ERR_COR 3\n"):  # past what the kernel writes
+        path.write_text(text)
+        assert read(str(tmp_path), "00000000:18:00.0") is None, text[:20]

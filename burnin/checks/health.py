@@ -307,7 +307,7 @@ DEVICE = Obj(index=Int(0, 1023), name=Str(256, null=True), uuid=Str(256, null=Tr
              ecc_mode_pending=Int(null=True), ecc_uncorrected_volatile=NULL_COUNT,
              ecc_uncorrected_aggregate=NULL_COUNT, retired_pages_pending=Bool(null=True),
              ecc_corrected_aggregate=NULL_COUNT, retired_pages=NULL_COUNT,
-             pcie_replay=NULL_COUNT,
+             pcie_replay=NULL_COUNT, pcie_aer_correctable=NULL_COUNT,
              remapped_rows=Obj(correctable=COUNT, uncorrectable=COUNT, pending=Bool(),
                                failed=Bool()),
              pcie=PCIE, fabric=FABRIC, persistence_mode=Int(null=True), compute_mode=Int(null=True),

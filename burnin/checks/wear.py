@@ -13,7 +13,6 @@ ways of counting (the burn's volatile ECC against health's lifetime one):
   fabric   nvlink_crc (CRC flit and data errors over the links), nvlink_replay
   burn     thermal_margin (the slowdown threshold less the hottest sample, °C)
 
-PCIe AER correctable errors are measured by no probe: they are not kept.
 """
 
 from __future__ import annotations
@@ -73,6 +72,7 @@ def of_health(data: dict) -> Wear:
             _put(out, "remap_failed", i, int(rows.get("failed") is True))
         _put(out, "retired_pages", i, dev.get("retired_pages"))
         _put(out, "pcie_replay", i, dev.get("pcie_replay"))
+        _put(out, "pcie_aer_correctable", i, dev.get("pcie_aer_correctable"))
     host = (data.get("figures") or {}).get("host") or {}
     log = host.get("kernel_log") if isinstance(host, dict) else None
     xids = log.get("xids") if isinstance(log, dict) else None

@@ -3,8 +3,6 @@ kept, bounded, among the ledger's runs (NodeRun.figures["wear"]), so that their 
 across runs can be read (burnin/figures/replace_soon.py).
 
 Which check's document gives each counter, and how it is read: burnin/checks/wear.py.
-PCIe AER correctable errors are measured by no probe: they are not kept.
-
 Kept as {"wear": {counter: {device: value}}, "wear_read": [counter, ...]}, a device a
 GPU's index ("node" for what is the node's: the thermal margin, the XIDs of a GPU no
 longer there). Bounded: only the counters above, at most MAX_DEVICES devices each,

@@ -187,17 +187,19 @@ def test_health_gives_its_counters_per_gpu_and_the_warning_xids():
     doc = health_doc([
         {"index": 0, "pci_bus_id": "00000000:18:00.0", "ecc_corrected_aggregate": 12,
          "remapped_rows": {"correctable": 2, "uncorrectable": 3, "pending": True,
-                           "failed": False}, "retired_pages": 0, "pcie_replay": 7},
+                           "failed": False}, "retired_pages": 0, "pcie_replay": 7,
+         "pcie_aer_correctable": 40},
         {"index": 1, "pci_bus_id": "00000000:19:00.0", "ecc_corrected_aggregate": 0}],
         xids=[{"pci": "0000:18:00", "xid": 13}, {"pci": "0000:18:00", "xid": 31},
               {"pci": "0000:19:00", "xid": 79}, {"pci": "0000:99:00", "xid": 43}])
     kept = wear.figures([wear.of_document("health", doc)])
     assert kept["wear"] == {"ecc_corrected": {"0": 12}, "remapped_rows": {"0": 3},
                             "remap_pending": {"0": 1}, "pcie_replay": {"0": 7},
+                            "pcie_aer_correctable": {"0": 40},
                             "xid_warning": {"0": 2, "node": 1}}
     assert set(kept["wear_read"]) == {"ecc_corrected", "remapped_rows", "remap_pending",
                                       "remap_failed", "retired_pages", "pcie_replay",
-                                      "xid_warning"}
+                                      "pcie_aer_correctable", "xid_warning"}
 
 
 def test_fabric_and_burn_give_nvlink_counts_and_the_thermal_margin():
