@@ -149,12 +149,15 @@ def of_cases(cases: Mapping[tuple[str, str], object], nodes: list[Node],
 
 def mark(cases: Mapping[tuple[str, str], object], incidents: list[Incident]) -> None:
     """Start each incident node's failure message with its incident, in place: junit.xml,
-    summary.html and the ledger's runs then say why nobody was quarantined."""
+    summary.html and the ledger's runs then say why nobody was quarantined. The message
+    only, bounded: the output (the failure's whole text, up to kilobytes a case) is left
+    as it is, as a copy of it with the incident before it cost the run a second copy of
+    every failing case's text until the end (4.7 KiB a node at 2,000 nodes)."""
+    words = {id(i): i.message for i in incidents}
     for key, incident in by_case(incidents).items():
         case = cases.get(key)
         if case is not None:
-            case.message = f"{incident.message}; {case.message}"[:4000]  # type: ignore
-            case.output = f"{incident.message}\n{case.output}"  # type: ignore[attr-defined]
+            case.message = f"{words[id(incident)]}; {case.message}"[:4000]  # type: ignore
 
 
 def page(template: tuple[str, ...], incident: Incident, run_id: str) -> ActionResult:
