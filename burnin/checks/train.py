@@ -47,7 +47,7 @@ from burnin.checks.base import (
     robust_spread,
     timeout,
 )
-from burnin.checks.train_job import job_problems, peak, peer_class, sent_job
+from burnin.checks.train_job import job_problems, mfu, peer_class, sent_job
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict, majority
 from burnin.probe.protocol import ProbeOutcome
@@ -209,21 +209,6 @@ def _stragglers(devices: list[dict], fraction: float) -> list[str]:
     return out
 
 
-def mfu(fig: dict, devices: list[dict], j: Judging) -> tuple[float | None, str]:
-    """The node's MFU and what it is over: on a GPU node, the GPU model's datasheet peak
-    per device in the job's dtype ((None, why) where the table has none: not judged); on
-    a CPU node, the GEMM rate the probe measured in the training's compute type."""
-    if j.gpus != 0:
-        value, words = peak(j.settings, j.model, fig.get("dtype"))
-        if value is None or not devices:
-            return None, words
-        return fig.get("model_tflops", 0.0) / len(devices) / value, f"of {words}"
-    if isinstance(fig.get("mfu"), (int, float)):
-        return fig["mfu"], (f"of the node's own measured GEMM rate, "
-                            f"{fig.get('gemm_tflops', 0):.4g} TFLOPS")
-    return None, ""
-
-
 def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     settings, summary = j.settings, j.fleet or {"speed": {}, "digest": {}}
     if not outcome.ok:
@@ -242,21 +227,46 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     job_bad = job_problems(fig, devices, sent_job(settings, j.gpus, j.devices))
     failures += job_bad
     floors: dict[str, float] = {}
+    speed_bad, warnings = _train_speed_problems(fig, devices, j, floors)
+    peer_bad, peer_notes = _train_peer_problems(node, fig, devices, j, summary, bool(job_bad))
+    failures += speed_bad + peer_bad
+    warnings += peer_notes
+    strag = settings.get("straggler_fraction")
+    failures += _stragglers(devices, STRAGGLER_FRACTION[_cpu(j)] if strag is None else strag)
+    failures += _train_digest_problems(fig, summary)
+    return Verdict(node.name, NAME, tuple(failures), tuple(warnings), floors=floors)
+
+
+def _train_speed_problems(fig: dict, devices: list[dict], j: Judging,
+                          floors: dict[str, float]) -> tuple[list[str], list[str]]:
+    """(failures, warnings) of MFU (an implausible one too) and tokens/s against their
+    floors; the tokens/s floor judged goes in `floors`."""
+    failures: list[str] = []
     warnings = []
     value, over = mfu(fig, devices, j)
     if value is None and over:
         warnings.append(over)
     if value is not None and j.gpus != 0 and value > 1.05:
         failures.append(f"implausible: MFU {value:.1%} {over}")
-    floor = settings.get("min_mfu")
+    floor = j.settings.get("min_mfu")
     if floor is not None and value is not None and value < floor:
         failures.append(f"MFU {value:.1%} {over}, below the floor of {floor:.1%}")
     tokens = fig["tokens_per_s"]
-    floor_t = settings.get("min_tokens_per_s")
+    floor_t = j.settings.get("min_tokens_per_s")
     if floor_t is not None:
         floors["train"] = floor_t
         if tokens < floor_t:
             failures.append(f"{tokens:.6g} tokens/s, below the floor of {floor_t:g}")
+    return failures, warnings
+
+
+def _train_peer_problems(node: Node, fig: dict, devices: list[dict], j: Judging,
+                         summary: dict, job_bad: bool) -> tuple[list[str], list[str]]:
+    """(failures, warnings) against the run's nodes sent the same job: alone in its job,
+    or tokens/s below their median. A document of another job (`job_bad`) has no peers."""
+    settings, tokens = j.settings, fig["tokens_per_s"]
+    failures: list[str] = []
+    warnings = []
     peers = {} if job_bad else \
         summary["speed"].get(_speed_key(devices[0].get("name") or "?", fig), {})
     fraction = settings.get("peer_fraction")
@@ -278,18 +288,22 @@ def judge(node: Node, outcome: ProbeOutcome, j: Judging) -> Verdict:
     elif peers.get("nodes", 0) > 1:
         warnings.append(f"fewer than {PEERS} nodes ran this job on this model: no comparison "
                         "with peers")
-    strag = settings.get("straggler_fraction")
-    failures += _stragglers(devices, STRAGGLER_FRACTION[_cpu(j)] if strag is None else strag)
+    return failures, warnings
+
+
+def _train_digest_problems(fig: dict, summary: dict) -> list[str]:
+    """The final parameter digest against the fleet's for the same deterministic job."""
     common, why, count = summary["digest"].get(fig.get("job"), (None, "", 0))
-    if fig.get("digest") and count >= 2:
-        if common is None and count >= PEERS:
-            failures.append(f"final parameter digest {fig['digest'][:12]}: {why} among {count} "
-                            "nodes running the same deterministic job")
-        elif common is not None and fig["digest"] != common:
-            failures.append(DIVERGED(f"final parameter digest {fig['digest'][:12]} differs "
-                                     f"from {common[:12]}, the digest of most of the run's "
-                                     f"{count} nodes running the same deterministic job"))
-    return Verdict(node.name, NAME, tuple(failures), tuple(warnings), floors=floors)
+    if not fig.get("digest") or count < 2:
+        return []
+    if common is None and count >= PEERS:
+        return [f"final parameter digest {fig['digest'][:12]}: {why} among {count} "
+                "nodes running the same deterministic job"]
+    if common is not None and fig["digest"] != common:
+        return [DIVERGED(f"final parameter digest {fig['digest'][:12]} differs "
+                         f"from {common[:12]}, the digest of most of the run's "
+                         f"{count} nodes running the same deterministic job")]
+    return []
 
 
 def figures(record: dict) -> list[Figure]:

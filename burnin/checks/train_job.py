@@ -22,6 +22,7 @@ import hashlib
 import json
 from typing import Any
 
+from burnin.checks.base import Judging
 from burnin.model.gpu_reference import GpuModel
 
 SHAPE_KEYS = ("d_model", "layers", "heads", "seq_len", "vocab", "batch")
@@ -120,3 +121,18 @@ def peak(j_settings: dict, model: GpuModel | None, dtype: str | None) -> tuple[f
     what = model.key if model is not None else "a GPU of no known model"
     return None, (f"MFU not judged: the GPU model table has no dense {str(dtype).upper()} "
                   f"peak for {what} (checks.train.peak_tflops sets one)")
+
+
+def mfu(fig: dict, devices: list[dict], j: Judging) -> tuple[float | None, str]:
+    """The node's MFU and what it is over: on a GPU node, the GPU model's datasheet peak
+    per device in the job's dtype ((None, why) where the table has none: not judged); on
+    a CPU node, the GEMM rate the probe measured in the training's compute type."""
+    if j.gpus != 0:
+        value, words = peak(j.settings, j.model, fig.get("dtype"))
+        if value is None or not devices:
+            return None, words
+        return fig.get("model_tflops", 0.0) / len(devices) / value, f"of {words}"
+    if isinstance(fig.get("mfu"), (int, float)):
+        return fig["mfu"], (f"of the node's own measured GEMM rate, "
+                            f"{fig.get('gemm_tflops', 0):.4g} TFLOPS")
+    return None, ""
