@@ -99,19 +99,28 @@ def main(argv: list[str]) -> int:
         print(f"burnin run --rolling: {e}; stopped (run it again to go on)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # What the loop knows it has out, and what Slurm (or the ledger) says a loop has
-        # out: Ctrl-C can land between a drain and the loop's note of it.
-        try:
-            seen, _ = control.look(loop.names, ledger.quarantined())
-        except (SlurmUnreachable, LedgerError, LedgerLost, OSError):
-            seen = []
-        loop.give_back(list(dict.fromkeys(loop.out + seen)), "the rolling run was interrupted")
-        print("burnin run --rolling: interrupted; nodes out of service given back",
-              file=sys.stderr)
-        return 130
+        return stop(loop, control, ledger)
+
+
+def stop(loop: Loop, control: Control, ledger: Ledger) -> int:
+    """After Ctrl-C: give back what the loop knows it has out, and what Slurm (or the
+    ledger) says a loop has out, since Ctrl-C can land between a drain and the loop's note
+    of it; 130."""
+    try:
+        seen, _ = control.look(loop.names, ledger.quarantined())
+    except (SlurmUnreachable, LedgerError, LedgerLost, OSError):
+        seen = []
+    loop.give_back(list(dict.fromkeys(loop.out + seen)), "the rolling run was interrupted")
+    print("burnin run --rolling: interrupted; nodes out of service given back",
+          file=sys.stderr)
+    return 130
 
 
 class Loop:
+    """One invocation's waves. Its scans of the fleet are sets and each wave's step is
+    one ledger transaction, so that a wave costs the loop O(nodes), not O(nodes^2) nor an
+    fsync per node (benchmarks/rolling_scale.py measures it at 10,000 nodes)."""
+
     def __init__(self, inv, names: list[str], ledger: Ledger, reports: Path,
                  passthrough: list[str], inventory_path: str, control: Control):
         self.inv, self.names, self.ledger, self.control = inv, names, ledger, control
@@ -122,7 +131,7 @@ class Loop:
         self.out: list[str] = []
         self.tries: dict[str, int] = {}
         self.wave = 0
-        self.done: list[str] = []
+        self.done: set[str] = set()
         self.started = time.monotonic()
 
     def run(self) -> int:
@@ -130,7 +139,6 @@ class Loop:
         failed, stayed busy or could not be taken out or back, 2 when Slurm cannot be
         asked."""
         failed: list[str] = []
-        stuck: list[str] = []
         retries = self.settings.retries
         while True:
             held = self.ledger.quarantined()
@@ -139,54 +147,75 @@ class Loop:
             validated = self.ledger.rolling_validated()
             late = [n for n in due(self.names, validated, time.time(), self.settings.every)
                     if n not in held]
+            late_set = set(late)
             # Out, but validated within `every` (its way back failed): only back it goes.
-            returning = [n for n in out if n not in late and self.tries.get(n, 0) < retries]
+            returning = [n for n in out if n not in late_set
+                         and self.tries.get(n, 0) < retries]
             if returning:
                 self.give_back(returning, "validated; given back")
                 continue
             # Out, and this invocation gave up on it: it still fills a place of the budget.
             stranded = [n for n in out if self.tries.get(n, 0) >= retries]
-            self.out = [n for n in out if n not in stranded]
+            self.out = [n for n in out if self.tries.get(n, 0) < retries]
             left = [n for n in late if self.tries.get(n, 0) < retries]
-            candidates = [n for n in left if n not in out]
-            wave = plan_wave(candidates, out, unavailable, self.by_name, len(self.names),
-                             self.settings)
+            out_set = set(out)
+            wave = plan_wave([n for n in left if n not in out_set], out, unavailable,
+                             self.by_name, len(self.names), self.settings)
             self.progress(len(set(left) | set(self.out)))
             if not self.out and not wave.nodes:
-                stuck = [n for n in late if n not in self.done]
-                for n in stuck:
-                    why = "still busy, or not taken out or back, after its tries" \
-                        if n not in left else \
-                        unavailable.get(n, "the capacity budget leaves no room for it")
-                    print(f"burnin run --rolling: {n}: not validated: {why}", file=sys.stderr)
-                for n in stranded:
-                    if n not in late:
-                        stuck.append(n)
-                        print(f"burnin run --rolling: {n}: validated, but still out of "
-                              "service: it could not be put back", file=sys.stderr)
+                stuck = self.not_validated(late, set(left), stranded, unavailable)
                 break
-            self.wave += 1
-            for n, why in self.control.take_out(list(wave.nodes)).items():
-                if why:
-                    print(f"burnin run --rolling: {n}: {why}", file=sys.stderr)
-                    self.tries[n] = retries
-                    continue
-                self.ledger.note(n, events.OUT, f"taken out for rolling wave {self.wave}")
-                self.out.append(n)
-            ready = self.wait_idle(self.out)
-            still = [n for n in self.out if n not in ready]
-            for n in still:
-                self.tries[n] = self.tries.get(n, 0) + 1
-            self.give_back(still, f"still busy after {self.settings.drain_timeout_s:g} s: "
-                                  "tried again in a later wave")
-            if ready:
-                passed, not_passed = self.validate(ready)
-                self.done += passed
-                failed += not_passed
-            self.out = []
+            failed += self.one_wave(wave.nodes)
         self.progress(0)
         return 1 if failed or stuck or any(n in self.tries for n in self.names
                                            if n not in self.done) else 0
+
+    def not_validated(self, late: list[str], left: set[str], stranded: list[str],
+                      unavailable: dict[str, str]) -> list[str]:
+        """At the end: the due nodes not validated and the validated ones still out, each
+        said with why."""
+        stuck = [n for n in late if n not in self.done]
+        for n in stuck:
+            why = "still busy, or not taken out or back, after its tries" \
+                if n not in left else \
+                unavailable.get(n, "the capacity budget leaves no room for it")
+            print(f"burnin run --rolling: {n}: not validated: {why}", file=sys.stderr)
+        late_set = set(late)
+        for n in stranded:
+            if n not in late_set:
+                stuck.append(n)
+                print(f"burnin run --rolling: {n}: validated, but still out of "
+                      "service: it could not be put back", file=sys.stderr)
+        return stuck
+
+    def one_wave(self, nodes: tuple[str, ...]) -> list[str]:
+        """Take `nodes` out, wait for their work to end, validate the idle ones and give
+        back the ones still busy; the nodes the wave's run did not pass."""
+        self.wave += 1
+        taken = []
+        for n, why in self.control.take_out(list(nodes)).items():
+            if why:
+                print(f"burnin run --rolling: {n}: {why}", file=sys.stderr)
+                self.tries[n] = self.settings.retries
+            else:
+                taken.append(n)
+        # This loop's before the note: Ctrl-C during it still gives them back.
+        self.out += taken
+        self.ledger.note_all((n, events.OUT, f"taken out for rolling wave {self.wave}", None)
+                             for n in taken)
+        ready = self.wait_idle(self.out)
+        idle = set(ready)
+        still = [n for n in self.out if n not in idle]
+        for n in still:
+            self.tries[n] = self.tries.get(n, 0) + 1
+        self.give_back(still, f"still busy after {self.settings.drain_timeout_s:g} s: "
+                              "tried again in a later wave")
+        not_passed: list[str] = []
+        if ready:
+            passed, not_passed = self.validate(ready)
+            self.done.update(passed)
+        self.out = []
+        return not_passed
 
     def wait_idle(self, names: list[str]) -> list[str]:
         deadline = time.monotonic() + self.settings.drain_timeout_s
@@ -200,15 +229,17 @@ class Loop:
         """Put back the nodes still this loop's own (an administrator's or a quarantine's
         drain set meanwhile stays). One that does not go back stays out, counted in the
         budget, and this loop tries it no more."""
+        notes = []
         for n, failure in self.control.give_back(names).items():
             if failure:
-                self.ledger.note(n, events.OUT, f"{why}; {failure}: still out of service")
+                notes.append((n, events.OUT, f"{why}; {failure}: still out of service", None))
                 self.tries[n] = self.settings.retries
                 print(f"burnin run --rolling: {n}: {failure}: still out of service",
                       file=sys.stderr)
             else:
-                self.ledger.note(n, events.RELEASED, why)
+                notes.append((n, events.RELEASED, why, None))
                 print(f"burnin run --rolling: {n}: back in service: {why}", file=sys.stderr)
+        self.ledger.note_all(notes)
 
     def validate(self, names: list[str]) -> tuple[list[str], list[str]]:
         """One ordinary run of the chosen checks over `names`, then each node put back or
@@ -256,16 +287,17 @@ class Loop:
             good = Outcome.PASSED in outcomes and not outcomes & {Outcome.FAILED,
                                                                  Outcome.ERROR}
             (passed if good and n not in held else failed).append(n)
-        for n in passed:
-            self.ledger.note(n, events.VALIDATED, f"passed rolling wave {self.wave}", run_id)
+        self.ledger.note_all((n, events.VALIDATED, f"passed rolling wave {self.wave}", run_id)
+                             for n in passed)
+        notes: list[tuple[str, str, str, str | None]] = []
         for n, failure in self.control.give_back(passed).items():
             if failure:  # validated, but still out: the next pass tries its way back
-                self.ledger.note(n, events.OUT, f"{failure}: still out of service")
+                notes.append((n, events.OUT, f"{failure}: still out of service", None))
                 print(f"burnin run --rolling: {n}: {failure}: still out of service",
                       file=sys.stderr)
-        for n in failed:
-            self.ledger.note(n, events.FAILED, f"not passed in rolling wave {self.wave}",
-                             run_id)
+        notes += [(n, events.FAILED, f"not passed in rolling wave {self.wave}", run_id)
+                  for n in failed]
+        self.ledger.note_all(notes)
         self.control.keep_out(failed, run_id)
         print(f"burnin run --rolling: wave {self.wave}: passed {len(passed)}"
               + (f", not passed: {NodeSet.fromlist(failed)}" if failed else ""), flush=True)

@@ -176,9 +176,11 @@ class HookControl(Control):
         with ThreadPoolExecutor(min(HOOK_FANOUT, len(names))) as pool:
             return dict(zip(names, pool.map(lambda n: self.call(hook, n), names), strict=True))
 
-    def note(self, node: str, hook: str, said: str, output: str) -> None:
-        self.ledger.note(node, events.HOOK, f"{hook} hook: {said}"
-                         + (f": {output}" if output else ""))
+    @staticmethod
+    def noted(node: str, hook: str, said: str, output: str) -> tuple[str, str, str, None]:
+        """The history event of one call (the ledger takes a wave's calls at once)."""
+        return node, events.HOOK, f"{hook} hook: {said}" + (f": {output}" if output else ""), \
+            None
 
     def look(self, names, held):
         last = self.ledger.rolling_last()
@@ -189,13 +191,14 @@ class HookControl(Control):
         return self.act("out", names)
 
     def idle(self, names):
-        idle = []
+        idle, notes = [], []
         for n, (result, output) in self.each("busy", names).items():
             if result != self.last_busy.get(n):  # each change of answer, not every poll
-                self.note(n, "busy", result, output)
+                notes.append(self.noted(n, "busy", result, output))
                 self.last_busy[n] = result
             if result == "exit 1":
                 idle.append(n)
+        self.ledger.note_all(notes)
         return idle
 
     def give_back(self, names):
@@ -203,10 +206,11 @@ class HookControl(Control):
 
     def act(self, hook: str, names: list[str]) -> dict[str, str]:
         """`hook` (out or back) for each node, noted: {node: '' done, or why not}."""
-        said = {}
+        said, notes = {}, []
         for n, (result, output) in self.each(hook, names).items():
-            self.note(n, hook, result, output)
+            notes.append(self.noted(n, hook, result, output))
             said[n] = "" if result == "exit 0" else f"{hook} hook failed ({result})"
+        self.ledger.note_all(notes)
         return said
 
     def keep_out(self, names, run_id):
