@@ -51,23 +51,22 @@ def plan_wave(candidates: list[str], out: Iterable[str], unavailable: Iterable[s
     `unavailable` (nodes Slurm gives no job now: drained, down, anyone's) and `out`.
     `nodes` holds every node of the inventory (a group's size counts all of them);
     `selected` is how many the rolling run covers (`max_out` as a fraction is of them)."""
-    by_group: dict[str, set[str]] = {}
-    for name, node in nodes.items():
-        for g in groups_of(node, settings.group_by):
-            by_group.setdefault(g, set()).add(name)
+    # Each node's groups once, each group's floor once, and no look at a candidate once
+    # the wave is full: a wave of 10,000 nodes costs O(nodes), as its docstring says.
+    of = {name: groups_of(node, settings.group_by) for name, node in nodes.items()}
+    size = Counter(g for groups in of.values() for g in set(groups))
+    floor = {g: amount(settings.min_available, n) for g, n in size.items()}
     gone = set(out) | set(unavailable)
-    missing = Counter(g for name in gone if name in nodes
-                      for g in groups_of(nodes[name], settings.group_by))
+    missing = Counter(g for name in gone if name in of for g in of[name])
     room = max(amount(settings.max_out, selected), 1) - len(set(out))
     taken: list[str] = []
     waiting: list[str] = []
-    for name in candidates:
-        groups = groups_of(nodes[name], settings.group_by)
-        fits = room > 0 and name not in gone and all(
-            len(by_group[g]) - missing[g] - 1 >= amount(settings.min_available,
-                                                       len(by_group[g]))
-            for g in groups)
-        if not fits:
+    for i, name in enumerate(candidates):
+        if room <= 0:
+            waiting += candidates[i:]
+            break
+        groups = of[name]
+        if name in gone or any(size[g] - missing[g] - 1 < floor[g] for g in groups):
             waiting.append(name)
             continue
         taken.append(name)
