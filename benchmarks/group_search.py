@@ -1,4 +1,4 @@
-"""Finding slow nodes at fleet scale: adaptive group testing (burnin/checks/groups.py
+"""Finding slow nodes at fleet scale: adaptive group testing (burnin/engine/groups.py
 search_slow) against the pairs it replaces (localise), on the instant transport at the
 group's edge: every all-reduce group answers at once with its slowest member's link (and
 its slowest switch uplink when it spans switches), so the count is the algorithm's alone.
@@ -21,7 +21,7 @@ import argparse
 import random
 from dataclasses import dataclass
 
-from burnin.checks import groups
+from burnin.engine import groups
 from burnin.model.nodes import Node
 
 FAST, SLOW = 10.0, 0.5  # GB/s

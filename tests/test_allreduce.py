@@ -145,7 +145,8 @@ def test_a_master_that_blames_a_peer_frames_nobody(pytester, make_hosts, hosts_c
 def test_a_members_group_figure_does_not_grow_with_the_group():
     """Every member's results.jsonl record carries the group figure: naming the members in
     it made the file O(n^2) (about 1 GB at 10,000 nodes, and 9 GiB once parsed back)."""
-    from burnin.checks.groups import Facts, group_figures
+    from burnin.checks.group_outcomes import group_figures
+    from burnin.checks.group_run import Facts
     from burnin.model.nodes import Node
     from burnin.probe.protocol import ProbeOutcome
 

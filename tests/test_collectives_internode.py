@@ -21,7 +21,7 @@ from burnin import cli
 from burnin.checks import CHECKS, Judging
 from burnin.checks.collectives import OPS
 from burnin.checks.collectives_internode import Shared, group_ops
-from burnin.checks.groups import Facts
+from burnin.checks.group_run import Facts
 from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome
 

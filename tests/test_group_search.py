@@ -1,5 +1,5 @@
 """Adaptive group testing for the slow nodes of an inter-node all-reduce
-(burnin/checks/group_search.py), over a fabric simulated at the group's edge: a group runs
+(burnin/engine/group_search.py), over a fabric simulated at the group's edge: a group runs
 at its slowest member's link, or its slowest switch uplink when it spans switches."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from burnin.checks.group_search import find_slow, topology_label
+from burnin.engine.group_search import find_slow, topology_label
 
 
 class Fabric:

@@ -6,7 +6,9 @@ to which nodes it applies, and for a group check how it executes. Settings here 
 `checks.<name>` in an inventory may set; anything else there is a typo and stops the run.
 
 Layer 5: may import every layer below it: core, model, transports, ledger, probe. A
-check's page part is named by a string (Check.page), never imported from here.
+check's page part is named by a string (Check.page), never imported from here. Nor does a
+check launch a probe: a group check reaches the engine's group machinery through the
+GroupRun it is given (group_run.py; burnin/engine/groups.py runs the groups).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The inter-node all-reduce, a group check the controller executes: one group over the
 nodes that passed the single-node checks, then, when the group is slow or does not
-complete, localisation by pairs (burnin/checks/groups.py).
+complete, localisation: by adaptive group testing, or by pairs. The check decides when to
+localise and judges what comes back; the engine forms, runs and searches the groups
+(GroupRun.groups: burnin/engine/groups.py).
 
 A node is blamed only on what the controller itself observes: its probe did not run or
 finish, it said it could not take part itself, or it fails with a partner the controller
@@ -15,8 +17,7 @@ from burnin.checks.allreduce import CHECK as INTRA
 from burnin.checks.base import Check, Figure, Judging, Setting, timeout
 from burnin.checks.group_outcomes import by_node, member_outcome, own_failures, unformed
 from burnin.checks.group_outcomes import excluded as excluded  # the suite's skip reason
-from burnin.checks.group_search import MAX_GROUP
-from burnin.checks.groups import GroupRun, form, group_members, localise, search_slow
+from burnin.checks.group_run import MAX_GROUP, GroupRun
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
@@ -31,13 +32,14 @@ GPU_MAX_BYTES = 8 << 30  # the inter-node sweep's top on GPUs, unless the invent
 LINE_FRACTION = 0.5
 _outcome = member_outcome(NAME, "allreduce")
 # From this many members, a slow group's nodes are found by adaptive group testing
-# (burnin/checks/group_search.py); fewer have too few groups to compare: pairs.
+# (burnin/engine/group_search.py); fewer have too few groups to compare: pairs.
 SEARCH_FROM = 4
 
 
 def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     """The allreduce_internode outcome of every selected node."""
-    members, facts, result = group_members(run, _outcome, "run")
+    groups = run.groups  # the engine's (burnin/engine/groups.py)
+    members, facts, result = groups.members(run, _outcome, "run")
     if facts is None:
         return result
     # Each member's settings are its node group's: the allreduce check's sizes, floors
@@ -54,7 +56,7 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
         # at the intra-node check's 1 GiB, a fabric reads below what it does.
         settings = {**settings, "max_bytes": GPU_MAX_BYTES}
     timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
-    formed = form(run, members, settings, facts, timeouts)
+    formed = groups.form(run, members, settings, facts, timeouts)
     group = formed.group
     if unformed(formed, result, _outcome, "all-reduce") or group is None:
         return result
@@ -69,9 +71,11 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     if (floor is not None and group["busbw_gbps"] < floor) or (
             floor is None and fraction > 0 and len(members) >= 3):
         if len(members) >= SEARCH_FROM:
-            tried, named, _ = search_slow(run, members, settings, floor, facts, timeouts)
+            tried, named, _ = groups.search_slow(run, members, settings, floor, facts,
+                                                 timeouts)
         else:  # too few for groups to compare: each node paired with the others
-            tried, named = localise(run, members, settings, floor, facts, timeouts=timeouts)
+            tried, named = groups.localise(run, members, settings, floor, facts,
+                                           timeouts=timeouts)
         pairs += tried
     of = by_node(pairs)
     for n in members:

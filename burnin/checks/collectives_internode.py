@@ -1,8 +1,9 @@
 """The collectives across nodes, a group check the controller executes: all-gather,
 reduce-scatter, all-to-all and send/recv (probes/collectives.py in a group: one rank per
 device of every node that passed the single-node checks, gloo on CPU nodes, NCCL on GPUs),
-formed and searched as the inter-node all-reduce is (burnin/checks/groups.py: form,
-search_slow, localise), with nccl-tests' bus-bandwidth factor per operation.
+formed and searched as the inter-node all-reduce is (by the engine, through
+GroupRun.groups: burnin/engine/groups.py), with nccl-tests' bus-bandwidth factor per
+operation.
 
 A group's figure per operation is the lowest its members' own sweeps report at their
 judged sizes. Localisation looks, one operation at a time, at those below their floor
@@ -31,20 +32,9 @@ from burnin.checks.allreduce_internode import SEARCH_FROM, line_floor
 from burnin.checks.base import Check, Figure, Judging, Measure, Setting, timeout
 from burnin.checks.collectives import CHECK as INTRA
 from burnin.checks.collectives import OPS, WORDS
-from burnin.checks.group_outcomes import by_node, member_outcome, own_failures, unformed
+from burnin.checks.group_outcomes import by_node, laid_out, member_outcome, own_failures, unformed
 from burnin.checks.group_outcomes import excluded as excluded  # the suite's skip reason
-from burnin.checks.group_search import MAX_GROUP
-from burnin.checks.groups import (
-    Facts,
-    GroupMeasure,
-    GroupRun,
-    form,
-    group_members,
-    laid_out,
-    localise,
-    measurer,
-    search_slow,
-)
+from burnin.checks.group_run import MAX_GROUP, Facts, GroupMeasure, GroupRun
 from burnin.model.nodes import Node
 from burnin.model.verdict import Verdict
 from burnin.probe.protocol import ProbeOutcome
@@ -112,7 +102,8 @@ class Shared:
 
 def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     """The collectives_internode outcome of every selected node."""
-    members, facts, result = group_members(run, _outcome, "run")
+    groups = run.groups  # the engine's (burnin/engine/groups.py)
+    members, facts, result = groups.members(run, _outcome, "run")
     if facts is None:
         return result
     # As allreduce_internode: each member's settings are its node group's; the group runs
@@ -122,7 +113,7 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
            for n in members}
     settings = own[members[0].name]
     timeouts = {name: float(s["timeout_s"]) for name, s in own.items()}
-    formed = form(run, members, settings, facts, timeouts, INTRA, group_ops, WHAT)
+    formed = groups.form(run, members, settings, facts, timeouts, INTRA, group_ops, WHAT)
     if unformed(formed, result, _outcome, "collectives") or formed.group is None:
         return result
     members, pairs = formed.members, formed.pairs
@@ -134,15 +125,15 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
                                         if ops[op]["busbw_gbps"] < f}
     if settings.get("pair_fraction", 0.5) > 0 and len(members) >= 3:
         targets.update({op: None for op in OPS if op not in floors})
-    shared = Shared(measurer(run, settings, facts, timeouts, INTRA, group_ops))
+    shared = Shared(groups.measurer(run, settings, facts, timeouts, INTRA, group_ops))
     named: dict[str, list[str]] = {}
     for op, floor in targets.items():
         if len(members) >= SEARCH_FROM:
-            tried, found, _ = search_slow(run, members, settings, floor, facts, timeouts,
-                                          shared.of(op), WHAT)
+            tried, found, _ = groups.search_slow(run, members, settings, floor, facts,
+                                                 timeouts, shared.of(op), WHAT)
         else:  # too few for groups to compare: each node paired with the others
-            tried, found = localise(run, members, settings, floor, facts, timeouts=timeouts,
-                                    measure=shared.of(op), what=WHAT)
+            tried, found = groups.localise(run, members, settings, floor, facts,
+                                           timeouts=timeouts, measure=shared.of(op), what=WHAT)
         pairs += [{**t, "op": op} for t in tried]
         for name, why in found.items():
             named.setdefault(name, []).append(f"{WORDS[op]}: {why}")

@@ -1,14 +1,82 @@
-"""What a group check (allreduce_internode, collectives_internode) writes for its members
-itself, from what the group showed: a member's outcome, why it took no part, its own
-failures before its group's, and the outcomes of a group that lost members or never
-formed (burnin/checks/groups.py: form)."""
+"""What a group check (allreduce_internode, collectives_internode, train_internode)
+reads of its members' outcomes and writes for them itself, from what the group showed:
+pure functions of the documents, which the engine's group machinery (burnin/engine/
+groups.py) calls too. Reading: the layout each member was given and whether it reported
+it, a group's all-reduce figure, the members the controller itself saw fail. Writing: a
+member's outcome, why it took no part, its own failures before its group's, and the
+outcomes of a group that lost members or never formed (Formed)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from burnin.checks.groups import Formed
+from burnin.checks.allreduce import judged
+from burnin.checks.group_run import Facts, Formed
+from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome
+
+
+def layout(nodes: list[Node], facts: Facts) -> tuple[int, dict[str, int]]:
+    """(world size, each node's first rank)."""
+    offsets, first = {}, 0
+    for n in nodes:
+        offsets[n.name] = first
+        first += facts.ranks[n.name]
+    return first, offsets
+
+
+def laid_out(outcomes: dict[str, ProbeOutcome], nodes: list[Node], facts: Facts,
+             first_rank: int | None = None,
+             also: Callable[[ProbeOutcome, int], bool] | None = None) -> bool:
+    """Every member ran, said no error and reported the layout the controller gave it
+    (`first_rank`: what a document that leaves it out is taken to say); with `also`, each
+    member's document also shows what `also(outcome, its ranks)` asks (the train job's:
+    that it trained)."""
+    world, offsets = layout(nodes, facts)
+    for n in nodes:
+        o = outcomes.get(n.name)
+        if o is None or not o.ok or o.data["errors"]:
+            return False
+        fig = o.data["figures"]
+        if (fig.get("world"), fig.get("first_rank", first_rank), fig.get("ranks_here")) != (
+                world, offsets[n.name], facts.ranks[n.name]):
+            return False
+        if also is not None and not also(o, facts.ranks[n.name]):
+            return False
+    return True
+
+
+def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
+                  facts: Facts) -> dict | None:
+    """The group's busbw, when the whole group completed as laid out: the lowest of its
+    members' own sweeps at their judged sizes (every rank measures the group's times),
+    so that no one member's document, rank 0's included, reports its group fast; a
+    member that reports no sweep leaves the group incomplete."""
+    if not laid_out(outcomes, nodes, facts):
+        return None
+    tops = []
+    for n in nodes:
+        sweep = outcomes[n.name].data["figures"].get("sweep")
+        top = judged(sweep) if sweep else None
+        if top is None:
+            return None
+        tops.append((top["busbw_gbps"], top, sweep))
+    busbw, top, sweep = min(tops, key=lambda t: t[0])
+    # How many members, not their names: every member's record carries this, and a list
+    # of n names in each of n records is O(n^2) in results.jsonl (1 GB at 10,000 nodes).
+    return {"members": len(nodes), "rank0": nodes[0].name, "sweep": sweep,
+            "bytes": top["bytes"], "busbw_gbps": busbw}
+
+
+def observed(outcomes: dict[str, ProbeOutcome]) -> dict[str, str]:
+    """The members the controller itself saw fail: a probe that did not run, did not
+    finish or printed no valid document, and a node that said it could not take part
+    (its own words about itself can only hurt itself). Never what a node says of another."""
+    out = {n: o.reason for n, o in outcomes.items() if not o.ok}
+    for n, o in outcomes.items():
+        if o.ok and o.data["figures"].get("unable"):
+            out.setdefault(n, "; ".join(o.data["errors"]) or "it could not take part")
+    return out
 
 
 def member_outcome(check: str, probe: str) -> Callable[..., ProbeOutcome]:

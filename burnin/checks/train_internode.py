@@ -20,7 +20,8 @@ from __future__ import annotations
 import statistics
 
 from burnin.checks.base import DIVERGED, Check, Judging, Setting, timeout
-from burnin.checks.groups import Facts, GroupRun, group_members, layout, observed, run_group
+from burnin.checks.group_outcomes import laid_out, observed
+from burnin.checks.group_run import Facts, GroupRun
 from burnin.checks.train import CHECK as TRAIN
 from burnin.checks.train import RANK, STRAGGLER_FRACTION, _loss, located
 from burnin.checks.train_job import job_problems, sent_job
@@ -45,17 +46,12 @@ def excluded(outcome: ProbeOutcome) -> str:
 
 def complete(outcomes: dict[str, ProbeOutcome], nodes: list[Node], facts: Facts) -> bool:
     """Every member ran, said no error, trained, and reported the layout it was given."""
-    world, offsets = layout(nodes, facts)
-    for n in nodes:
-        o = outcomes.get(n.name)
-        if o is None or not o.ok or o.data["errors"]:
-            return False
-        fig = o.data["figures"]
-        if (fig.get("world"), fig.get("first_rank", 0), fig.get("ranks_here")) != (
-                world, offsets[n.name], facts.ranks[n.name]) or "tokens_per_s" not in fig \
-                or len(o.data["devices"]) != facts.ranks[n.name]:
-            return False
-    return True
+    return laid_out(outcomes, nodes, facts, first_rank=0, also=_trained)
+
+
+def _trained(outcome: ProbeOutcome, ranks: int) -> bool:
+    """The member's document reports its tokens/s and one device per rank it was given."""
+    return "tokens_per_s" in outcome.data["figures"] and len(outcome.data["devices"]) == ranks
 
 
 def _where(node: str, dev: dict) -> str:
@@ -174,7 +170,8 @@ def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict:
 
 def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     """The train_internode outcome of every selected node."""
-    members, facts, result = group_members(run, _outcome, "job")
+    groups = run.groups  # the engine's (burnin/engine/groups.py)
+    members, facts, result = groups.members(run, _outcome, "job")
     if facts is None:
         return result
     # The train check's settings (model, steps, floors) under this check's own; the job
@@ -187,7 +184,7 @@ def internode(run: GroupRun) -> dict[str, ProbeOutcome]:
     outcomes: dict[str, ProbeOutcome] = {}
     done = False
     while len(members) >= 2:
-        outcomes = run_group(run, members, settings, facts, timeouts, probe=TRAIN)
+        outcomes = groups.run_group(run, members, settings, facts, timeouts, probe=TRAIN)
         done = complete(outcomes, members, facts)
         if done:
             break

@@ -10,11 +10,13 @@ not the sum over nodes. Its seams, each its own module:
                    pytest-xdist worker under a file lock, and results.jsonl
     launch.py      the launch layer: transports, launchers (srun), fan-out, cancel
     probe.py       the probe protocol: the payload a probe reads, the document it prints
-    checks/groups.py  GroupRun: all a group check (the inter-node all-reduce) may use
+    groups.py      a group check's groups: formed, launched, searched for the slow node
+                   (GroupRun, in checks/group_run.py: all a group check may use)
 
 Layered top to bottom, each importing only what is below it:
 
     plugin.py (pytest) -> run.py -> checks/ (judges; group checks get a GroupRun)
+                                 -> groups.py, group_search.py (a GroupRun's machinery)
                                  -> store.py (outcomes, results.jsonl)
                                  -> launch.py -> probe.py -> transports/ (local, ssh;
                                                  srun a Launcher; fanout.py, reading.py)
@@ -35,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from burnin.checks import CHECKS, FACTS, Check, Fleet, Judging, single_node
-from burnin.checks.groups import GroupRun
+from burnin.checks.group_run import GroupRun
 from burnin.checks.health import facts_baseline, facts_equipped, facts_gpus
 from burnin.core.shipped_files import shipped
 from burnin.engine.execution import execute_single_node
+from burnin.engine.groups import GROUPS
 from burnin.engine.launch import DEFAULT_FANOUT, Launch
 from burnin.engine.outcome_store import ControllerFault, OutcomeStore
 from burnin.engine.probe_files import probes_for
@@ -372,14 +375,14 @@ class Run:
         return execute_single_node(self, spec)
 
     def group_run(self, spec: Check) -> GroupRun:
-        """All of this run a group check may use (burnin/checks/groups.py: GroupRun)."""
+        """All of this run a group check may use (burnin/checks/group_run.py: GroupRun)."""
         def payload_of(node: Node, gpus: int | None, settings: dict) -> dict:
             return payload(spec.probe_name, node, self.run_id, self.profile, gpus, settings)
         return GroupRun(nodes=tuple(self.nodes), settings=self.settings,
                         failed=self.failed_single_node_checks, devices=self.devices,
                         gpus=self.gpus, payload=payload_of, probe=self.launch.probe,
                         launcher=self.launch.launcher, probe_tasks=self.launch.probe_tasks,
-                        at_once=self.launch.at_once,
+                        at_once=self.launch.at_once, groups=GROUPS,
                         fleet_of=lambda c: self.summary(c) if self.store.has(c) else None)
 
     def close(self) -> None:

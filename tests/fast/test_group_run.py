@@ -1,4 +1,4 @@
-"""The narrow interface a group check receives (burnin/checks/groups.py: GroupRun): the
+"""The narrow interface a group check receives (burnin/checks/group_run.py: GroupRun): the
 modules of the inter-node all-reduce reach nothing of the run but its fields, and what
 the run puts in it is the run's own (its settings per node group, its one payload
 builder), so that node-group overrides reach the inter-node groups."""
@@ -12,13 +12,13 @@ from pathlib import Path
 
 from burnin.checks import CHECKS
 from burnin.checks.allreduce_internode import internode
-from burnin.checks.groups import GroupRun
+from burnin.checks.group_run import GroupRun
 from burnin.engine.run import Run
 from burnin.inventory.schema import load_inventory
 from burnin.probe.protocol import ProbeOutcome
 
 REPO = Path(__file__).resolve().parents[2]
-GROUP_MODULES = ("burnin/checks/groups.py", "burnin/checks/allreduce_internode.py",
+GROUP_MODULES = ("burnin/engine/groups.py", "burnin/checks/allreduce_internode.py",
                  "burnin/checks/train_internode.py")
 UPPER = ("burnin.engine.run", "burnin.engine.launch", "burnin.engine.outcome_store",
          "burnin.plugin")

@@ -1,6 +1,6 @@
 """Finding the slow nodes of a slow inter-node all-reduce by adaptive group testing,
 topology first: the decision alone, over a `measure` that runs one round of groups at
-once (burnin/checks/groups.py: search_slow runs it on real probes).
+once (burnin/engine/groups.py: search_slow runs it on real probes).
 
 A group's all-reduce runs at its slowest member's link, so a group is slow exactly when
 it holds a slow node (or a slow link between its parts). Instead of pairing every node
@@ -35,7 +35,9 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-MAX_GROUP = 64   # nodes in one group of the first round
+# Nodes in one group of the first round: the group checks' records are bounded by it.
+from burnin.checks.group_run import MAX_GROUP
+
 QUANTILE = 0.9   # the yardstick: this quantile of the first round's groups
 
 # One round: every group at once (disjoint nodes); for each, (completed, busbw GB/s).

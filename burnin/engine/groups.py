@@ -1,72 +1,48 @@
-"""Running all-reduce groups across nodes, and finding the node that spoils one, on
-evidence the controller can see for itself.
+"""Running a group check's groups across nodes, and finding the node that spoils one, on
+evidence the controller can see for itself: the engine's side of a group check, which
+reaches it through GroupRun.groups (GROUPS, below; burnin/checks/group_run.py). The check
+says what its group runs and how its figures read (a Check, a GroupFigures); this module
+launches it, forms it and localises it.
 
 Every node of a group starts its probe at once with its share of the ranks (one per
 device, each count the controller's own: the inventory's or the node's health facts);
 the first node is the rendezvous master. A group's busbw is the lowest its members' own
 documents report, and only when every member ran, reported no error, reported the
-layout the controller gave it and a sweep. A slow group's nodes are found by adaptive
-group testing over the topology (search_slow: burnin/checks/group_search.py); a group of
-fewer than four, or one that did not form, by pairs (localise: n/2 pairs at a time, two
-rounds; nodes in a good pair are known-good, and each remaining suspect is re-paired with
-a known-good node). Either way a node is named only when it fails with a good partner.
+layout the controller gave it and a sweep (burnin/checks/group_outcomes.py:
+group_figures). A slow group's nodes are found by adaptive group testing over the
+topology (search_slow: burnin/engine/group_search.py); a group of fewer than four, or one
+that did not form, by pairs (localise: n/2 pairs at a time, two rounds; nodes in a good
+pair are known-good, and each remaining suspect is re-paired with a known-good node).
+Either way a node is named only when it fails with a good partner.
 
 Where the nodes' transport launches many tasks as one (srun), a group is one step with
 one task per rank (one per GPU), each task reporting its rank, and a node's ranks are put
 together into its outcome.
+
+Everything of the run comes through the GroupRun each function takes (tests/fast/
+test_group_run.py holds it to that): nothing here imports the rest of the engine.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from burnin.checks.allreduce import CHECK as INTRA
-from burnin.checks.allreduce import judged
 from burnin.checks.base import Check
-from burnin.checks.group_search import QUANTILE, quantile
+from burnin.checks.group_outcomes import group_figures, layout, observed
+from burnin.checks.group_run import (
+    Facts,
+    Formed,
+    GroupFigures,
+    GroupMeasure,
+    GroupRun,
+    Groups,
+)
+from burnin.engine.group_search import QUANTILE, find_slow, quantile, topology_label
 from burnin.model.nodes import Node
 from burnin.probe.protocol import ProbeOutcome
 from burnin.transports import Launcher, rendezvous_address
-
-
-@dataclass(frozen=True, slots=True)
-class GroupRun:
-    """All a group check can reach of its run (burnin/engine/run.py makes one per group check):
-    the run's nodes, what the single-node checks left known of each, its own settings,
-    the one payload builder and the launch layer's means to start a group. Nothing else
-    of the run: the outcome store, judging and reports stay out of its reach."""
-
-    nodes: tuple[Node, ...]
-    settings: Callable[[str, Node], dict]           # a check's, for a node (its group's)
-    failed: Callable[[], dict[str, list[str]]]      # {node: single-node checks it failed}
-    devices: Callable[[Node], int | None]           # devices it must report; None: unknown
-    gpus: Callable[[Node], int | None]              # of which GPUs (0: a CPU-only node)
-    # The probe's payload for a node with these GPUs and settings (burnin/probe/protocol.py).
-    payload: Callable[[Node, int | None, dict], dict]
-    probe: Callable[..., ProbeOutcome]              # burnin/engine/launch.py: Launch.probe
-    launcher: Callable[[Node], Launcher | None]     # Launch.launcher
-    probe_tasks: Callable[..., dict[str, list[ProbeOutcome]]]  # Launch.probe_tasks
-    at_once: Callable[[list, Callable], list]       # Launch.at_once
-    # Another check's fleet summary when it ran in this run, else None (never runs it):
-    # the fabric check's majority HCA count and port rate set a default inter-node floor.
-    fleet_of: Callable[[str], object] = lambda check: None
-
-
-@dataclass(frozen=True)
-class Facts:
-    """Each member's ranks (one per device) and GPUs, learned once, before any thread."""
-
-    ranks: dict[str, int]
-    gpus: dict[str, int | None]
-
-
-# A group's figures from its members' outcomes, None where it did not complete as laid
-# out; `busbw_gbps` is what localisation compares (group_figures: the all-reduce's).
-GroupFigures = Callable[[dict[str, ProbeOutcome], list[Node], Facts], dict | None]
-# One group run over these nodes and read: its figures, or None (measurer).
-GroupMeasure = Callable[[list[Node]], dict | None]
 
 
 def group_members(run: GroupRun, exclude: Callable[..., ProbeOutcome], what: str
@@ -95,15 +71,6 @@ def group_members(run: GroupRun, exclude: Callable[..., ProbeOutcome], what: str
     facts = Facts({n.name: d for n in members if (d := run.devices(n)) is not None},
                   {n.name: run.gpus(n) for n in members})
     return members, facts, result
-
-
-def layout(nodes: list[Node], facts: Facts) -> tuple[int, dict[str, int]]:
-    """(world size, each node's first rank)."""
-    offsets, first = {}, 0
-    for n in nodes:
-        offsets[n.name] = first
-        first += facts.ranks[n.name]
-    return first, offsets
 
 
 def run_group(run: GroupRun, nodes: list[Node], settings: dict, facts: Facts,
@@ -184,61 +151,6 @@ def node_of_ranks(name: str, outs: list[ProbeOutcome]) -> ProbeOutcome:
                         outs[0].stderr_tail)
 
 
-def laid_out(outcomes: dict[str, ProbeOutcome], nodes: list[Node], facts: Facts) -> bool:
-    """Every member ran, said no error and reported the layout the controller gave it."""
-    world, offsets = layout(nodes, facts)
-    for n in nodes:
-        o = outcomes.get(n.name)
-        if o is None or not o.ok or o.data["errors"]:
-            return False
-        fig = o.data["figures"]
-        if (fig.get("world"), fig.get("first_rank"), fig.get("ranks_here")) != (
-                world, offsets[n.name], facts.ranks[n.name]):
-            return False
-    return True
-
-
-def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
-                  facts: Facts) -> dict | None:
-    """The group's busbw, when the whole group completed as laid out: the lowest of its
-    members' own sweeps at their judged sizes (every rank measures the group's times),
-    so that no one member's document, rank 0's included, reports its group fast; a
-    member that reports no sweep leaves the group incomplete."""
-    if not laid_out(outcomes, nodes, facts):
-        return None
-    tops = []
-    for n in nodes:
-        sweep = outcomes[n.name].data["figures"].get("sweep")
-        top = judged(sweep) if sweep else None
-        if top is None:
-            return None
-        tops.append((top["busbw_gbps"], top, sweep))
-    busbw, top, sweep = min(tops, key=lambda t: t[0])
-    # How many members, not their names: every member's record carries this, and a list
-    # of n names in each of n records is O(n^2) in results.jsonl (1 GB at 10,000 nodes).
-    return {"members": len(nodes), "rank0": nodes[0].name, "sweep": sweep,
-            "bytes": top["bytes"], "busbw_gbps": busbw}
-
-
-@dataclass(frozen=True)
-class Formed:
-    """What forming a group left: the members still in it, their last outcomes, its
-    figures (None: it never completed), the pairs tried to find who spoilt it, and the
-    nodes taken out on the way with why (the controller's own evidence)."""
-
-    members: list[Node]
-    outcomes: dict[str, ProbeOutcome]
-    group: dict | None
-    pairs: list[dict]
-    culprits: dict[str, str]
-
-    def said(self) -> str:
-        """What the members of a group that did not complete said, or why they failed."""
-        return "; ".join(f"{n} said: {'; '.join(o.data['errors'])}" if o.ok else
-                         f"{n}: {o.reason}" for n, o in self.outcomes.items()
-                         if not o.ok or o.data["errors"])
-
-
 def form(run: GroupRun, members: list[Node], settings: dict, facts: Facts,
          timeouts: dict[str, float] | None = None, probe: Check = INTRA,
          figures_of: GroupFigures = group_figures, what: str = "an all-reduce") -> Formed:
@@ -273,17 +185,6 @@ def measurer(run: GroupRun, settings: dict, facts: Facts,
         return figures_of(run_group(run, nodes, settings, facts, timeouts, probe), nodes,
                           facts)
     return measure
-
-
-def observed(outcomes: dict[str, ProbeOutcome]) -> dict[str, str]:
-    """The members the controller itself saw fail: a probe that did not run, did not
-    finish or printed no valid document, and a node that said it could not take part
-    (its own words about itself can only hurt itself). Never what a node says of another."""
-    out = {n: o.reason for n, o in outcomes.items() if not o.ok}
-    for n, o in outcomes.items():
-        if o.ok and o.data["figures"].get("unable"):
-            out.setdefault(n, "; ".join(o.data["errors"]) or "it could not take part")
-    return out
 
 
 def localise(run: GroupRun, members: list[Node], settings: dict, floor: float | None,
@@ -347,11 +248,9 @@ def search_slow(run: GroupRun, members: list[Node], settings: dict, floor: float
                 facts: Facts, timeouts: dict[str, float] | None = None,
                 measure: GroupMeasure | None = None, what: str = "an all-reduce"):
     """(every group's figure, {node: why it is named}, the Search): adaptive group
-    testing over the members' topology (burnin/checks/group_search.py), each round's
+    testing over the members' topology (burnin/engine/group_search.py), each round's
     groups run at once on real probes (`measure`: default the all-reduce's)."""
     group = measure or measurer(run, settings, facts, timeouts)
-    from burnin.checks.group_search import find_slow, topology_label
-
     by_name = {m.name: m for m in members}
     label = topology_label({m.name: m.labels for m in members})
     where = {m.name: m.labels.get(label, "") if label else "" for m in members}
@@ -365,3 +264,8 @@ def search_slow(run: GroupRun, members: list[Node], settings: dict, floor: float
     found = find_slow([m.name for m in members], where, measure_groups, floor,
                       settings.get("pair_fraction", 0.5), label, what)
     return found.tests, found.named, found
+
+
+# What GroupRun.groups holds (burnin/engine/run.py: Run.group_run).
+GROUPS = Groups(members=group_members, run_group=run_group, form=form, measurer=measurer,
+                localise=localise, search_slow=search_slow)
