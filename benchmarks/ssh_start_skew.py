@@ -61,7 +61,7 @@ from support.testhosts import TestHosts  # noqa: E402
 from burnin.checks import CHECKS  # noqa: E402
 from burnin.engine.run import Run  # noqa: E402
 from burnin.inventory.schema import load_inventory  # noqa: E402
-from burnin.transports import fanout, ssh  # noqa: E402
+from burnin.transports import HEARTBEAT_S, fanout, ssh  # noqa: E402
 
 FLEET = 10_000
 PHASES = ("connect", "auth", "staging", "start", "read", "finish", "lifeline", "close")
@@ -272,7 +272,7 @@ def main() -> None:
                    "interpreter starts: N interpreters starting at once would take the "
                    "cores the later nodes' sshd need to start theirs (the hosts share "
                    "this machine's cores)")
-    p.add_argument("--threads-wait-s", type=float, default=2 * ssh.HEARTBEAT_S,
+    p.add_argument("--threads-wait-s", type=float, default=2 * HEARTBEAT_S,
                    help="after each phase, wait at most this long for the probes' threads to "
                    "end (a lifeline's ends after its next heartbeat), so that their CPU is "
                    "counted; 0 for a smoke run (their last beats left out)")

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import select
 import shlex
 import threading
 import time
@@ -31,11 +30,12 @@ from pathlib import Path
 
 import paramiko
 
-from burnin.transports import HEARTBEAT_S, CommandResult, NodeBusy, NodeUnreachable, Transport
+from burnin.transports import CommandResult, NodeBusy, NodeUnreachable, Transport
 from burnin.transports.fanout import start_gate
 from burnin.transports.nodeside import HOLDER
 from burnin.transports.reading import LINE_MAX, POLL_S, capped, read_bounded, too_long
 from burnin.transports.sshbounds import Bound, bounded, within
+from burnin.transports.sshchannel import LIFELINE, ChannelSource
 from burnin.transports.sshconnect import connect, hang_up, transport_of
 
 KILL_GRACE_S = 2
@@ -180,6 +180,19 @@ class SshTransport(Transport):
         if pidfile:
             line = f"echo $$ > {shlex.quote(pidfile)}; {line}"
         start = time.monotonic()
+        chan = self._start_command(client, line)
+        self._send_settings(chan, stdin + b"\n" if lifeline else stdin, lifeline)
+        if lifeline:
+            LIFELINE.hold(chan)
+        try:
+            return self._command_result(chan, client, start, pidfile, timeout_s, max_stdout,
+                                        on_stderr, cancel)
+        finally:
+            LIFELINE.release(chan)
+            within(self._bounded(self.node.ssh.connect_timeout_s), chan.close)
+
+    def _start_command(self, client: paramiko.SSHClient, line: str) -> paramiko.Channel:
+        """A channel running `line` on the node; NodeUnreachable when none can be opened."""
         wait = self.node.ssh.connect_timeout_s
         try:
             with self._bounded(wait) as bound:
@@ -188,8 +201,16 @@ class SshTransport(Transport):
         except Exception as e:
             raise NodeUnreachable(f"cannot start a command on {self.where}: "
                                   f"{self._hung(bound, 'its request', e) or e}") from None
-        data = stdin + b"\n" if lifeline else stdin
+        return chan
+
+    def _send_settings(self, chan: paramiko.Channel, data: bytes, lifeline: bool) -> None:
+        """Write `data` (the probe's settings) to the command's stdin, closed after them
+        unless the lifeline's heartbeats follow; NodeUnreachable (the channel closed) when
+        the write hung. A probe that exited without reading is no error here: its exit
+        status says the rest."""
+        wait = self.node.ssh.connect_timeout_s
         sent = self._start_together(chan, data)
+        bound: Bound | None = None
         try:
             # Settings are a few kB, within the channel's window; the time-out bounds a
             # probe that neither reads them nor exits (its deadline then kills it). The
@@ -207,30 +228,31 @@ class SshTransport(Transport):
                 chan.close()
                 raise NodeUnreachable(f"cannot send the probe its settings on {self.where}: "
                                       f"{hung}") from None
-            # else the probe exited without reading; its exit status says the rest
-        if lifeline:
-            LIFELINE.hold(chan)
-        try:
-            source = _Channel(chan, client, cancel)
-            r = read_bounded(source, start + timeout_s, max_stdout, on_stderr, cancel,
-                             IDLE_POLL_S if source.wakes else POLL_S)
-            unkilled, status = "", -1
-            if r.stopped:
-                unkilled = self._kill_group(pidfile)
-            elif chan.status_event.wait(wait):  # the output ended: the status is due
-                status = chan.exit_status
-            if not r.stopped and status == -1:
-                # Closed with no exit status: sshd or the link went away under the probe.
-                raise NodeUnreachable(f"connection to {self.where} lost after "
-                                      f"{time.monotonic() - start:.0f} s while the probe ran")
-            return CommandResult(
-                exit_code=None if r.stopped else status,
-                stdout=r.stdout[:max_stdout], stderr_tail=r.stderr_tail,
-                duration_s=time.monotonic() - start, timed_out=r.timed_out,
-                overflow=r.overflow, cancelled=r.cancelled, unkilled=unkilled)
-        finally:
-            LIFELINE.release(chan)
-            within(self._bounded(wait), chan.close)
+
+    def _command_result(self, chan: paramiko.Channel, client: paramiko.SSHClient,
+                        start: float, pidfile: str | None, timeout_s, max_stdout, on_stderr,
+                        cancel) -> CommandResult:
+        """The command's output, read until it ends, its deadline passes or `cancel` is
+        set (its process group then killed), and its exit status; NodeUnreachable when the
+        connection went away under it."""
+        wait = self.node.ssh.connect_timeout_s
+        source = ChannelSource(chan, client, cancel)
+        r = read_bounded(source, start + timeout_s, max_stdout, on_stderr, cancel,
+                         IDLE_POLL_S if source.wakes else POLL_S)
+        unkilled, status = "", -1
+        if r.stopped:
+            unkilled = self._kill_group(pidfile)
+        elif chan.status_event.wait(wait):  # the output ended: the status is due
+            status = chan.exit_status
+        if not r.stopped and status == -1:
+            # Closed with no exit status: sshd or the link went away under the probe.
+            raise NodeUnreachable(f"connection to {self.where} lost after "
+                                  f"{time.monotonic() - start:.0f} s while the probe ran")
+        return CommandResult(
+            exit_code=None if r.stopped else status,
+            stdout=r.stdout[:max_stdout], stderr_tail=r.stderr_tail,
+            duration_s=time.monotonic() - start, timed_out=r.timed_out,
+            overflow=r.overflow, cancelled=r.cancelled, unkilled=unkilled)
 
     def _start_together(self, chan: paramiko.Channel, data: bytes) -> int:
         """Wait at the fan-out's start gate, if any, for the other nodes' probes to start
@@ -317,88 +339,3 @@ def probes_archive(probes_dir: Path) -> bytes:
             known = _archives[str(probes_dir)] = (stamp, zlib.compress(
                 index.encode() + b"\n" + b"".join(c for _, c in contents), 6))
         return known[1]
-
-
-class _Channel:
-    """A command's SSH channel as the read loop's Source; it wakes up when `cancel` is
-    set, if that can be waited on (fanout.Cancel: `wakes`)."""
-
-    def __init__(self, chan: paramiko.Channel, client: paramiko.SSHClient, cancel=None):
-        self.chan, self.client = chan, client
-        self.wakes = hasattr(cancel, "fileno")
-        self.waits = [chan, cancel] if self.wakes else [chan]
-
-    def ended(self) -> bool:
-        c = self.chan
-        if c.recv_ready() or c.recv_stderr_ready():
-            return False  # what arrived is read first, also from a channel closed since
-        if c.exit_status_ready() and c.eof_received:
-            return True
-        return c.closed or not transport_of(self.client).is_active()
-
-    def read(self, timeout_s: float) -> tuple[bytes, bytes]:
-        c = self.chan
-        if c.eof_received and not c.recv_ready() and not c.recv_stderr_ready():
-            # The output is over and only the exit status is to come: paramiko leaves the
-            # channel readable for good after EOF, and select() would spin until then.
-            c.status_event.wait(min(timeout_s, POLL_S))
-        else:
-            select.select(self.waits, [], [], timeout_s)
-        out, err = bytearray(), bytearray()
-        while c.recv_ready():
-            out += c.recv(1 << 16)
-        while c.recv_stderr_ready():
-            err += c.recv_stderr(1 << 16)
-        return bytes(out), bytes(err)
-
-
-class Lifeline:
-    """Every running probe's heartbeat (see HEARTBEAT_S), from one thread for all nodes
-    rather than one per probe: at 10,000 nodes, 10,000 fewer threads waking up. If the
-    controller dies, sshd closes each probe's stdin and the probe stops itself; if this
-    thread stalls, the probes' watchdog (WATCHDOG_S) does the same. The thread runs
-    while some probe holds the lifeline."""
-
-    def __init__(self):
-        self.held: set[paramiko.Channel] = set()
-        self.lock = threading.Lock()
-        self.beating = False
-
-    def hold(self, chan: paramiko.Channel) -> None:
-        with self.lock:
-            self.held.add(chan)
-            if not self.beating:
-                self.beating = True
-                threading.Thread(target=_heartbeats, args=(self,), name="burnin-lifeline",
-                                 daemon=True).start()
-
-    def release(self, chan: paramiko.Channel) -> None:
-        with self.lock:
-            self.held.discard(chan)
-
-    def beat(self) -> bool:
-        """One heartbeat to every probe held; False (and the thread ends) when none is."""
-        with self.lock:
-            if not self.held:
-                self.beating = False
-                return False
-            held = list(self.held)
-        for chan in held:
-            try:
-                # Only into an open window: a node that stopped reading must not stall the
-                # heartbeats of the others (its own probe's watchdog stops it).
-                if not chan.closed and not chan.exit_status_ready() and chan.send_ready():
-                    chan.send(b"\n")
-            except Exception:
-                pass  # its run() sees the channel end
-        return True
-
-
-def _heartbeats(lifeline: Lifeline) -> None:
-    while True:
-        time.sleep(HEARTBEAT_S)
-        if not lifeline.beat():
-            return
-
-
-LIFELINE = Lifeline()

@@ -8,7 +8,7 @@ import os
 import time
 
 from burnin.transports.reading import read_bounded
-from burnin.transports.ssh import _Channel
+from burnin.transports.sshchannel import ChannelSource
 
 
 class ClosedChannel:
@@ -49,7 +49,7 @@ class GoneClient:
 
 def test_stderr_buffered_in_a_channel_closed_at_once_is_read():
     chan = ClosedChannel(b"bash: /opt/py; touch x: No such file or directory\n")
-    got = read_bounded(_Channel(chan, GoneClient()), time.monotonic() + 5, 1 << 20)
+    got = read_bounded(ChannelSource(chan, GoneClient()), time.monotonic() + 5, 1 << 20)
     assert got.stderr_tail == b"bash: /opt/py; touch x: No such file or directory\n"
     assert not got.stopped
     os.close(chan.rfd)
