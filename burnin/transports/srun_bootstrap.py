@@ -132,11 +132,27 @@ def main():
 
 
 def run(path, stdin, live, early):
+    """The probe at `path`, given `stdin` (then, when `live`, the controller's heartbeats,
+    `early` the lines that came with the envelope) and relayed until it ends; its status."""
+    pid, w_in, r_out = spawn(path)
+    relay = Relay(w_in, live)
+    relay.to_probe(stdin + b"\n")
+    if not live:
+        relay.close_stdin()
+    relay.heard(early)
+    status = relay.until_exit(pid, r_out)
+    relay.close_stdin()
+    return status
+
+
+def spawn(path):
+    """The probe started in a session of its own, so that its whole group can be stopped:
+    its pid, the write end of its stdin (never blocking) and the read end of its stdout."""
     global child
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the probe, in a session of its own: its whole group can be stopped
+    if pid == 0:
         try:
             os.setsid()
             os.dup2(r_in, 0)
@@ -151,68 +167,82 @@ def run(path, stdin, live, early):
     os.close(r_in)
     os.close(w_out)
     os.set_blocking(w_in, False)  # a probe that never reads stdin must not stall us
+    return pid, w_in, r_out
 
-    def to_probe(data):
-        nonlocal w_in
-        if w_in is None:
+
+class Relay:
+    """Between the controller and a running probe: the controller's lines (heartbeats,
+    relayed to the probe's stdin when it is `live`; the word to stop it) and the probe's
+    stdout, framed back."""
+
+    def __init__(self, w_in, live):
+        self.w_in, self.live, self.kill_at = w_in, live, None
+
+    def to_probe(self, data):
+        if self.w_in is None:
             return
         try:
-            os.write(w_in, data)
+            os.write(self.w_in, data)
         except BlockingIOError:
             pass
         except OSError:
-            os.close(w_in)
-            w_in = None
+            self.close_stdin()
 
-    to_probe(stdin + b"\n")
-    if not live:
-        os.close(w_in)
-        w_in = None
-    stdin_open, out_open, kill_at, status = True, True, None, None
+    def close_stdin(self):
+        if self.w_in is not None:
+            os.close(self.w_in)
+            self.w_in = None
 
-    def heard(got):
-        nonlocal kill_at
+    def heard(self, got):
         for line in got:
             if line.startswith(b"K "):
-                if me in line[2:].split() and kill_at is None:
+                if me in line[2:].split() and self.kill_at is None:
                     kill(signal.SIGTERM)  # the controller's word: past its timeout
-                    kill_at = time.monotonic() + 2.0
-            elif live:
-                to_probe(line + b"\n")
+                    self.kill_at = time.monotonic() + 2.0
+            elif self.live:
+                self.to_probe(line + b"\n")
 
-    heard(early)
-    while status is None:
-        fds = ([r_out] if out_open else []) + ([0] if stdin_open else [])
-        wait = 0.05 if not out_open else None
-        if kill_at is not None:
-            wait = max(0.0, min(wait or 2.0, kill_at - time.monotonic()))
-        ready = select.select(fds, [], [], wait)[0] if fds else time.sleep(wait or 0.05)
-        if kill_at is not None and time.monotonic() >= kill_at:
-            kill(signal.SIGKILL)
-            kill_at = float("inf")
-        if ready and r_out in ready:
-            chunk = os.read(r_out, 600)
-            if chunk:
-                frame(b"O", binascii.b2a_base64(chunk, newline=False))
-            else:
-                out_open = False
-                os.close(r_out)
-        if ready and 0 in ready:
-            got = lines(block=False)
-            if got is None:  # the controller is gone: the probe's lifeline ends
-                stdin_open = False
-                if w_in is not None:
-                    os.close(w_in)
-                    w_in = None
-            else:
-                heard(got)
-        if not out_open:
-            done, st = os.waitpid(pid, os.WNOHANG)
-            if done:
-                status = -os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st)
-    if w_in is not None:
-        os.close(w_in)
-    return status
+    def until_exit(self, pid, r_out):
+        """Relay until the probe's stdout has ended and the probe with it; its status
+        (negative: killed by that signal), its SIGKILL due 2 s after a SIGTERM."""
+        stdin_open, out_open, status = True, True, None
+        while status is None:
+            fds = ([r_out] if out_open else []) + ([0] if stdin_open else [])
+            wait = 0.05 if not out_open else None
+            if self.kill_at is not None:
+                wait = max(0.0, min(wait or 2.0, self.kill_at - time.monotonic()))
+            ready = select.select(fds, [], [], wait)[0] if fds else time.sleep(wait or 0.05)
+            if self.kill_at is not None and time.monotonic() >= self.kill_at:
+                kill(signal.SIGKILL)
+                self.kill_at = float("inf")
+            if ready and r_out in ready:
+                out_open = self.from_probe(r_out)
+            if ready and 0 in ready:
+                stdin_open = self.from_controller()
+            if not out_open:
+                done, st = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    status = -os.WTERMSIG(st) if os.WIFSIGNALED(st) else os.WEXITSTATUS(st)
+        return status
+
+    def from_probe(self, r_out):
+        """One read of the probe's stdout, framed to ours; False once it has ended."""
+        chunk = os.read(r_out, 600)
+        if not chunk:
+            os.close(r_out)
+            return False
+        frame(b"O", binascii.b2a_base64(chunk, newline=False))
+        return True
+
+    def from_controller(self):
+        """The controller's lines now on stdin, heard; False once stdin has ended (the
+        controller is gone: the probe's lifeline ends with it)."""
+        got = lines(block=False)
+        if got is None:
+            self.close_stdin()
+            return False
+        self.heard(got)
+        return True
 
 
 sys.exit(main())
