@@ -84,8 +84,8 @@ TABLE = [
      "burnin/transports/srun_step.py", "if len(buf) > LINE_MAX:", "if False:",
      ["tests/test_srun_endless_line.py::test_a_task_writing_without_end_is_read_in_bounded"
       "_memory[err-endless]"]),
-    ("transports/slurm.py: salloc's holder's first line is read to LINE_MAX",
-     "burnin/transports/slurm.py", 'and len(line) <= LINE_MAX \\', "\\",
+    ("transports/salloc.py: salloc's holder's first line is read to LINE_MAX",
+     "burnin/transports/salloc.py", 'and len(line) <= LINE_MAX \\', "\\",
      ["tests/test_srun_endless_line.py::test_a_holder_first_line_without_end_or_json_is_no"
       "_allocation[endless]"]),
     ("ledger/url.py: a parameter's name is judged percent-decoded", "burnin/ledger/url.py",

@@ -95,14 +95,14 @@ os._exit(0)
 
 @pytest.mark.parametrize("said", ["endless", "no json"])
 def test_a_holder_first_line_without_end_or_json_is_no_allocation(tmp_path, said):
-    from burnin.transports.slurm import Allocations
+    from burnin.transports.salloc import salloc_holder
     stand_in = tmp_path / "salloc.py"
     stand_in.write_text(SALLOC)
     Path("/proc/self/clear_refs").write_text("5")
     before = _kib("VmRSS")
     box: list = []
     t0 = time.monotonic()
-    thread = threading.Thread(target=lambda: box.append(Allocations([], "r1")._salloc(
+    thread = threading.Thread(target=lambda: box.append(salloc_holder(
         [sys.executable, str(stand_in), said], "burnin-test-none", SALLOC_WAIT_S)),
         daemon=True)
     thread.start()
