@@ -200,12 +200,12 @@ def test_a_fleet_of_failures_is_listed_by_burnin_not_by_pytest_tracebacks(pytest
     # folder is as long as the checkout's: wide enough that the reason is never cut.
     monkeypatch.setenv("COLUMNS", "400")
     pytester.makepyfile(lowbound="""
-        import burnin.plugin
-        real = burnin.plugin.FAILURE_LISTING
+        import burnin.plugin.terminal
+        real = burnin.plugin.terminal.FAILURE_LISTING
         def pytest_configure(config):
-            burnin.plugin.FAILURE_LISTING = 0
+            burnin.plugin.terminal.FAILURE_LISTING = 0
         def pytest_unconfigure(config):
-            burnin.plugin.FAILURE_LISTING = real
+            burnin.plugin.terminal.FAILURE_LISTING = real
     """)
     pytester.syspathinsert()
     edit = "if probe == 'health': doc['errors'] = ['planted']"

@@ -28,14 +28,14 @@ from burnin.engine.run import DEFAULT_FANOUT, Run, new_run_id
 from burnin.errors import BurninError
 from burnin.figures import goodput
 from burnin.figures import track_record as track
-from burnin.gate.incidents import Incident, summary_lines
+from burnin.gate.incidents import Incident
 from burnin.gate.quarantine import GateReport, split_by_quarantine
 from burnin.inventory.schema import InventoryError, load_inventory, select_nodes
 from burnin.inventory.trust import refuse_untrusted_commands
 from burnin.ledger.api import Ledger, LedgerError, LedgerLost
 from burnin.ledger.open import open_configured
 from burnin.model.nodes import Node
-from burnin.model.outcome import CaseResult, Outcome
+from burnin.model.outcome import CaseResult
 from burnin.model.verdict import clean
 from burnin.plugin.collection import (
     check_of,
@@ -48,13 +48,13 @@ from burnin.plugin.collection import (
 from burnin.plugin.kept_reports import KeptReports
 from burnin.plugin.preflight import NotReady, check_controller, mark_running
 from burnin.plugin.run_end import RunEnd
+from burnin.plugin.terminal import TerminalSummary
 from burnin.report.junit import floors_of, verdicts_of
 from burnin.report.publish import publish
 
 STATE = pytest.StashKey["BurninState"]()
 TOO_FEW_FILES = pytest.StashKey[str]()  # why the open-files limit cannot carry the run
 DEFAULT_INVENTORY = "inventories/localhost.yaml"
-FAILURE_LISTING = 200  # failed tests above which pytest's per-failure section is left out
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -75,7 +75,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="dry run: judge and report, but neither write the ledger nor act")
 
 
-class BurninState(RunEnd):
+class BurninState(RunEnd, TerminalSummary):
     """Per-process plugin state; the Run is built only when a burnin check is collected."""
 
     def __init__(self, config: pytest.Config):
@@ -293,60 +293,6 @@ class BurninState(RunEnd):
         self.report_problems += publish(run.run_dir, run.inventory.cluster, run.run_id,
                                        verdicts_of(self.cases), floors_of(self.cases),
                                        self._in_ledger(run), nodes=run.nodes + self.held)
-
-    def _bound_failure_listing(self) -> None:
-        """pytest's FAILURES section pairs each failure with every report (quadratic: some
-        14 s at 3,000 failing nodes, minutes at 10,000). Past FAILURE_LISTING failed
-        tests, burnin's own summary and the short summary (-ra) list them instead."""
-        failed = sum(Outcome(c.outcome).bad for c in self.cases.values())
-        if failed > FAILURE_LISTING and self.config.option.tbstyle != "no":
-            self.config.option.tbstyle = "no"
-            self.failure_listing_cut = failed
-
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        if self.worker or not self.cases or self._run is None:
-            return
-        run, tr = self._run, terminalreporter
-        bad: dict[str, list[str]] = {}
-        for (name, check), case in sorted(self.cases.items()):
-            if case.outcome != "passed":
-                bad.setdefault(name, []).append(check)
-        held = {n.name for n in self.held}
-        bad = {n: c for n, c in bad.items() if n not in held}
-        tested = {name for name, _ in self.cases} - held
-        tr.section("burnin")
-        for line in summary_lines(self.incidents, self.incidents_open):
-            tr.write_line(line, red=True)
-        if not tested:
-            tr.write_line(f"nothing to test: every selected node is in quarantine "
-                          f"({', '.join(n.name for n in self.held)}); --revalidate re-tests "
-                          "them")
-        if self.failure_listing_cut:
-            tr.write_line(f"{self.failure_listing_cut} failed tests: pytest's tracebacks left out "
-                          f"(more than {FAILURE_LISTING}); each node's reasons are in "
-                          "summary.html and junit.xml")
-        tr.write_line(f"run {run.run_id}: {len(tested)} node{'s' * (len(tested) != 1)} tested, "
-                      f"{len(tested) - len(bad)} passed every check, {len(bad)} did not")
-        for name, checks in bad.items():
-            tr.write_line(f"  {name}: {', '.join(checks)}", red=True)
-        if self.held:
-            tr.write_line(f"skipped for quarantine: {', '.join(n.name for n in self.held)} "
-                          "(re-test with --revalidate; see burnin quarantine list)")
-        if self.ledger is not None and self.ledger.created:
-            tr.write_line(f"created the quarantine ledger {self.ledger.where} (no "
-                          "quarantine.ledger configured: this run's first; "
-                          "see docs/operator/ledger.md)")
-        for line, red in self.gate.lines(run.inventory.quarantine.release_after) \
-                if self.gate else ():
-            tr.write_line(line, red=red)
-        for line, red in self.reconciled.lines():  # held nodes Slurm had in service
-            tr.write_line(line, red=red)
-        for problem in self.report_problems:
-            tr.write_line(f"report: {problem}", red=True)
-        if self.fault:
-            tr.write_line(f"the run did not complete: controller fault: {self.fault}; nobody "
-                          "was quarantined for it, and its report is not admissible", red=True)
-        tr.write_line(f"report: {run.run_dir / 'junit.xml'}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
