@@ -18,20 +18,20 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from burnin.checks import CHECKS, Kind
 from burnin.errors import InventoryError  # noqa: F401  (raised here, caught by callers)
 from burnin.inventory import yamlsource
+from burnin.inventory.gpu_models import gpu_models as _gpu_models
+from burnin.inventory.gpu_models import known_model as _known_model
+from burnin.inventory.quarantine import quarantine as _quarantine
 from burnin.inventory.remediation import remediation as _remediation
 from burnin.inventory.rolling import rolling as _rolling
 from burnin.inventory.yamlsource import Mapping, Sequence, SourceError, SourceErrors
-from burnin.ledger.backends import LedgerUrlError, parse_location, transport_problem
+from burnin.ledger.backends import LedgerUrlError, parse_location
 from burnin.model import environment
-from burnin.model.gpu_reference import FLAG_FIELDS, GPU_MODELS, NUMERIC_FIELDS, model_from
 from burnin.model.node_check import NODE_CHECK_KEYS, NODE_CHECKS
 from burnin.model.nodes import (
     GoodputSettings,
     Inventory,
     Node,
     NodeCheckSettings,
-    QuarantineSettings,
-    SharedCauseSettings,
     StorageSettings,
 )
 from burnin.model.settings import kinds_of, section
@@ -127,12 +127,8 @@ def node_keys() -> dict[str, str]:
 
 
 # Each section's keys, kinds and defaults are its dataclass's (burnin/model/nodes.py).
-QUARANTINE_KEYS = kinds_of(QuarantineSettings)
-SHARED_CAUSE_KEYS = kinds_of(SharedCauseSettings)
 ADMISSION_KEYS = {"require": "check_list"}
 GOODPUT_KEYS = kinds_of(GoodputSettings)
-MODEL_KEYS = {"nvml_names": "str_list", **{k: "positive" for k in NUMERIC_FIELDS},
-              **{k: "bool" for k in FLAG_FIELDS}}
 TOP_KEYS = {"version": "int", "cluster": "str", "defaults": "mapping", "nodes": "list",
             "checks": "mapping", "quarantine": "mapping", "admission": "mapping",
             "gpu_models": "mapping", "goodput": "mapping", "node_check": "mapping",
@@ -278,36 +274,6 @@ def load_inventory(path: str | Path) -> Inventory:
                      rolling=rolling)
 
 
-def _gpu_models(c: _Checker, doc: Mapping, top: dict) -> dict:
-    """The built-in models, with the inventory's `gpu_models:` added or overriding."""
-    models = dict(GPU_MODELS)
-    if "gpu_models" not in top or not c.mapping(top["gpu_models"], "gpu_models",
-                                                  doc.key_lines["gpu_models"]):
-        return models
-    for key, body in top["gpu_models"].items():
-        where, line = f"gpu_models.{key}", top["gpu_models"].key_lines[key]
-        if not c.mapping(body, where, line):
-            continue
-        values = c.keys(body, MODEL_KEYS, where)
-        base = models.get(key)
-        if base is None and not values.get("nvml_names"):
-            c.error(line, f"{where}.nvml_names", "missing; a new model needs the names NVML "
-                                                 "reports for it")
-            continue
-        merged = {**(base.__dict__ if base else {}), **values}
-        models[str(key)] = model_from(str(key), merged)
-    return models
-
-
-def _known_model(c: _Checker, entry: Mapping, values: dict, where: str, models: dict) -> None:
-    model = values.get("gpu_model")
-    if model is not None and model not in models:
-        c.error(entry.key_lines["gpu_model"], f"{where}.gpu_model",
-                f"unknown model {model!r}; expected one of: {', '.join(models)}, or a model "
-                "added under gpu_models:")
-        del values["gpu_model"]
-
-
 def _expand_nodes(c: _Checker, doc: Mapping, top: dict, defaults: dict,
                   models: dict) -> list[Node]:
     if "nodes" not in doc:
@@ -410,32 +376,6 @@ def _checks(c: _Checker, checks, line, where: str) -> dict[str, dict]:
         schema = {key: s.kind for key, s in spec.settings.items()}
         out[name] = c.keys(body, schema, f"{where}.{name}")
     return out
-
-
-def _quarantine(c: _Checker, doc: Mapping, top: dict) -> QuarantineSettings:
-    if "quarantine" not in top:
-        return QuarantineSettings()
-    if not c.mapping(top["quarantine"], "quarantine", doc.key_lines["quarantine"]):
-        return QuarantineSettings()
-    q = c.keys(top["quarantine"], QUARANTINE_KEYS, "quarantine")
-    if "command" in q.get("actions", ()) and not q.get("command"):
-        c.error(top["quarantine"].key_lines["actions"], "quarantine.command",
-                "missing; the command action needs quarantine.command: [argv, ...]")
-    if "ledger" in q and not q.get("ledger_insecure", False):
-        problem = transport_problem(parse_location(q["ledger"]))
-        if problem:
-            c.error(top["quarantine"].key_lines["ledger"], "quarantine.ledger", problem)
-    return section(QuarantineSettings,
-                   {**q, "shared_cause": _shared_cause(c, top["quarantine"])})
-
-
-def _shared_cause(c: _Checker, quarantine: Mapping) -> SharedCauseSettings:
-    if "shared_cause" not in quarantine or not c.mapping(
-            quarantine["shared_cause"], "quarantine.shared_cause",
-            quarantine.key_lines["shared_cause"]):
-        return SharedCauseSettings()
-    s = c.keys(quarantine["shared_cause"], SHARED_CAUSE_KEYS, "quarantine.shared_cause")
-    return section(SharedCauseSettings, s)
 
 
 def select_nodes(inventory: Inventory, hostlist: str | None) -> list[Node]:

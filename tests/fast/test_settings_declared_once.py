@@ -9,7 +9,7 @@ from dataclasses import fields
 
 import pytest
 
-from burnin.inventory import schema
+from burnin.inventory import quarantine, schema
 from burnin.model import nodes
 from burnin.model.settings import kinds_of, section
 from burnin.transports import TABLE
@@ -30,8 +30,8 @@ def test_every_field_of_a_section_is_a_setting_with_a_known_kind(where):
 
 
 def test_the_schema_reads_each_sections_keys_from_its_dataclass():
-    assert schema.QUARANTINE_KEYS == kinds_of(nodes.QuarantineSettings)
-    assert schema.SHARED_CAUSE_KEYS == kinds_of(nodes.SharedCauseSettings)
+    assert quarantine.QUARANTINE_KEYS == kinds_of(nodes.QuarantineSettings)
+    assert quarantine.SHARED_CAUSE_KEYS == kinds_of(nodes.SharedCauseSettings)
     assert schema.GOODPUT_KEYS == kinds_of(nodes.GoodputSettings)
     assert schema.STORAGE_KEYS == kinds_of(nodes.StorageSettings)
 
