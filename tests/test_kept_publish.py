@@ -242,3 +242,56 @@ def test_a_torn_whole_line_leaves_its_kept_record_in_its_place(tmp_path):
     assert key_figures(records[at]) and records[at]["node"] in bad
     assert all("kept_figures" not in r for i, r in enumerate(records)
                if r["node"] in bad and i != at)
+
+
+def _tree(folder):
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file()}
+
+
+def test_past_the_whole_sections_a_failing_node_is_drawn_from_figures_its_evidence_whole(
+        tmp_path, monkeypatch):
+    """A fleet failing nearly whole (a bad roll-out) holds at most WHOLE_SECTIONS nodes'
+    documents: the others' sections are drawn from their figures, and their evidence
+    folders, written as results.jsonl is read, are byte for byte those of a publish that
+    held every document."""
+    run, verdicts, inventory = run_of(tmp_path / "held", failing_nodes=9)
+    bad = failing(verdicts)
+    assert len(bad) == 9
+    assert publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts),
+                   nodes=inventory) == []
+    held = _tree(run / "nodes")
+    monkeypatch.setattr(page_mod, "WHOLE_SECTIONS", 5)
+    seen: list[set] = []
+    real = figures.read_for_page
+    monkeypatch.setattr(figures, "read_for_page",
+                        lambda run_dir, whole: seen.append(set(whole)) or real(run_dir, whole))
+    import shutil
+    shutil.rmtree(run / "nodes")
+    assert publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts),
+                   nodes=inventory) == []
+    [drawn_whole] = seen
+    assert len(drawn_whole) == 5 and drawn_whole < set(bad)
+    assert _tree(run / "nodes") == held
+    summary = Summary(run / "summary.html")
+    streamed = sorted(set(bad) - drawn_whole)
+    def charts(node):
+        section = summary.lazy().get(node)
+        return section is None or any(b[0] == "charts" for check, _, blocks in section["p"]
+                                      if check == "burn" for b in blocks)
+    assert all(charts(n) for n in drawn_whole)
+    for node in streamed:  # linked to its evidence, its section without the burn's charts
+        assert f"nodes/{node}/" in summary.text
+        assert node in summary.lazy() and not charts(node), node
+
+
+def test_whole_records_reads_only_the_named_nodes_whatever_their_lines_look_like(tmp_path):
+    lines = [{"run_id": "r", "node": 'n"1', "check": "health", "ok": True},
+             {"run_id": "r", "node": "n2", "check": "health", "ok": True},
+             {"node": "n2", "run_id": "r", "check": "burn"},      # another key order
+             {"run_id": 'r"x', "node": "n3", "check": "burn"}]   # a run id it cannot skip
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"run_id": "r", "no')
+    assert list(figures.whole_records(path, {'n"1', "n2"})) == lines[:3]
+    assert list(figures.whole_records(path, {"n3"})) == lines[3:]
+    assert list(figures.whole_records(path, set())) == []

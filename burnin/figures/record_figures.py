@@ -14,6 +14,7 @@ import functools
 import gc
 import itertools
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from pathlib import Path
 from burnin.checks import CHECKS, Figure, Measure
 
 __all__ = ["KEPT", "Figure", "Measure", "key_figures", "kept_line", "measure", "read_for_page",
-           "read_records"]
+           "read_records", "whole_records"]
 
 KEPT = ".kept.jsonl"
 # A list of more than this many numbers (or pairs of them) in a document is a series:
@@ -245,6 +246,32 @@ def _read_kept(path: Path, results: Path, whole: set[str]) -> list[dict] | None:
                 return None
             out[at] = r
     return out if count == len(out) else None
+
+
+# The start of a results.jsonl line as the run writes it (ProbeOutcome.to_record): its
+# node is read from here without parsing the line's document.
+_LINE_NODE = re.compile(rb'^\{"run_id": "[^"\\]*", "node": ("(?:[^"\\]|\\.)*")')
+
+
+def whole_records(results: Path, nodes: set[str]) -> Iterator[dict]:
+    """The whole records of `nodes` in results.jsonl, one at a time, in the file's order:
+    a line whose start names another node is skipped unparsed; a line whose start cannot
+    be read so is parsed to be sure; a torn line is skipped."""
+    with open(results, "rb") as f:
+        for line in f:
+            m = _LINE_NODE.match(line)
+            if m is not None:
+                try:
+                    if json.loads(m.group(1)) not in nodes:
+                        continue
+                except ValueError:
+                    pass
+            try:
+                r = json.loads(line.decode("utf-8", "replace"))
+            except ValueError:
+                continue
+            if isinstance(r, dict) and r.get("node") in nodes:
+                yield r
 
 
 def key_figures(record: dict) -> list[Figure]:

@@ -14,6 +14,16 @@ from burnin.model.outcome import Outcome
 
 def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
                  records: list[dict]) -> Path:
+    folder = open_bundle(run_dir, node, verdicts)
+    for r in records:
+        add_record(folder, r)
+    return folder
+
+
+def open_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]]) -> Path:
+    """The node's folder with its verdicts.txt; its records are added one at a time
+    (add_record), so that a fleet's bundles are written as results.jsonl is read, no
+    node's whole documents held for the others'."""
     folder = (run_dir / "nodes" / node).resolve()
     if folder.parent != (run_dir / "nodes").resolve():  # '../x', 'a/b': never a path
         raise ValueError(f"node name {node!r} is not a file name")
@@ -22,20 +32,24 @@ def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
              (f": {message}" if message else "")
              for check, (outcome, message) in sorted(verdicts.items())]
     (folder / "verdicts.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    for r in records:
-        spec = CHECKS.get(r.get("check", ""))
-        if spec is None:
-            continue  # its name would become a file name: only checks burnin knows
-        (folder / f"{spec.name}.json").write_text(readable(r), encoding="utf-8")
-        if not r.get("ok") or spec is None or spec.evidence is None:
-            continue
-        try:
-            extra = spec.evidence(r)
-        except (KeyError, TypeError, AttributeError):
-            continue  # a record of an unexpected shape: its raw .json is there already
-        for name, content in extra.items():
-            (folder / name).write_text(readable(content), encoding="utf-8")
     return folder
+
+
+def add_record(folder: Path, r: dict) -> None:
+    """One probe record into its node's folder: its raw document, and what its check
+    draws out of it for a vendor (Check.evidence)."""
+    spec = CHECKS.get(r.get("check", ""))
+    if spec is None:
+        return  # its name would become a file name: only checks burnin knows
+    (folder / f"{spec.name}.json").write_text(readable(r), encoding="utf-8")
+    if not r.get("ok") or spec.evidence is None:
+        return
+    try:
+        extra = spec.evidence(r)
+    except (KeyError, TypeError, AttributeError):
+        return  # a record of an unexpected shape: its raw .json is there already
+    for name, content in extra.items():
+        (folder / name).write_text(readable(content), encoding="utf-8")
 
 
 def readable(value, depth: int = 0) -> str:

@@ -53,6 +53,9 @@ class Published:
     costs: dict[str, float] = field(default_factory=dict)  # node-hours per job-hour, junit's
     incidents: list[Incident] = field(default_factory=list)  # shared causes, page and metrics
     bundles: set[str] = field(default_factory=set)
+    # Failing nodes drawn from their figures (beyond page.WHOLE_SECTIONS of them): their
+    # bundles are written from results.jsonl as it is read, not from `records`.
+    streamed: set[str] = field(default_factory=set)
     unreadable: set[int] = field(default_factory=set)
     problems: list[str] = field(default_factory=list)
 
@@ -76,13 +79,31 @@ class ReportWriter:
 
 
 def write_evidence(p: Published) -> None:
-    """An evidence folder per failed node (burnin/report/evidence.py), each on its own."""
+    """An evidence folder per failed node (burnin/report/evidence.py), each on its own:
+    from the records publish holds, or, for the failing nodes it does not hold whole
+    (`streamed`), from results.jsonl a record at a time."""
     from burnin.report import evidence
+    opened: dict[str, Path] = {}
     for node, v in p.verdicts.items():
-        if any(Outcome(outcome).bad for outcome, _ in v.values()) and p.attempt(
-                f"the evidence folder of {node}",
-                partial(evidence.write_bundle, p.run_dir, node, v, p.by_node.get(node, []))):
+        if not any(Outcome(outcome).bad for outcome, _ in v.values()):
+            continue
+        what = f"the evidence folder of {node}"
+        if node in p.streamed:
+            def start(node: str = node, v: dict = v) -> None:
+                opened[node] = evidence.open_bundle(p.run_dir, node, v)
+            p.attempt(what, start)
+        elif p.attempt(what, partial(evidence.write_bundle, p.run_dir, node, v,
+                                     p.by_node.get(node, []))):
             p.bundles.add(node)
+    if opened:
+        from burnin.figures.record_figures import whole_records
+        failed: set[str] = set()
+        for r in whole_records(p.run_dir / "results.jsonl", set(opened)):
+            if r["node"] not in failed and not p.attempt(
+                    f"the evidence folder of {r['node']}",
+                    partial(evidence.add_record, opened[r["node"]], r)):
+                failed.add(r["node"])
+        p.bundles.update(set(opened) - failed)
 
 
 def write_summary(p: Published) -> None:
@@ -177,11 +198,19 @@ def _publish(run_dir: Path, cluster: str, run_id: str,
         p.attempt("the judges' floors", lambda: p.floors.update(json.loads(kept.read_text())))
     # A big fleet's passing nodes are drawn from their figures (page.WHOLE_SECTIONS):
     # their documents' series are never read back, the failing nodes' whole records are.
-    whole = {n for n, v in verdicts.items() if any(Outcome(o) != Outcome.PASSED
-                                                   for o, _ in v.values())}
+    # Of the failing nodes, at most WHOLE_SECTIONS are held whole (the most checks failed
+    # first): a fleet failing whole (a bad roll-out) would otherwise hold every node's
+    # documents at once, the failing fleet's peak; the others' sections are drawn from
+    # their figures and their evidence folders written as results.jsonl is read.
+    bad = {n: sum(Outcome(o) != Outcome.PASSED for o, _ in v.values())
+           for n, v in verdicts.items()}
+    whole = sorted((n for n, k in bad.items() if k), key=lambda n: (-bad[n], n))
+    held = set(whole[:page.WHOLE_SECTIONS])
     if (run_dir / "results.jsonl").exists():
+        big = len(verdicts) > page.WHOLE_SECTIONS
+        p.streamed = set(whole) - held if big else set()
         p.attempt("results.jsonl", lambda: p.records.extend(
-            read_for_page(run_dir, whole) if len(verdicts) > page.WHOLE_SECTIONS
+            read_for_page(run_dir, held) if big
             else read_records(run_dir / "results.jsonl")))
     for r in p.records:
         if isinstance(r, dict) and isinstance(r.get("node"), str) \

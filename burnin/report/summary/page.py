@@ -35,8 +35,9 @@ FLEET_DETAIL = 16_000     # ... shared out among the passing nodes of a big flee
 TABLE_OPEN = 2_000        # beyond this many nodes the table starts folded
 # Beyond this many nodes a passing node's section is its verdicts, figures and trend,
 # drawn from the figures the run kept, not its documents: reading back and drawing
-# 10,000 nodes' telemetry cost most of publish's time and of the page. The failing
-# nodes' sections stay whole at any size.
+# 10,000 nodes' telemetry cost most of publish's time and of the page. So is a failing
+# node's past this many failing nodes (the most checks failed drawn whole first): their
+# documents are in their evidence folders (burnin/report/publish.py).
 WHOLE_SECTIONS = 2_000
 MARK = {Outcome.PASSED: ("", "✓"), Outcome.FAILED: (" class=fail", "✗"),
         Outcome.ERROR: (" class=fail", "!"),
