@@ -34,28 +34,43 @@ def scenario(path, corrected: int):
          "ecc_errors": {"corrected_aggregate": corrected}}]})
 
 
-def test_a_growing_corrected_ecc_count_is_listed_with_its_day_and_a_flat_one_is_not(
-        pytester, tmp_path):
+def wear_fleet(pytester, tmp_path, flat: int, checks=lambda name: {}):
+    """Two emulated one-GPU nodes, `worn` (corrected ECC 0) and `flat`, and a ledger:
+    (the ledger's path, the inventory's)."""
     ledger = tmp_path / "ledger.db"
     Ledger(ledger)  # created on purpose, as `burnin ledger init` does
     nodes = []
     for name in ("worn", "flat"):
-        scen = scenario(tmp_path / f"{name}.json", 0 if name == "worn" else FLAT)
+        scen = scenario(tmp_path / f"{name}.json", 0 if name == "worn" else flat)
         nodes.append({"name": name, "python": nvmlemu.python_wrapper(
-            tmp_path / f"py-{name}", scen)})
+            tmp_path / f"py-{name}", scen), "checks": checks(name)})
     inv = pytester.path / "inv.yaml"
     inv.write_text(json.dumps({
         "version": 1, "cluster": "wear",
         "defaults": {"transport": "local", "gpus": 1, "gpu_model": "H100-SXM5-80GB"},
         "checks": {"health": {"kernel_log": False}}, "nodes": nodes,
         "quarantine": {"ledger": str(ledger)}}))
-    for count in GROWING:
-        scenario(tmp_path / "worn.json", count)
-        result, reports = run_suite(pytester, inv, "-k", "health")
+    return ledger, inv
+
+
+def daily_runs(pytester, inv, ledger, before_each):
+    """A health run after each of `before_each`, each passing both nodes; the ledger's
+    runs moved a day back between them. The last run's reports folder."""
+    for i, prepare in enumerate(before_each):
+        prepare()
+        _, reports = run_suite(pytester, inv, "-k", "health")
         assert junit_cases(reports) == {n: {"health": ("passed", "")} for n in ("worn", "flat")}
-        if count != GROWING[-1]:  # the next run a day later, to the ledger
+        if i != len(before_each) - 1:  # the next run a day later, to the ledger
             with sqlite3.connect(ledger) as db:
                 db.execute("UPDATE runs SET time = time - ?", (DAY,))
+    return reports
+
+
+def test_a_growing_corrected_ecc_count_is_listed_with_its_day_and_a_flat_one_is_not(
+        pytester, tmp_path):
+    ledger, inv = wear_fleet(pytester, tmp_path, FLAT)
+    reports = daily_runs(pytester, inv, ledger, [
+        lambda count=count: scenario(tmp_path / "worn.json", count) for count in GROWING])
     ended = time.time()
     kept = Ledger(ledger, create=False).runs("worn")
     assert [r.figures["wear"].get("ecc_corrected", {}).get("0") for r in kept] == \
@@ -118,29 +133,12 @@ def test_a_growing_aer_count_is_read_by_health_and_listed_and_a_missing_file_is_
     (a reset: its increase summed), then 5,000 on the last run, so some 8,000 since the
     first, about 2,700 a day, the limit in under two days. On the flat node the kernel has
     no AER file: nothing is read, so it is no point of a trend (never a zero)."""
-    ledger = tmp_path / "ledger.db"
-    Ledger(ledger)
-    nodes = []
-    for name in ("worn", "flat"):
-        scen = scenario(tmp_path / f"{name}.json", 0)
-        nodes.append({"name": name, "python": nvmlemu.python_wrapper(
-            tmp_path / f"py-{name}", scen),
-            "checks": {"health": {"sysfs_root": str(tmp_path / f"sys-{name}")}}})
-    inv = pytester.path / "inv.yaml"
-    inv.write_text(json.dumps({
-        "version": 1, "cluster": "wear",
-        "defaults": {"transport": "local", "gpus": 1, "gpu_model": "H100-SXM5-80GB"},
-        "checks": {"health": {"kernel_log": False}}, "nodes": nodes,
-        "quarantine": {"ledger": str(ledger)}}))
+    ledger, inv = wear_fleet(pytester, tmp_path, 0, lambda name: {
+        "health": {"sysfs_root": str(tmp_path / f"sys-{name}")}})
     aer_file(tmp_path / "sys-flat", None)
-    counts = (0, 3_000, 2_000, 5_000)
-    for i, count in enumerate(counts):
-        aer_file(tmp_path / "sys-worn", count)
-        result, reports = run_suite(pytester, inv, "-k", "health")
-        assert junit_cases(reports) == {n: {"health": ("passed", "")} for n in ("worn", "flat")}
-        if i != len(counts) - 1:
-            with sqlite3.connect(ledger) as db:
-                db.execute("UPDATE runs SET time = time - ?", (DAY,))
+    reports = daily_runs(pytester, inv, ledger, [
+        lambda count=count: aer_file(tmp_path / "sys-worn", count)
+        for count in (0, 3_000, 2_000, 5_000)])
     worn = Ledger(ledger, create=False).runs("worn")
     assert [r.figures["wear"].get("pcie_aer_correctable", {}).get("0") for r in worn] == \
         [None, 3_000.0, 2_000.0, 5_000.0]
