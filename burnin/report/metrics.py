@@ -12,6 +12,7 @@ ledger's word on each node. Names and labels are documented in README.md and sta
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from burnin.core.safefiles import write_atomically
@@ -87,8 +88,12 @@ def _labels(pairs) -> str:
     return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in pairs) + "}"
 
 
-def _family(name: str, help_text: str, samples: list[str]) -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", *samples]
+def _family(name: str, help_text: str, samples: Iterable[str]) -> Iterator[str]:
+    """A family's lines, each ending in a newline."""
+    yield f"# HELP {name} {help_text}\n"
+    yield f"# TYPE {name} gauge\n"
+    for sample in samples:
+        yield sample + "\n"
 
 
 def _placed(f, families: dict[str, tuple[str, dict[str, str]]]) -> tuple:
@@ -133,37 +138,45 @@ def render(cluster: str, run_id: str, finished: float,
     """The text of metrics.prom. `verdicts`: {node: {check: (junit outcome, message)}};
     `quarantined`: {node: in the ledger at the end of the run}, None when not known
     (`burnin report` renders a past run again)."""
+    return "".join(lines(cluster, run_id, finished, verdicts, records, quarantined, speeds))
+
+
+def lines(cluster: str, run_id: str, finished: float,
+          verdicts: dict[str, dict[str, tuple[str, str]]], records: list[dict],
+          quarantined: dict[str, bool] | None = None,
+          speeds: dict[str, tuple[float, str]] | None = None) -> Iterator[str]:
+    """render()'s text a line at a time, made as it is written: a fleet's metrics.prom is
+    a million lines (28 KiB a node), which held whole, and again as one text, were the
+    largest part of a passing fleet's peak."""
     c = ("cluster", cluster)
-    lines = _family("burnin_run_info", "The last run: its id, as a label, value 1.",
-                    [f"burnin_run_info{_labels([c, ('run_id', run_id)])} 1"])
-    lines += _family("burnin_last_run_timestamp_seconds", "When the last run finished.",
-                     [f"burnin_last_run_timestamp_seconds{_labels([c])} {finished:.0f}"])
-    passed, outcome = _verdict_series(cluster, verdicts)
-    lines += _family("burnin_check_passed", "1 when the node passed the check in the last "
-                     "run, else 0 (failed, error or skipped).", passed)
-    lines += _family("burnin_check_outcome", "The check's outcome on the node in the last "
-                     "run: 1 for the outcome it had (passed, failed, error, skipped), 0 for "
-                     "the others.", outcome)
+    yield from _family("burnin_run_info", "The last run: its id, as a label, value 1.",
+                       [f"burnin_run_info{_labels([c, ('run_id', run_id)])} 1"])
+    yield from _family("burnin_last_run_timestamp_seconds", "When the last run finished.",
+                       [f"burnin_last_run_timestamp_seconds{_labels([c])} {finished:.0f}"])
+    yield from _family("burnin_check_passed", "1 when the node passed the check in the last "
+                       "run, else 0 (failed, error or skipped).",
+                       _verdict_series(cluster, verdicts, passed=True))
+    yield from _family("burnin_check_outcome", "The check's outcome on the node in the last "
+                       "run: 1 for the outcome it had (passed, failed, error, skipped), 0 for "
+                       "the others.", _verdict_series(cluster, verdicts, passed=False))
     if quarantined is not None:
-        lines += _family("burnin_node_quarantined", "1 when the node is in burnin's "
-                         "quarantine ledger at the end of the run, else 0.",
-                         [f"burnin_node_quarantined{_labels([c, ('node', n)])} {int(q)}"
-                          for n, q in sorted(quarantined.items())])
-    lines += _figure_families(cluster, records)
+        yield from _family("burnin_node_quarantined", "1 when the node is in burnin's "
+                           "quarantine ledger at the end of the run, else 0.",
+                           (f"burnin_node_quarantined{_labels([c, ('node', n)])} {int(q)}"
+                            for n, q in sorted(quarantined.items())))
+    yield from _figure_families(cluster, records)
     if speeds:  # {node: (relative speed, the check that sets it)}, from junit.xml
-        lines += _family(
+        yield from _family(
             "burnin_node_relative_speed", "The node's slowest speed-bearing figure (TFLOPS, "
             "busbw, storage or PCIe GB/s) over the fleet's median of it: a synchronous job of "
             "N nodes that takes the node in loses N x (1 - this) node-hours an hour.",
-            [f"burnin_node_relative_speed{_labels([c, ('node', n), ('check', check)])} "
-             f"{speed:.6g}" for n, (speed, check) in sorted(speeds.items())])
-    return "\n".join(lines) + "\n"
+            (f"burnin_node_relative_speed{_labels([c, ('node', n), ('check', check)])} "
+             f"{speed:.6g}" for n, (speed, check) in sorted(speeds.items())))
 
 
-def _verdict_series(cluster: str, verdicts: dict[str, dict[str, tuple[str, str]]]
-                    ) -> tuple[list[str], list[str]]:
-    """burnin_check_passed's and burnin_check_outcome's samples, node by node."""
-    passed, outcome = [], []
+def _verdict_series(cluster: str, verdicts: dict[str, dict[str, tuple[str, str]]],
+                    passed: bool) -> Iterator[str]:
+    """burnin_check_passed's samples (`passed`) or burnin_check_outcome's, node by node."""
     head = f'{{cluster="{_esc(cluster)}",node="'
     ends: dict[object, tuple[str, list[str]]] = {}  # an outcome -> its lines' ends
     for node in sorted(verdicts):
@@ -176,14 +189,17 @@ def _verdict_series(cluster: str, verdicts: dict[str, dict[str, tuple[str, str]]
                 one, each = ends[result] = _ends(result)
             except TypeError:  # an outcome that cannot be hashed: not ours, made here
                 one, each = _ends(result)
-            passed.append(f"burnin_check_passed{base}{one}")
-            # metrics.prom's label values are the outcomes' own words
-            outcome.extend([f"burnin_check_outcome{base}{end}" for end in each])
-    return passed, outcome
+            if passed:
+                yield f"burnin_check_passed{base}{one}"
+            else:  # metrics.prom's label values are the outcomes' own words
+                for end in each:
+                    yield f"burnin_check_outcome{base}{end}"
 
 
-def _figure_families(cluster: str, records: list[dict]) -> list[str]:
-    """The families of the records' key figures, each sample once per series."""
+def _figure_families(cluster: str, records: list[dict]) -> Iterator[str]:
+    """The families of the records' key figures, each sample once per series. A family's
+    samples must be together, so every series is held until the last record is read: its
+    name (the dict's key) and its value's text, the line made as it is written."""
     families: dict[str, tuple[str, dict[str, str]]] = {}
     placed: dict[tuple, tuple] = {}  # (metric, labels) -> _placed's: a fleet has dozens
     for r in records:
@@ -203,11 +219,10 @@ def _figure_families(cluster: str, records: list[dict]) -> list[str]:
             series = f"{prefix}{head}{tail}}}"
             # One sample per series: a node repeating a device or port says it once.
             if series not in samples:
-                samples[series] = f"{series} {f.value * factor:.12g}"
-    lines: list[str] = []
+                samples[series] = f"{f.value * factor:.12g}"
     for name, (help_text, samples) in sorted(families.items()):
-        lines += _family(f"burnin_{name}", help_text, list(samples.values()))
-    return lines
+        yield from _family(f"burnin_{name}", help_text,
+                           (f"{series} {value}" for series, value in samples.items()))
 
 
 def replace_soon(cluster: str, listed: list | None) -> str:
@@ -224,13 +239,13 @@ def replace_soon(cluster: str, listed: list | None) -> str:
             on.append(f"burnin_replace_soon{labels} 1")
             when.append(f"burnin_replace_soon_projected_timestamp_seconds{labels} "
                         f"{f.projected:.0f}")
-    return "\n".join(
-        _family("burnin_replace_soon", "1 for each reason the node is on the replace-soon "
-                "list: a wear counter (reason) of a device whose trend reaches its limit "
-                "within the horizon, or has reached it.", on)
-        + _family("burnin_replace_soon_projected_timestamp_seconds", "When the reason's "
-                  "trend reaches its limit (or reached it), in Unix seconds.", when)) + "\n"
+    return "".join([
+        *_family("burnin_replace_soon", "1 for each reason the node is on the replace-soon "
+                 "list: a wear counter (reason) of a device whose trend reaches its limit "
+                 "within the horizon, or has reached it.", on),
+        *_family("burnin_replace_soon_projected_timestamp_seconds", "When the reason's "
+                 "trend reaches its limit (or reached it), in Unix seconds.", when)])
 
 
-def write(path: Path, text: str) -> None:
+def write(path: Path, text: str | Iterable[str]) -> None:
     write_atomically(path, text)  # the textfile collector never reads half a file

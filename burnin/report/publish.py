@@ -12,6 +12,7 @@ installed distribution's entry point, appended after these (burnin/extensions.py
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterable
@@ -145,12 +146,12 @@ def write_metrics(p: Published) -> None:
     from burnin.report import metrics, reconciled
     # A record with a figure that is not a number would stop metrics.render: left out.
     readable = [r for r in p.records if id(r) not in p.unreadable]
-    metrics.write(p.run_dir / "metrics.prom",
-                  metrics.render(p.cluster, p.run_id, time.time(), p.verdicts, readable,
-                                 p.quarantined, p.speeds)
-                  + incidents_report.prom(p.cluster, p.incidents)
-                  + metrics.replace_soon(p.cluster, replace_soon.load(p.run_dir))
-                  + reconciled.prom(p.cluster, reconciled.load(p.run_dir)))
+    tail = (incidents_report.prom(p.cluster, p.incidents)
+            + metrics.replace_soon(p.cluster, replace_soon.load(p.run_dir))
+            + reconciled.prom(p.cluster, reconciled.load(p.run_dir)))
+    metrics.write(p.run_dir / "metrics.prom", itertools.chain(
+        metrics.lines(p.cluster, p.run_id, time.time(), p.verdicts, readable, p.quarantined,
+                      p.speeds), [tail]))
 
 
 # In order: the page links the evidence folders, metrics.prom leaves out what the page
