@@ -251,8 +251,8 @@ def _tree(folder):
 
 def test_past_the_whole_sections_a_failing_node_is_drawn_from_figures_its_evidence_whole(
         tmp_path, monkeypatch):
-    """A fleet failing nearly whole (a bad roll-out) holds at most WHOLE_SECTIONS nodes'
-    documents: the others' sections are drawn from their figures, and their evidence
+    """A big fleet failing nearly whole (a bad roll-out) holds at most WHOLE_FAILING
+    nodes' documents: the others' sections are drawn from their figures, and their evidence
     folders, written as results.jsonl is read, are byte for byte those of a publish that
     held every document."""
     run, verdicts, inventory = run_of(tmp_path / "held", failing_nodes=9)
@@ -262,6 +262,7 @@ def test_past_the_whole_sections_a_failing_node_is_drawn_from_figures_its_eviden
                    nodes=inventory) == []
     held = _tree(run / "nodes")
     monkeypatch.setattr(page_mod, "WHOLE_SECTIONS", 5)
+    monkeypatch.setattr(page_mod, "WHOLE_FAILING", 4)
     seen: list[set] = []
     real = figures.read_for_page
     monkeypatch.setattr(figures, "read_for_page",
@@ -271,7 +272,7 @@ def test_past_the_whole_sections_a_failing_node_is_drawn_from_figures_its_eviden
     assert publish(run, "synthetic", run.name, verdicts, bench.floors(verdicts),
                    nodes=inventory) == []
     [drawn_whole] = seen
-    assert len(drawn_whole) == 5 and drawn_whole < set(bad)
+    assert len(drawn_whole) == 4 and drawn_whole < set(bad)
     assert _tree(run / "nodes") == held
     summary = Summary(run / "summary.html")
     streamed = sorted(set(bad) - drawn_whole)

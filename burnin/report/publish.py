@@ -199,14 +199,14 @@ def _publish(run_dir: Path, cluster: str, run_id: str,
         p.attempt("the judges' floors", lambda: p.floors.update(json.loads(kept.read_text())))
     # A big fleet's passing nodes are drawn from their figures (page.WHOLE_SECTIONS):
     # their documents' series are never read back, the failing nodes' whole records are.
-    # Of the failing nodes, at most WHOLE_SECTIONS are held whole (the most checks failed
+    # Of a big fleet's failing nodes, WHOLE_FAILING are held whole (the most checks failed
     # first): a fleet failing whole (a bad roll-out) would otherwise hold every node's
     # documents at once, the failing fleet's peak; the others' sections are drawn from
     # their figures and their evidence folders written as results.jsonl is read.
     bad = {n: sum(Outcome(o) != Outcome.PASSED for o, _ in v.values())
            for n, v in verdicts.items()}
     whole = sorted((n for n, k in bad.items() if k), key=lambda n: (-bad[n], n))
-    held = set(whole[:page.WHOLE_SECTIONS])
+    held = set(whole[:page.WHOLE_FAILING])
     if (run_dir / "results.jsonl").exists():
         big = len(verdicts) > page.WHOLE_SECTIONS
         p.streamed = set(whole) - held if big else set()

@@ -35,10 +35,13 @@ FLEET_DETAIL = 16_000     # ... shared out among the passing nodes of a big flee
 TABLE_OPEN = 2_000        # beyond this many nodes the table starts folded
 # Beyond this many nodes a passing node's section is its verdicts, figures and trend,
 # drawn from the figures the run kept, not its documents: reading back and drawing
-# 10,000 nodes' telemetry cost most of publish's time and of the page. So is a failing
-# node's past this many failing nodes (the most checks failed drawn whole first): their
-# documents are in their evidence folders (burnin/report/publish.py).
+# 10,000 nodes' telemetry cost most of publish's time and of the page.
 WHOLE_SECTIONS = 2_000
+# In such a fleet, the failing nodes' sections are whole (their telemetry drawn) for this
+# many of them, the most checks failed first; the others' are drawn from their figures,
+# their documents in their evidence folders (burnin/report/publish.py): a fleet failing
+# whole (a bad roll-out) would otherwise hold every node's documents at once.
+WHOLE_FAILING = 256
 MARK = {Outcome.PASSED: ("", "✓"), Outcome.FAILED: (" class=fail", "✗"),
         Outcome.ERROR: (" class=fail", "!"),
         Outcome.SKIPPED: (" class=skip", "–")}  # a passed cell is green by default: 1,000s of rows
