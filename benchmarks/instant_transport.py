@@ -87,7 +87,7 @@ def as_member(out: bytes, group: dict) -> bytes:
     doc["figures"].update(world=group["world"], first_rank=group["rank_offset"],
                           ranks_here=group["ranks_here"], mode="inter-node")
     # Every member keeps its sweep: the controller takes the group's busbw as the lowest
-    # of its members' own (burnin/checks/groups.py: group_figures).
+    # of its members' own (burnin/checks/group_outcomes.py: group_figures).
     return json.dumps(doc).encode()
 
 
