@@ -31,7 +31,7 @@ from burnin.model.outcome import CaseResult, Outcome
 from burnin.plugin.collection import is_check
 from burnin.report import incidents as incidents_report
 from burnin.report import reconciled as reconciled_report
-from burnin.report.junit import point_latest, render_junit, write_junit
+from burnin.report.junit import junit_pieces, point_latest, write_junit
 
 REPORT_FORMAT = "1"  # junit.xml's burnin_report property: burnin wrote this report
 
@@ -217,8 +217,8 @@ class RunEnd:
         session.items = []  # the list only: a plugin holding its own reference keeps it
         gc.collect()  # an item and its keywords hold each other
 
-    def _junit(self, run: Run, props: dict[str, str]) -> str:
-        return render_junit(run.inventory.cluster, run.run_id,
+    def _junit(self, run: Run, props: dict[str, str]) -> list[str]:
+        return junit_pieces(run.inventory.cluster, run.run_id,
                             [(n.name, n.address) for n in run.nodes + self.held], self.cases,
                             props, {n.name: self._node_properties(run, n)
                                     for n in run.nodes + self.held})

@@ -15,6 +15,7 @@ from burnin.report import junit as reports
 from burnin.report.junit import render_junit
 
 STAMP = re.compile(r'timestamp="[^"]*"')
+CLUSTER = "c<&>\"l"  # as same() renders it
 
 
 def whole(cluster, run_id, nodes, cases, run_props, node_props) -> str:
@@ -71,3 +72,16 @@ def test_any_text_renders_as_the_whole_document_did(rows):
     cases = {(f"n{i % 3}", f"c{i}"): CaseResult(f"n{i % 3}", f"c{i}", o, t, t, t, d)
              for i, (o, t, d) in enumerate(rows)}
     same(nodes, cases, {"p": rows[0][1] if rows else ""})
+
+
+def test_written_a_testsuite_at_a_time_the_file_is_the_rendered_text(tmp_path):
+    nodes = [("n1", "n1"), ("n2", "n2"), ("n3", "n3")]
+    cases = {(n, "health"): CaseResult(n, "health", Outcome.FAILED, HOSTILE[0], HOSTILE[1])
+             for n, _ in nodes}
+    pieces = reports.junit_pieces(CLUSTER, "r1", nodes, cases)
+    assert len(pieces) == len(nodes) + 2  # the head, a piece per testsuite, the end
+    reports.write_junit(tmp_path / "junit.xml", CLUSTER, "r1", nodes, cases)
+    written = (tmp_path / "junit.xml").read_text(encoding="utf-8")
+    assert STAMP.sub("", written) == STAMP.sub("", render_junit(CLUSTER, "r1", nodes, cases)) \
+        == STAMP.sub("", "".join(pieces))
+    assert STAMP.sub("", same(nodes, cases)) == STAMP.sub("", written)
