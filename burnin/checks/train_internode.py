@@ -17,6 +17,7 @@ could be singled out, the loss not finite or not falling) fail every member: fai
 
 from __future__ import annotations
 
+import bisect
 import statistics
 
 from burnin.checks.base import DIVERGED, Check, Judging, Setting, timeout
@@ -142,18 +143,45 @@ def stragglers(outcomes: dict[str, ProbeOutcome], nodes: list[Node],
             if d.get("compute_s"):
                 units.setdefault((n.name, d["device"]), []).append(d["compute_s"])
     times = {u: statistics.median(v) for u, v in units.items()}
+    ordered = sorted(times.values())
+    own: dict[str, list[float]] = {}
+    for (name, _), t in times.items():
+        own.setdefault(name, []).append(t)
     out: dict[str, str] = {}
     for (name, device), t in times.items():
-        others = [x for (m, _), x in times.items() if m != name]
+        others = len(ordered) - len(own[name])
         if not others or not fraction:
             continue
-        bound = statistics.median(others) / fraction
-        if t > bound:
+        median = _median_without(ordered, own[name])
+        if t > median / fraction:
             out.setdefault(name, f"straggler across nodes: {device} on {name} takes {t:.4g} s "
                                  f"per step for forward and backward, above "
-                                 f"{statistics.median(others):.4g} s / {fraction:g}, the "
-                                 f"median of the other nodes' {len(others)} device(s)")
+                                 f"{median:.4g} s / {fraction:g}, the "
+                                 f"median of the other nodes' {others} device(s)")
     return out
+
+
+def _median_without(ordered: list[float], removed: list[float]) -> float:
+    """statistics.median of `ordered` (sorted) less the values `removed` (each one of its
+    elements), in O(removed x log): each node's devices against every other node's took
+    a list and a sort of the whole fleet per device, 10,000 of them at 10,000 nodes."""
+    taken: list[int] = []  # the removed values' positions in `ordered`, ascending
+    seen: dict[float, int] = {}
+    for v in sorted(removed):
+        taken.append(bisect.bisect_left(ordered, v) + seen.get(v, 0))
+        seen[v] = seen.get(v, 0) + 1
+
+    def kth(k: int) -> float:  # the k-th (from 0) of what is left
+        for p in taken:
+            if p > k:
+                break
+            k += 1
+        return ordered[k]
+
+    m = len(ordered) - len(removed)
+    if m % 2:
+        return kth(m // 2)
+    return (kth(m // 2 - 1) + kth(m // 2)) / 2
 
 
 def group_figures(outcomes: dict[str, ProbeOutcome], nodes: list[Node]) -> dict:
