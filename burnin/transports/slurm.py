@@ -35,6 +35,7 @@ from burnin.transports import BUSY as BUSY_REASON
 from burnin.transports.salloc import HOLDER, RELEASE_WAIT_S, release_holder, salloc_holder
 from burnin.transports.slurmctl import (
     NODE_CHECK_PREFIX,
+    OWN_RESERVATION,
     REASON_PREFIX,
     TIMEOUT_S,
     SlurmNode,
@@ -226,17 +227,30 @@ class Allocations:
             self.where.update(dict.fromkeys(names, a))
             return
         # Refused: name the nodes Slurm cannot give now, and try once more without them.
+        # In the run's own reservation its flags are ours, not the node's refusal.
         states = show_nodes(names)
-        refused = {n: refusal(states[n]) if n in states else "Slurm does not know this node"
-                   for n in names}
+        ours = OWN_RESERVATION if reservation else ()
+        refused = {n: refusal(states[n], ours) if n in states
+                   else "Slurm does not know this node" for n in names}
         refused = {n: why for n, why in refused.items() if why}
+        if retry and reservation and not refused:
+            # Nodes that fit, refused in the run's own reservation: the job that just left
+            # them may have been completing still, or slurmctld slow; once more.
+            self._wait_completing(names)
+            self._allocate(names, gpus, partition, extra, reservation, retry=False)
+            return
         if retry and refused and len(refused) < len(names):
             self.unavailable.update(refused)
             self._allocate([n for n in names if n not in refused], gpus, partition, extra,
                            reservation, retry=False)
             return
         for n in names:
-            self.unavailable[n] = refused.get(n) or f"salloc refused: {said or 'no reason given'}"
+            # Twice refused in its own reservation with nothing wrong shown: Slurm's doing,
+            # not the node's; it is not tested (skipped, so not admitted), not blamed.
+            self.unavailable[n] = refused.get(n) or (
+                f"{BUSY_REASON}Slurm gave no job in the run's reservation {reservation}: "
+                f"{said or 'no reason given'}" if reservation
+                else f"salloc refused: {said or 'no reason given'}")
 
     def shared(self) -> dict:
         """The allocations, for another process of the run (see attach)."""

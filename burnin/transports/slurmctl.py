@@ -96,10 +96,15 @@ def read_nodes(names: list[str]) -> tuple[dict[str, SlurmNode], str]:
     return out, why
 
 
-def refusal(node: SlurmNode) -> str:
-    """Why Slurm would not give this node to a new job now, in its own words, or ''."""
+# What a node in a MAINT reservation of the run's own shows: that is not a refusal of it.
+OWN_RESERVATION = ("MAINT", "MAINTENANCE", "RESERVED")
+
+
+def refusal(node: SlurmNode, ours: tuple[str, ...] = ()) -> str:
+    """Why Slurm would not give this node to a new job now, in its own words, or ''.
+    `ours`: flags the run set itself (OWN_RESERVATION), which refuse nobody."""
     flags = node.flags
-    bad = [f for f in REFUSING if f in flags]
+    bad = [f for f in REFUSING if f in flags and f not in ours]
     if bad:
         why = f"Slurm state {node.state}"
         return f"{why}, reason: {node.reason}" if node.reason else why
