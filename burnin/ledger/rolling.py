@@ -21,8 +21,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from burnin.core.safetext import safe_text
-
 OUT, VALIDATED, RELEASED, FAILED = ("rolling-out", "rolling-validated", "rolling-released",
                                     "rolling-failed")
 EVENTS = (OUT, VALIDATED, RELEASED, FAILED)
@@ -36,18 +34,22 @@ class RollingLog:
     if TYPE_CHECKING:
         def _read(self, work: Callable[[Any], T]) -> T: ...
         def _write(self, work: Callable[[Any], T]) -> T: ...
+        @staticmethod
+        def _log(db, node, event, who, why, run_id, now) -> None: ...
 
     def note_all(self, notes: Iterable[tuple[str, str, str, str | None]],
                  who: str = "burnin") -> None:
-        """Each (node, event, why, run_id) into the nodes' history, in this order, in one
-        transaction: all of them or, on a crash, none."""
+        """Each (node, event, why, run_id) into the nodes' history as Ledger.note writes
+        one, in this order, in one transaction: all of them or, on a crash, none."""
+        rows = list(notes)
+        if not rows:
+            return
         now = time.time()
-        rows = [(node, now, event, who, safe_text(why), run_id)
-                for node, event, why, run_id in notes]
-        if rows:
-            self._write(lambda db: db.executemany(
-                "INSERT INTO history (node, time, event, who, why, run_id) "
-                "VALUES (?,?,?,?,?,?)", rows))
+
+        def work(db) -> None:
+            for node, event, why, run_id in rows:
+                self._log(db, node, event, who, why, run_id, now)
+        self._write(work)
 
     def rolling_validated(self) -> dict[str, float]:
         """{node: when a rolling run last validated it}."""
