@@ -36,8 +36,7 @@ PHASES = [
     ("burnin.engine.run", "Run", "verdict", "tests: verdicts (probes, judging)"),
     ("burnin.engine.outcome_store", "OutcomeStore", "_shared", "  a check's outcomes, recorded"),
     ("burnin.engine.run", "Run", "execute", "    fan-out and reading of documents"),
-    ("burnin.checks.allreduce_internode", None, "run_group", "      inter-node: the group"),
-    ("burnin.checks.allreduce_internode", None, "localise", "      inter-node: pairs"),
+    ("burnin.engine.launch", "Launch", "at_once", "      inter-node: groups and rounds"),
     ("burnin.engine.launch", "Launch", "prepare", "      prepare (transports, node locks)"),
     ("burnin.probe.protocol", None, "judge_output", "      reading one document"),
     ("burnin.engine.outcome_store", "OutcomeStore", "_record", "    results.jsonl lines"),
@@ -54,6 +53,9 @@ PHASES = [
     ("burnin.plugin.run_end", "RunEnd", "_junit", "    junit.xml"),
     ("burnin.plugin.run_end", None, "settle", "    gate (ledger)"),
     ("burnin.plugin", None, "publish", "  publish"),
+    ("burnin.report.evidence", None, "add_record", "    evidence: a record's files"),
+    ("burnin.report.summary.page", None, "render", "    summary.html"),
+    ("burnin.report.metrics", None, "write", "    metrics.prom"),
     ("burnin.engine.run", "Run", "close", "  closing transports"),
 ]
 

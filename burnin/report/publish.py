@@ -33,6 +33,7 @@ from burnin.report.junit import junit_speeds
 # not when the plugin loads: a pytest run that collects no burnin check never needs them.
 
 FLOORS_KEPT = ".floors.json"  # {node: {figure family: floor}}, as the run's judges stated
+STAGING = ".evidence-writing"  # evidence files are made here, then renamed into nodes/
 
 
 @dataclass
@@ -82,29 +83,37 @@ class ReportWriter:
 def write_evidence(p: Published) -> None:
     """An evidence folder per failed node (burnin/report/evidence.py), each on its own:
     from the records publish holds, or, for the failing nodes it does not hold whole
-    (`streamed`), from results.jsonl a record at a time."""
+    (`streamed`), from results.jsonl a record at a time. Files' threads write the files
+    while this thread makes the next one's text."""
     from burnin.report import evidence
     opened: dict[str, Path] = {}
-    for node, v in p.verdicts.items():
-        if not any(Outcome(outcome).bad for outcome, _ in v.values()):
-            continue
-        what = f"the evidence folder of {node}"
-        if node in p.streamed:
-            def start(node: str = node, v: dict = v) -> None:
-                opened[node] = evidence.open_bundle(p.run_dir, node, v)
-            p.attempt(what, start)
-        elif p.attempt(what, partial(evidence.write_bundle, p.run_dir, node, v,
-                                     p.by_node.get(node, []))):
-            p.bundles.add(node)
-    if opened:
-        from burnin.figures.record_figures import whole_records
-        failed: set[str] = set()
-        for r in whole_records(p.run_dir / "results.jsonl", set(opened)):
-            if r["node"] not in failed and not p.attempt(
-                    f"the evidence folder of {r['node']}",
-                    partial(evidence.add_record, opened[r["node"]], r)):
-                failed.add(r["node"])
-        p.bundles.update(set(opened) - failed)
+    files = evidence.Files(p.run_dir / STAGING)
+    try:
+        for node, v in p.verdicts.items():
+            if not any(Outcome(outcome).bad for outcome, _ in v.values()):
+                continue
+            what, put = f"the evidence folder of {node}", files.put_for(node)
+            if node in p.streamed:
+                def start(node: str = node, v: dict = v, put=put) -> None:
+                    opened[node] = evidence.open_bundle(p.run_dir, node, v, put)
+                p.attempt(what, start)
+            elif p.attempt(what, partial(evidence.write_bundle, p.run_dir, node, v,
+                                         p.by_node.get(node, []), put)):
+                p.bundles.add(node)
+        if opened:
+            from burnin.figures.record_figures import whole_records
+            failed: set[str] = set()
+            for r in whole_records(p.run_dir / "results.jsonl", set(opened)):
+                node = r["node"]
+                if node not in failed and not p.attempt(
+                        f"the evidence folder of {node}",
+                        partial(evidence.add_record, opened[node], r, files.put_for(node))):
+                    failed.add(node)
+            p.bundles.update(set(opened) - failed)
+    finally:
+        for node, why in sorted(files.close().items()):
+            p.bundles.discard(node)
+            p.problems.append(f"the evidence folder of {node} could not be made: {why}")
 
 
 def write_summary(p: Published) -> None:
