@@ -26,7 +26,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, wait
 
 CANCEL_WAIT_S = 20.0  # an interrupted run waits this long for its commands to be killed
 GATE_POLL_S = 1.0  # how often a command waiting at the gate looks at the run's cancel
@@ -149,31 +148,61 @@ def stand_aside() -> None:
 
 def fan_out(items: Iterable, fn: Callable, limit: int,
             cancel: threading.Event | None = None) -> list:
-    """fn(item) for every item, at most `limit` at once; results in item order."""
+    """fn(item) for every item, at most `limit` at once; results in item order.
+
+    Each of min(limit, items) lanes, daemon threads, takes the next item when it is done
+    with one. Not a ThreadPoolExecutor: its threads are not daemons, and Python keeps a
+    lock for each such thread alive, which it scans whole each time another starts (3.11:
+    threading._maintain_shutdown_locks): a group of 10,000 members, a thread each, was 50
+    million steps of that scan, some seconds of a fleet's run (benchmarks/RESULTS.md).
+    A lane takes another item only once its own has ended (arrived at the gate, or left
+    it), so the gate never waits for an item that no lane can take."""
     items = list(items)
     if not items:
         return []
     gate = StartGate(len(items), cancel) if len(items) <= limit else None
+    results: list = [None] * len(items)
+    raised: list[tuple[int, BaseException]] = []
+    todo = iter(range(len(items)))
+    taking = threading.Lock()
+    stop = threading.Event()  # a bug raised in fn, or the caller interrupted: start no more
 
-    def one(item):
-        outer = (_item.gate, _item.counted)
-        _item.gate, _item.counted = gate, gate is None
-        try:
-            return fn(item)
-        finally:
-            stand_aside()
-            _item.gate, _item.counted = outer
+    def lane() -> None:
+        while not stop.is_set():
+            with taking:
+                i = next(todo, None)
+            if i is None:
+                return
+            outer = (_item.gate, _item.counted)
+            _item.gate, _item.counted = gate, gate is None
+            try:
+                results[i] = fn(items[i])
+            except BaseException as e:  # fn must not raise: a bug, re-raised below
+                raised.append((i, e))
+                stop.set()
+                if cancel is not None:
+                    cancel.set()
+            finally:
+                stand_aside()
+                _item.gate, _item.counted = outer
 
-    pool = ThreadPoolExecutor(max_workers=max(1, min(limit, len(items))),
-                              thread_name_prefix="burnin-fanout")
-    futures = [pool.submit(one, item) for item in items]
+    lanes = [threading.Thread(target=lane, name="burnin-fanout", daemon=True)
+             for _ in range(max(1, min(limit, len(items))))]
     try:
-        results = [f.result() for f in futures]
+        for t in lanes:
+            t.start()
+        for t in lanes:
+            while t.is_alive():
+                t.join(GATE_POLL_S)  # bounded: a Ctrl-C in the main thread is prompt
     except BaseException:
+        stop.set()
         if cancel is not None:
             cancel.set()
-        pool.shutdown(wait=False, cancel_futures=True)
-        wait(futures, timeout=CANCEL_WAIT_S)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        for t in lanes:
+            if t.ident is not None:
+                t.join(max(0.0, deadline - time.monotonic()))
         raise
-    pool.shutdown(wait=True)
+    if raised:
+        raise min(raised, key=lambda r: r[0])[1]
     return results
