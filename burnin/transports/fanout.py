@@ -22,6 +22,7 @@ transport has to carry it.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 import weakref
@@ -150,29 +151,26 @@ def fan_out(items: Iterable, fn: Callable, limit: int,
             cancel: threading.Event | None = None) -> list:
     """fn(item) for every item, at most `limit` at once; results in item order.
 
-    Each of min(limit, items) lanes, daemon threads, takes the next item when it is done
-    with one. Not a ThreadPoolExecutor: its threads are not daemons, and Python keeps a
-    lock for each such thread alive, which it scans whole each time another starts (3.11:
-    threading._maintain_shutdown_locks): a group of 10,000 members, a thread each, was 50
-    million steps of that scan, some seconds of a fleet's run (benchmarks/RESULTS.md).
-    A lane takes another item only once its own has ended (arrived at the gate, or left
-    it), so the gate never waits for an item that no lane can take."""
+    Lanes are daemon threads, each taking the next item when done with one; a new lane
+    starts only when no lane is idle, so that items that end at once (an instant probe, a
+    node that refuses) are run by few threads, up to `limit`. Not a ThreadPoolExecutor:
+    its threads are not daemons, and Python keeps a lock for each such thread alive, which
+    it scans whole each time another starts (3.11: threading._maintain_shutdown_locks),
+    quadratic in a whole-fleet group, a thread a member. A lane takes another item only
+    once its own has ended (arrived at the gate, or left it), so the gate never waits for
+    an item that no lane can take."""
     items = list(items)
     if not items:
         return []
     gate = StartGate(len(items), cancel) if len(items) <= limit else None
     results: list = [None] * len(items)
     raised: list[tuple[int, BaseException]] = []
-    todo = iter(range(len(items)))
-    taking = threading.Lock()
-    stop = threading.Event()  # a bug raised in fn, or the caller interrupted: start no more
+    todo: queue.SimpleQueue = queue.SimpleQueue()
+    idle = threading.Semaphore(0)  # lanes done with an item, waiting for the next
+    stop = threading.Event()  # a bug raised in fn, or the caller interrupted: run no more
 
     def lane() -> None:
-        while not stop.is_set():
-            with taking:
-                i = next(todo, None)
-            if i is None:
-                return
+        while (i := todo.get()) is not None and not stop.is_set():
             outer = (_item.gate, _item.counted)
             _item.gate, _item.counted = gate, gate is None
             try:
@@ -185,12 +183,18 @@ def fan_out(items: Iterable, fn: Callable, limit: int,
             finally:
                 stand_aside()
                 _item.gate, _item.counted = outer
+            idle.release()
 
-    lanes = [threading.Thread(target=lane, name="burnin-fanout", daemon=True)
-             for _ in range(max(1, min(limit, len(items))))]
+    lanes: list[threading.Thread] = []
+    width = max(1, min(limit, len(items)))
     try:
-        for t in lanes:
-            t.start()
+        for i in range(len(items)):
+            todo.put(i)
+            if not idle.acquire(blocking=False) and len(lanes) < width:
+                lanes.append(threading.Thread(target=lane, name="burnin-fanout", daemon=True))
+                lanes[-1].start()
+        for _ in lanes:
+            todo.put(None)
         for t in lanes:
             while t.is_alive():
                 t.join(GATE_POLL_S)  # bounded: a Ctrl-C in the main thread is prompt
@@ -198,6 +202,8 @@ def fan_out(items: Iterable, fn: Callable, limit: int,
         stop.set()
         if cancel is not None:
             cancel.set()
+        for _ in lanes:
+            todo.put(None)
         deadline = time.monotonic() + CANCEL_WAIT_S
         for t in lanes:
             if t.ident is not None:

@@ -56,3 +56,13 @@ def test_a_bug_in_fn_cancels_the_run_starts_nothing_more_and_is_raised_first_in_
         fan_out(range(200), one, 1, cancel)
     assert cancel.is_set()
     assert started == [0, 1, 2, 3], "one lane: nothing after the bug starts"
+
+
+def test_items_that_end_at_once_are_run_by_few_lanes():
+    threads: set[int] = set()
+
+    def one(i: int) -> int:
+        threads.add(threading.get_ident())
+        return i
+    assert fan_out(range(2000), one, 2000) == list(range(2000))
+    assert len(threads) < 2000, "a lane that is idle takes the next item: no new thread"
