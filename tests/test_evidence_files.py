@@ -67,3 +67,18 @@ def test_a_file_that_cannot_be_written_costs_its_own_nodes_folder_only(tmp_path)
     page = (run / "summary.html").read_text()
     assert f"nodes/{bad[1]}/verdicts.txt'>evidence" in page
     assert f"nodes/{bad[0]}/verdicts.txt'>evidence" not in page
+
+
+def test_a_staging_folder_that_is_a_link_is_refused_and_nothing_written_through_it(
+        tmp_path):
+    run = tmp_path / "reports" / "20261128T120000Z-now"
+    verdicts, inventory = bench.synthetic_run(run, 12, 20, failing=2,
+                                              kinds=("thermal", "storage"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / ".evidence-writing").symlink_to(elsewhere)
+    problems = publish(run, "c", run.name, verdicts, nodes=inventory)
+    assert any(p.startswith("the evidence folders could not be made: OSError: ") and
+               "not a folder of this user's" in p for p in problems), problems
+    assert list(elsewhere.iterdir()) == []
+    assert not (run / "nodes").exists()

@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import queue
+import stat
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,7 @@ class Files:
     PENDING = 64
 
     def __init__(self, staging: Path):
+        _own_folder(staging)
         self._staging = staging
         self._names = itertools.count()
         self._todo: queue.Queue = queue.Queue(self.PENDING)
@@ -93,8 +95,23 @@ class Files:
         try:
             self._staging.rmdir()
         except OSError:
-            pass  # never made (no failing node), or not ours to empty
+            pass  # a file left in it (a rename that failed): the folder stays
         return dict(self._failed)
+
+
+def _own_folder(path: Path) -> None:
+    """`path` made, private, or found a folder of this user's and not a link: files are
+    made in it and renamed from it, and none goes through a link someone else planted
+    (`burnin report` run as root over another user's run directory)."""
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise OSError(f"{path} is not a folder of this user's (a link, or another's): "
+                      "no evidence file is made through it")
 
 
 def open_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
