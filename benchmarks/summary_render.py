@@ -27,6 +27,8 @@ trend. Published with burnin.report.publish.publish, then opened in Chromium:
 
 (10000:60 = 10,000 nodes with 60 telemetry samples per GPU, the quick profile: at 600
 the synthetic results.jsonl would not fit the dev VM's memory). Figures print last.
+`--keep DIR` keeps the synthetic runs in DIR, and a later call with the same DIR and
+sizes publishes and renders them again without making them (minutes at 25,000 nodes).
 """
 
 from __future__ import annotations
@@ -284,6 +286,15 @@ def chromium_times(page: Path, work: Path, open_node: str) -> dict:
     return {k: float(v) for k, v in figures.items()}
 
 
+def _median_of(timings: list[dict], name: str) -> float:
+    """The median of the loads that measured `name`. Now and then --virtual-time-budget
+    runs out before the page's first frame after load and Chromium dumps the page with no
+    figure (seen on the page before and after 2026-11-28's changes): a NaN among the
+    samples would make statistics.median's answer depend on where it fell."""
+    got = [t[name] for t in timings if name in t]
+    return statistics.median(got) if got else float("nan")
+
+
 def screenshot_s(url: str, work: Path, shot: Path) -> float:
     began = time.monotonic()
     subprocess.run(CHROMIUM + [f"--user-data-dir={work / 'profile'}", "--window-size=1400,1800",
@@ -291,18 +302,42 @@ def screenshot_s(url: str, work: Path, shot: Path) -> float:
     return time.monotonic() - began
 
 
-def measure(nodes: int, samples: int, repeat: int, earlier: int, out: Path) -> dict:
-    work = Path(tempfile.mkdtemp(prefix=f"summary{nodes}-", dir=out))
-    reports = work / "reports"
+def built(work: Path, nodes: int, samples: int, earlier: int) -> tuple[dict, list[Node], float]:
+    """The synthetic runs under work/reports, earlier ones published: (verdicts,
+    inventory, seconds the run took to make). Kept in `work` (synthetic.json) and read
+    back when there: 25,000 nodes take minutes to make, which a page's change never needs."""
+    reports, saved = work / "reports", work / "synthetic.json"
+    run = reports / "20261122T120000Z-now"
+    if saved.exists():
+        kept = json.loads(saved.read_text())
+        KEEPING[run.name] = kept["keeping"]
+        return ({n: {c: tuple(v) for c, v in checks.items()}
+                 for n, checks in kept["verdicts"].items()},
+                [Node(n, a, labels=labels) for n, a, labels in kept["inventory"]], kept["made"])
     cap = 64 if nodes > 2000 else None
     for k in range(earlier):  # earlier runs of the cluster, published, for the trend
         past = reports / f"20261121T{k:02d}0000Z-e{k}"
         verdicts, inventory = synthetic_run(past, nodes, samples, seed=10 + k, group_names=cap)
         forked_publish(past, verdicts, inventory)  # what it held never counts in ours
-    run = reports / "20261122T120000Z-now"
     began = time.monotonic()
     verdicts, inventory = synthetic_run(run, nodes, samples, group_names=cap)
     made = time.monotonic() - began
+    saved.write_text(json.dumps({
+        "verdicts": verdicts, "made": made, "keeping": KEEPING.get(run.name, 0.0),
+        "inventory": [[n.name, n.address, dict(n.labels)] for n in inventory]}))
+    return verdicts, inventory, made
+
+
+def measure(nodes: int, samples: int, repeat: int, earlier: int, out: Path,
+            keep: Path | None = None) -> dict:
+    if keep is None:
+        work = Path(tempfile.mkdtemp(prefix=f"summary{nodes}-", dir=out))
+    else:
+        work = keep / f"summary{nodes}-{samples}-e{earlier}"
+        work.mkdir(parents=True, exist_ok=True)
+    reports = work / "reports"
+    run = reports / "20261122T120000Z-now"
+    verdicts, inventory, made = built(work, nodes, samples, earlier)
     held = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     runs = [forked_publish(run, verdicts, inventory) for _ in range(repeat)]
     wrote, wrote_cpu, peak = (statistics.median(r[i] for r in runs) for i in range(3))
@@ -320,11 +355,12 @@ def measure(nodes: int, samples: int, repeat: int, earlier: int, out: Path) -> d
               "publish_cpu_s": wrote_cpu, "publish_peak_mib": peak / 1024,
               "benchmark_mib": held / 1024, "kept_cpu_s": KEEPING.get(run.name, 0.0),
               "load": os.getloadavg()[0],
-              "render_ms": statistics.median(t.get("render", float("nan")) for t in inside),
-              "open_ms": statistics.median(t.get("open", float("nan")) for t in inside),
+              "render_ms": _median_of(inside, "render"), "open_ms": _median_of(inside, "open"),
+              "unmeasured": sum("render" not in t for t in inside),
               "screenshot_s": statistics.median(shots),
               "screenshot": str(out / f"summary_{nodes}.png")}
-    shutil.rmtree(reports)
+    if keep is None:
+        shutil.rmtree(reports)
     return result
 
 
@@ -335,13 +371,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--earlier", type=int, default=2, help="earlier runs for the trend")
     p.add_argument("--out", default=tempfile.gettempdir(), help="where screenshots go")
+    p.add_argument("--keep", metavar="DIR", help="make the synthetic runs in DIR and keep "
+                   "them; a later call with the same DIR and sizes publishes and renders "
+                   "them again without making them")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = []
     for spec in args.nodes or ["1000", "10000:60"]:
         n, _, s = spec.partition(":")
-        results.append(measure(int(n), int(s or 600), args.repeat, args.earlier, out))
+        results.append(measure(int(n), int(s or 600), args.repeat, args.earlier, out,
+                               Path(args.keep) if args.keep else None))
         print(f"done {spec}", file=sys.stderr, flush=True)
     for r in results:
         print(f"summary.html {r['nodes']} nodes x 8 GPUs, {r['samples']} samples/GPU, "
@@ -351,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['publish_peak_mib']:.0f} MiB of which {r['benchmark_mib']:.0f} the "
               f"benchmark's), kept during the run {r['kept_cpu_s']:.1f} s CPU, render "
               f"{r['render_ms']:.0f} ms, open a lazy section {r['open_ms']:.0f} ms, screenshot "
-              f"{r['screenshot_s']:.2f} s over a blank page; {r['screenshot']}")
+              f"{r['screenshot_s']:.2f} s over a blank page; {r['screenshot']}"
+              + (f"; {r['unmeasured']} load(s) unmeasured" if r["unmeasured"] else ""))
     return 0
 
 
