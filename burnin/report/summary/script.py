@@ -19,12 +19,18 @@ B85_ALPHABET = ("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                 "!#$%&()*+-;<=>?@^_`{|}~").translate(HTML_SAFE)  # base64.b85encode's, RFC 1924
 
 SCRIPT = r"""(()=>{
-const tb=document.getElementById('nodes');
-if(tb)tb.querySelectorAll('th').forEach((th,i)=>th.onclick=()=>{const b=tb.tBodies[0],
+function sortable(tb){if(!tb)return;
+ tb.querySelectorAll('th').forEach((th,i)=>th.onclick=()=>{const b=tb.tBodies[0],
  r=[...b.rows],d=th.dataset.d=th.dataset.d=='1'?'-1':'1';r.sort((x,y)=>x.cells[i].innerText
  .localeCompare(y.cells[i].innerText,undefined,{numeric:true})*d);r.forEach(x=>b.appendChild(x))});
-if(tb)tb.tBodies[0].onclick=e=>{const r=e.target.closest('tr');if(r&&!e.target.closest('a'))
- location.hash='n-'+r.id.slice(5)};
+ tb.tBodies[0].onclick=e=>{const r=e.target.closest('tr');if(r&&!e.target.closest('a'))
+ location.hash='n-'+r.id.slice(5)}}
+const folded=document.getElementById('table-rows');
+if(folded){const fill=()=>{if(!folded.isConnected)return;folded.insertAdjacentHTML('afterend',
+ folded.textContent);folded.remove();sortable(document.getElementById('nodes'))};
+ document.getElementById('table').addEventListener('toggle',fill);
+ addEventListener('keydown',e=>{if((e.ctrlKey||e.metaKey)&&e.key=='f')fill()})}
+else sortable(document.getElementById('nodes'));
 const ixel=document.getElementById('sections-index');
 if(!ixel){document.body.dataset.ready='1';return}
 const ix=JSON.parse(ixel.textContent),where={},cache={},box=document.getElementById('drawn');
@@ -124,9 +130,12 @@ async function show(){const id=decodeURIComponent(location.hash.slice(1));
  if(!n)return;await draw(n);const el=document.getElementById(id)||document.getElementById('n-'+n);
  if(el)el.scrollIntoView()}
 addEventListener('hashchange',show);
-(async()=>{for(const n of ix.open)await draw(n);await show();document.body.dataset.ready='1'})()
+const start=()=>(async()=>{for(const n of ix.open)await draw(n);await show();
+ document.body.dataset.ready='1'})()
 .catch(e=>{box.insertAdjacentHTML('beforeend',`<p class="warn">sections not drawn: ${esc(e)}</p>`);
- document.body.dataset.ready='1'})})()""".replace(
+ document.body.dataset.ready='1'});
+if(ix.later)addEventListener('load',()=>requestAnimationFrame(()=>(window.requestIdleCallback||
+ setTimeout)(start,{timeout:500})));else start()})()""".replace(
     "%ALPHABET%", ALPHABET.replace("'", "\\'")).replace("%B85%", B85_ALPHABET).replace(
     "%BAD%", BAD).replace("%BLUE%", PALETTE[0]).replace("%GREY%", PALETTE[7]).replace(
     "%WORDS%", json.dumps({o.value: o.word for o in Outcome})).replace(
