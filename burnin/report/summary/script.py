@@ -135,7 +135,7 @@ const start=()=>(async()=>{for(const n of ix.open)await draw(n);await show();
 .catch(e=>{box.insertAdjacentHTML('beforeend',`<p class="warn">sections not drawn: ${esc(e)}</p>`);
  document.body.dataset.ready='1'});
 if(ix.later)addEventListener('load',()=>requestAnimationFrame(()=>(window.requestIdleCallback||
- setTimeout)(start,{timeout:500})));else start()})()""".replace(
+ setTimeout)(start)));else start()})()""".replace(
     "%ALPHABET%", ALPHABET.replace("'", "\\'")).replace("%B85%", B85_ALPHABET).replace(
     "%BAD%", BAD).replace("%BLUE%", PALETTE[0]).replace("%GREY%", PALETTE[7]).replace(
     "%WORDS%", json.dumps({o.value: o.word for o in Outcome})).replace(
