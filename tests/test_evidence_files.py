@@ -39,7 +39,7 @@ def test_threads_write_each_bundle_as_one_thread_would(tmp_path, monkeypatch, bi
             real(path, text)
         monkeypatch.setattr(evidence, "_write", noted)
         if how == "at once":
-            monkeypatch.setattr(evidence.Files, "put_for", lambda self, node: real)
+            monkeypatch.setattr(evidence.Files, "put_for", lambda self, node, real=real: real)
         assert publish(run, "c", run.name, verdicts, nodes=inventory) == []
         assert not (run / ".evidence-writing").exists(), "made there, then renamed: gone"
         runs[how] = (folders(run), writers)

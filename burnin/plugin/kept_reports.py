@@ -61,8 +61,9 @@ class KeptReports:
         sections = [(f"Captured {key} {when}", content)
                     for when, key, content in item._report_sections]
         return pytest.TestReport(getattr(item, "id", item.nodeid), item.location,
-                                 dict.fromkeys(item.keywords, 1), "failed", longrepr, "call", sections, call.duration,
-                                 call.start, call.stop, user_properties=item.user_properties)
+                                 dict.fromkeys(item.keywords, 1), "failed", longrepr, "call",
+                                 sections, call.duration, call.start, call.stop,
+                                 user_properties=item.user_properties)
 
     @pytest.hookimpl(trylast=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:

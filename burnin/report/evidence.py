@@ -17,7 +17,6 @@ from pathlib import Path
 from burnin.checks import CHECKS
 from burnin.model.outcome import Outcome
 
-
 # put(path, text): one file of a bundle written (at once, or handed to a Files' threads).
 Put = Callable[[Path, str], None]
 
