@@ -23,11 +23,17 @@ Put = Callable[[Path, str], None]
 
 def _write(path: Path, text: str) -> None:
     """The file at `path`, its node's folder made first where there is none yet."""
+    _in_folder(path, lambda: path.write_text(text, encoding="utf-8"))
+
+
+def _in_folder(path: Path, make: Callable[[], object]) -> None:
+    """make() a file at `path`; where its folder is not there yet (a node's first file),
+    the folder is made and make() tried once more."""
     try:
-        path.write_text(text, encoding="utf-8")
+        make()
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        make()
 
 
 def write_bundle(run_dir: Path, node: str, verdicts: dict[str, tuple[str, str]],
@@ -75,11 +81,7 @@ class Files:
             tmp = self._staging / f"{next(self._names)}.tmp"
             try:
                 _write(tmp, text)
-                try:
-                    os.replace(tmp, path)
-                except FileNotFoundError:  # the node's first file: its folder is made
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(tmp, path)
+                _in_folder(path, functools.partial(os.replace, tmp, path))
             except Exception as e:  # a full disk, a permission: this node's bundle only
                 self._failed.setdefault(node, f"{type(e).__name__}: {e}")
                 tmp.unlink(missing_ok=True)

@@ -86,7 +86,7 @@ def write_evidence(p: Published) -> None:
     (`streamed`), from results.jsonl a record at a time. Files' threads write the files
     while this thread makes the next one's text."""
     from burnin.report import evidence
-    opened: dict[str, Path] = {}
+    opened: dict[str, tuple[Path, evidence.Put]] = {}  # a streamed node's folder, its put
     files = evidence.Files(p.run_dir / STAGING)
     try:
         for node, v in p.verdicts.items():
@@ -95,7 +95,7 @@ def write_evidence(p: Published) -> None:
             what, put = f"the evidence folder of {node}", files.put_for(node)
             if node in p.streamed:
                 def start(node: str = node, v: dict = v, put=put) -> None:
-                    opened[node] = evidence.open_bundle(p.run_dir, node, v, put)
+                    opened[node] = (evidence.open_bundle(p.run_dir, node, v, put), put)
                 p.attempt(what, start)
             elif p.attempt(what, partial(evidence.write_bundle, p.run_dir, node, v,
                                          p.by_node.get(node, []), put)):
@@ -105,9 +105,10 @@ def write_evidence(p: Published) -> None:
             failed: set[str] = set()
             for r in whole_records(p.run_dir / "results.jsonl", set(opened)):
                 node = r["node"]
+                folder, put = opened[node]
                 if node not in failed and not p.attempt(
                         f"the evidence folder of {node}",
-                        partial(evidence.add_record, opened[node], r, files.put_for(node))):
+                        partial(evidence.add_record, folder, r, put)):
                     failed.add(node)
             p.bundles.update(set(opened) - failed)
     finally:
